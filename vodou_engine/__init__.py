@@ -1,0 +1,1 @@
+"""vodou_engine: recipes compiled to verified, approval-gated tool graphs."""

@@ -1,0 +1,156 @@
+"""One exception tree for the whole engine.
+
+Every error a person can cause carries an exit code and a message that says
+what to do next. The CLI prints ``str(error)`` and exits with ``error.exit_code``;
+it never prints a traceback for a ``VodouError``.
+
+Exit codes (docs/exit-codes.md): 0 succeeded, 1 failed, 2 invalid input or
+usage, 3 parked waiting for a person, 4 declined or rejected, 5 refused by the
+store (unknown run, already decided, not allowed, expired, stale), 6 store
+unreadable or corrupt.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_PARKED = 3
+EXIT_DECLINED = 4
+EXIT_REFUSED = 5
+EXIT_STORE = 6
+
+
+class VodouError(Exception):
+    """Base of every error the engine raises on purpose."""
+
+    exit_code = EXIT_FAILED
+
+    def __init__(self, message: str, *, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        if self.hint:
+            return f"{self.message}\n  hint: {self.hint}"
+        return self.message
+
+
+class UsageError(VodouError):
+    """A command was called with arguments that cannot work."""
+
+    exit_code = EXIT_USAGE
+
+
+class RecipeError(VodouError):
+    """A recipe (or actions.json) is invalid; carries the place it went wrong.
+
+    Rendered as ``file:line:col: message``, then the source line with a caret
+    under the offending column, then a one-line hint.
+    """
+
+    exit_code = EXIT_USAGE
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        line: int | None = None,
+        column: int | None = None,
+        source_line: str | None = None,
+        hint: str | None = None,
+        width: int = 1,
+    ):
+        super().__init__(message, hint=hint)
+        self.path = path
+        self.line = line
+        self.column = column
+        self.source_line = source_line
+        self.width = max(1, width)
+
+    def __str__(self) -> str:
+        where = self.path or "<recipe>"
+        if self.line is not None:
+            where += f":{self.line}"
+            if self.column is not None:
+                where += f":{self.column}"
+        out = [f"{where}: error: {self.message}"]
+        if self.source_line is not None and self.column is not None:
+            text = self.source_line.rstrip("\n").expandtabs(1)
+            out.append(f"  {text}")
+            out.append("  " + " " * (self.column - 1) + "^" * min(self.width, max(1, len(text) - self.column + 1)))
+        if self.hint:
+            out.append(f"  hint: {self.hint}")
+        return "\n".join(out)
+
+
+class PlanError(RecipeError):
+    """An actions.json document is malformed or fails verification."""
+
+
+class UnguardedEffectError(PlanError):
+    """An effectful step is not dominated by its own approval node."""
+
+
+class PolicyError(VodouError):
+    """The tool policy file is unreadable or invalid."""
+
+    exit_code = EXIT_USAGE
+
+
+class ServerConfigError(VodouError):
+    """The MCP server configuration is missing, unreadable or invalid."""
+
+    exit_code = EXIT_USAGE
+
+
+class ToolError(VodouError):
+    """A tool call failed: the server said so, died, or could not start."""
+
+
+class ServerStartError(ToolError):
+    """An MCP server process could not be started or initialized."""
+
+
+class UnknownToolError(ToolError):
+    """A step names a tool that its server does not list."""
+
+    exit_code = EXIT_USAGE
+
+
+class StoreError(VodouError):
+    """The run store cannot be opened or read: not a store, or corrupt."""
+
+    exit_code = EXIT_STORE
+
+
+class RefusedError(VodouError):
+    """The store refused a request; nothing was changed."""
+
+    exit_code = EXIT_REFUSED
+
+
+class UnknownRunError(RefusedError):
+    """No run with that id exists in the store."""
+
+
+class AlreadyDecidedError(RefusedError):
+    """The approval was already approved, rejected, expired or superseded."""
+
+
+class NotAllowedError(RefusedError):
+    """The person deciding is not among the run's approvers."""
+
+
+class ExpiredError(RefusedError):
+    """The approval's lifetime has passed; the run must ask again."""
+
+
+class StaleError(RefusedError):
+    """A check read changed, or the payload no longer matches its fingerprint."""
+
+
+class TamperedError(RefusedError):
+    """Stored plan, payload or recipe source changed after the question."""
