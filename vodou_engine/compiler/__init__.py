@@ -1,0 +1,121 @@
+"""The one compiler: recipe text -> verified, fingerprinted Plan.
+
+Every surface (CLI, Python API, runtime) calls ``compile_recipe`` or
+``load_plan``; none keeps its own idea of what a recipe means.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Mapping
+
+from ..errors import PlanError, RecipeError
+from ..plan import FORMAT, Plan, RecipeInfo, Where, compute_fingerprint, decode_plan, with_fingerprint
+from ..policy import Hints, Policy
+
+__all__ = ["compile_recipe", "load_plan", "load_source", "read_recipe_file"]
+
+
+def read_recipe_file(path: str) -> str:
+    """Read a recipe as UTF-8, with a positioned error for bad bytes."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise RecipeError(f"cannot read {path}: {exc.strerror}", path=path, hint="check the path") from None
+    return decode_utf8(data, path)
+
+
+def decode_utf8(data: bytes, path: str | None) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        text = data.split(b"\n")[line - 1].decode("utf-8", "replace")
+        raise RecipeError(
+            f"invalid UTF-8 (byte 0x{data[exc.start]:02x})",
+            path=path,
+            line=line,
+            column=col,
+            source_line=text,
+            hint="save the file as UTF-8",
+        ) from None
+
+
+def compile_recipe(
+    text: str,
+    path: str | None = None,
+    *,
+    policy: Policy | None = None,
+    hints: Mapping[str, Hints | None] | None = None,
+) -> Plan:
+    """Compile recipe text into a verified Plan, or raise RecipeError."""
+    from ..graph.gate import assess_tools, insert_approvals
+    from ..graph.verify import verify
+    from .lower import Lowerer
+    from .parser import Source, parse
+
+    policy = policy or Policy()
+    source = Source(text, path)
+    tree = parse(source)
+    lowered = Lowerer(source).lower(tree)
+
+    def error_at(message: str, where: Where | None, hint: str) -> RecipeError:
+        from .ast import Pos
+
+        return source.error(message, Pos(where.line, where.column) if where else None, hint)
+
+    nodes = insert_approvals(assess_tools(lowered.nodes, policy, hints, error_at))
+    name = lowered.title or (Path(path).stem if path else "recipe")
+    plan = Plan(
+        format=FORMAT,
+        recipe=RecipeInfo(name=name, source_sha256=hashlib.sha256(text.encode("utf-8")).hexdigest()),
+        inputs=lowered.inputs,
+        options=lowered.options,
+        nodes=nodes,
+    )
+    verify(plan, policy, path=path)
+    return with_fingerprint(plan)
+
+
+def load_plan(data: bytes | str, path: str | None = None, *, policy: Policy | None = None, refresh: bool = False) -> Plan:
+    """Decode and verify an actions.json; the fingerprint must match unless refreshing."""
+    from ..graph.verify import verify
+
+    plan = decode_plan(data, path=path)
+    verify(plan, policy or Policy(), path=path)
+    expected = compute_fingerprint(plan)
+    if refresh:
+        return with_fingerprint(plan)
+    if plan.fingerprint != expected:
+        raise PlanError(
+            f"the plan's fingerprint does not match its content (it says {plan.fingerprint or 'nothing'}); it was edited",
+            path=path,
+            hint=f"if the edit is intended, re-verify and re-fingerprint it with `recipe compile {path or 'actions.json'} -o {path or 'actions.json'}`",
+        )
+    return plan
+
+
+def looks_like_plan(path: str, data: bytes) -> bool:
+    return path.endswith(".json") or data.lstrip()[:1] == b"{"
+
+
+def load_source(
+    path: str, *, policy: Policy | None = None, hints: Mapping[str, Hints | None] | None = None, refresh: bool = False
+) -> tuple[Plan, str | None]:
+    """A recipe or an actions.json, from a file: (plan, recipe text or None)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise RecipeError(
+            f"cannot read {path}: {exc.strerror}",
+            path=path,
+            hint="give the path of a .recipe file or an actions.json" if not os.path.exists(path) else "check its permissions",
+        ) from None
+    if looks_like_plan(path, data):
+        return load_plan(data, path, policy=policy, refresh=refresh), None
+    text = decode_utf8(data, path)
+    plan = compile_recipe(text, path, policy=policy, hints=hints)
+    return plan, text

@@ -1,0 +1,386 @@
+"""Syntax tree -> plan nodes, with every semantic check of the language.
+
+Lowering gives each step its ``needs`` (what must finish first), turns each
+``together`` into a join node, and checks names and references. It knows
+nothing of tools: risk and approval gates are the graph builder's business.
+
+Reference rule: a tool argument may name an input, or a step that is sure to
+have finished when the tool runs. "Sure" fails in two ways: the step runs at
+the same time or later, or a quorum join (``need: K of N`` with K < N) may
+drop it. A ``write`` may name a droppable step: it is told what is missing.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Any
+
+from ..plan import Input, JoinNode, Options, QuestionNode, ToolNode, ToolRef, Where, WriteNode
+from . import ast, template
+from .parser import Source
+
+RESERVED = frozenset(
+    {"recipe", "inputs", "approval", "approvers", "together", "then", "ask", "need", "expires", "of", "true", "false", "null", "write"}
+)
+
+
+@dataclass(slots=True)
+class _Frame:
+    uid: int
+    index: int
+
+
+@dataclass(slots=True)
+class _Name:
+    kind: str  # input | step | block
+    pos: ast.Pos
+    path: tuple[_Frame, ...] = ()
+    order: int = 0  # source order among steps, to tell "later" from "parallel"
+
+
+@dataclass(slots=True)
+class Lowered:
+    nodes: list[Any]
+    inputs: list[Input]
+    options: Options
+    title: str | None
+
+
+class Lowerer:
+    def __init__(self, source: Source):
+        self.source = source
+        self.nodes: list[Any] = []
+        self.names: dict[str, _Name] = {}
+        self.block_kind: dict[int, str] = {0: "then"}
+        self.quorum: dict[int, bool] = {}  # together uid -> may drop items
+        self._uid = 0
+        self._questions = 0
+        self._joins = 0
+        self._order = 0
+
+    def error(self, message: str, pos: ast.Pos | None, hint: str | None = None):
+        return self.source.error(message, pos, hint)
+
+    # --- names ---------------------------------------------------------------
+    def _declare_all(self, recipe: ast.Recipe) -> None:
+        for decl in recipe.inputs:
+            self._declare(decl.name, "input", decl.pos)
+
+        def walk(items):
+            for item in items:
+                if isinstance(item, ast.Step):
+                    self._declare(item.name, "step", item.pos)
+                elif isinstance(item, ast.Block):
+                    if item.name:
+                        self._declare(item.name, "block", item.name_pos)
+                    walk(item.items)
+
+        walk(recipe.items)
+
+    def _declare(self, name: str, kind: str, pos: ast.Pos) -> None:
+        if name in RESERVED:
+            raise self.error(f"`{name}` is a reserved word and cannot name a {kind}", pos, hint="choose another name")
+        prior = self.names.get(name)
+        if prior is not None:
+            raise self.error(
+                f"the name `{name}` is used twice (first on line {prior.pos.line})",
+                pos,
+                hint="names of steps, blocks and inputs are unique within a recipe; rename one of them",
+            )
+        self.names[name] = _Name(kind, pos)
+
+    def _nearest(self, name: str) -> str | None:
+        close = difflib.get_close_matches(name, list(self.names), n=1, cutoff=0.5)
+        return close[0] if close else None
+
+    def _check_ref(self, name: str, pos: ast.Pos, here: tuple[_Frame, ...], me: str, *, droppable_ok: bool) -> None:
+        info = self.names.get(name)
+        if info is None:
+            near = self._nearest(name)
+            raise self.error(
+                f"unknown name `{name}`",
+                pos,
+                hint=f"did you mean `{near}`?" if near else "refer to an input or an earlier step by its name",
+            )
+        if info.kind == "input":
+            return
+        if info.kind == "block":
+            raise self.error(
+                f"`{name}` is a block, not a step", pos, hint="refer to one of the steps inside it by name"
+            )
+        if name == me:
+            raise self.error(f"step `{me}` refers to itself", pos, hint="a step can only use what ran before it")
+        if not info.path:  # declared, not yet lowered: it comes later in the recipe
+            raise self.error(
+                f"`{name}` runs later (line {info.pos.line}), so its value does not exist yet here",
+                pos,
+                hint=f"move `{name}` before `{me}`, or refer to a step that runs earlier",
+            )
+        theirs = info.path
+        depth = 0
+        while depth < min(len(theirs), len(here)) and theirs[depth].uid == here[depth].uid and theirs[depth].index == here[depth].index:
+            depth += 1
+        a, b = theirs[depth], here[depth]
+        if self.block_kind[a.uid] == "together":
+            raise self.error(
+                f"`{name}` runs at the same time as `{me}` (same `together`), so its value may not exist yet",
+                pos,
+                hint=f"move `{me}` into a `then:` after the together, or nest the two in a `then:` inside it",
+            )
+        if a.index > b.index:
+            raise self.error(
+                f"`{name}` runs after `{me}`, so its value does not exist yet",
+                pos,
+                hint=f"move `{name}` before `{me}`",
+            )
+        if droppable_ok:
+            return
+        for frame in theirs[depth + 1 :]:
+            if self.quorum.get(frame.uid):
+                raise self.error(
+                    f"`{name}` may be dropped by a quorum (`need: K of N`), so a tool argument cannot rely on it",
+                    pos,
+                    hint="pass it through a `write` step (which is told what is missing), or make the join need all items",
+                )
+
+    def _check_template_refs(self, value: Any, here, me: str, *, fallback: ast.Pos) -> list[str]:
+        names: list[str] = []
+        self._walk_json(value, here, me, fallback, names)
+        return sorted(set(names))
+
+    def _walk_json(self, value, here, me, fallback, names):
+        if isinstance(value, dict):
+            for v in value.values():
+                self._walk_json(v, here, me, fallback, names)
+        elif isinstance(value, list):
+            for v in value:
+                self._walk_json(v, here, me, fallback, names)
+        elif isinstance(value, str):
+            pos = getattr(value, "pos", None) or fallback
+            raw = getattr(value, "raw", None)
+            exact = raw is not None and "\\" not in raw
+
+            def at(offset: int, width: int) -> ast.Pos:
+                if exact:
+                    return ast.Pos(pos.line, pos.column + 1 + offset, width)
+                return pos
+
+            try:
+                parts = template.parse(value)
+            except template.TemplateSyntaxError as exc:
+                raise self.error(f"in a JSON string: {exc}", at(exc.offset, 1), hint=exc.hint) from None
+            for part in parts:
+                if isinstance(part, template.Ref):
+                    self._check_ref(part.name, at(part.start + 1, len(part.name)), here, me, droppable_ok=False)
+                    names.append(part.name)
+
+    # --- lowering ------------------------------------------------------------
+    def lower(self, recipe: ast.Recipe) -> Lowered:
+        self._declare_all(recipe)
+        if not any(not isinstance(i, ast.Need) for i in recipe.items):
+            raise self.error("the recipe has no steps", None, hint="add at least one step")
+        self._sequence(recipe.items, 0, [], ())
+        inputs = [Input(d.name, _plain(d.default), d.required) for d in recipe.inputs]
+        options = Options(
+            approval_expires_s=recipe.expires[0] if recipe.expires else 900,
+            approvers=list(recipe.approvers[0]) if recipe.approvers else [],
+        )
+        return Lowered(self.nodes, inputs, options, recipe.title[0] if recipe.title else None)
+
+    def _new_uid(self, kind: str) -> int:
+        self._uid += 1
+        self.block_kind[self._uid] = kind
+        return self._uid
+
+    def _sequence(self, items: list, uid: int, needs: list[str], path: tuple[_Frame, ...]) -> list[str]:
+        index = 0
+        pending_need: ast.Need | None = None
+        for i, item in enumerate(items):
+            if isinstance(item, ast.Need):
+                if i == 0 and pending_need is not None:
+                    continue  # consumed by the together before this then:
+                raise self.error(
+                    "`need:` belongs inside a `together` block, or first in the `then:` right after one",
+                    item.pos,
+                    hint="move it into the together it is the join rule of",
+                )
+            follow = items[i + 1] if i + 1 < len(items) else None
+            if isinstance(item, ast.Block) and item.kind == "together":
+                after = follow.items[0] if isinstance(follow, ast.Block) and follow.kind == "then" else None
+                needs = self._together(item, needs, path + (_Frame(uid, index),), after if isinstance(after, ast.Need) else None)
+            elif isinstance(item, ast.Block):
+                body = item.items
+                consumed = isinstance(body[0], ast.Need) and i > 0 and isinstance(items[i - 1], ast.Block) and items[i - 1].kind == "together"
+                if consumed:
+                    body = body[1:]
+                    if not body:
+                        raise self.error(
+                            "this `then:` holds only a `need:`; it needs at least one step",
+                            items[i].items[0].pos,
+                            hint="put the steps that use the join's results under it",
+                        )
+                uid2 = self._new_uid("then")
+                needs = self._sequence(body, uid2, needs, path + (_Frame(uid, index),))
+            else:
+                needs = self._leaf(item, needs, path + (_Frame(uid, index),))
+            index += 1
+        if index == 0:
+            raise self.error("this block has no steps", None, hint="indent at least one step under it")
+        return needs
+
+    def _together(self, block: ast.Block, needs: list[str], path, need_after: ast.Need | None) -> list[str]:
+        uid = self._new_uid("together")
+        items = [i for i in block.items if not isinstance(i, ast.Need)]
+        inner = [i for i in block.items if isinstance(i, ast.Need)]
+        if len(inner) > 1 or (inner and need_after):
+            second = inner[1] if len(inner) > 1 else need_after
+            raise self.error("this together has two `need:` lines", second.pos, hint="keep one join rule per together")
+        need = inner[0] if inner else need_after
+        n = len(items)
+        if not items:
+            raise self.error("this together has no steps", need.pos if need else block.pos, hint="indent its steps under it")
+        if need is not None:
+            if need.n != n:
+                raise self.error(
+                    f"`need: {need.k} of {need.n}` but this together has {n} item{'s' if n != 1 else ''}",
+                    need.pos,
+                    hint=f"write `need: {min(need.k, n)} of {n}`, or add or remove items so there are {need.n}",
+                )
+            if not 1 <= need.k <= need.n:
+                raise self.error(
+                    f"`need: {need.k} of {need.n}` cannot be met" if need.k > need.n else "`need: 0 of N` would wait for nothing",
+                    need.pos,
+                    hint=f"K must be between 1 and {n}",
+                )
+        k = need.k if need else n
+        self.quorum[uid] = k < n
+        exits: list[str] = []
+        members: list[list[str]] = []
+        for index, item in enumerate(items):
+            start = len(self.nodes)
+            frame = path + (_Frame(uid, index),)
+            if isinstance(item, ast.Block) and item.kind == "together":
+                out = self._together(item, needs, frame, None)
+            elif isinstance(item, ast.Block):
+                out = self._sequence(item.items, self._new_uid("then"), needs, frame)
+            else:
+                out = self._leaf(item, needs, frame)
+            exits.append(out[0])
+            members.append([node.id for node in self.nodes[start:]])
+        if block.name:
+            join_id = f"join:{block.name}"
+            self.names[block.name].path = path
+        else:
+            self._joins += 1
+            join_id = f"join:{self._joins}"
+        pos = need.pos if need else (block.name_pos or block.pos)
+        self.nodes.append(
+            JoinNode(
+                id=join_id,
+                needs=exits,
+                need=k,
+                of=n,
+                members=members if k < n else [],
+                block=block.name,
+                where=Where(pos.line, pos.column) if pos else None,
+            )
+        )
+        return [join_id]
+
+    def _leaf(self, item, needs: list[str], path) -> list[str]:
+        if isinstance(item, ast.Ask):
+            if not item.questions:
+                raise self.error("`ask me:` has no questions", item.pos, hint="add lines like `- post to #daily?`")
+            for text, pos in item.questions:
+                if not text:
+                    raise self.error("an empty question", pos, hint="write the question after `- `")
+                self._questions += 1
+                qid = f"ask:{self._questions}"
+                self.nodes.append(QuestionNode(id=qid, text=text, needs=list(needs), where=Where(pos.line, pos.column)))
+                needs = [qid]
+            return needs
+        assert isinstance(item, ast.Step)
+        return [self._step(item, needs, path)]
+
+    def _step(self, step: ast.Step, needs: list[str], path) -> str:
+        self._order += 1
+        info = self.names[step.name]
+        where = Where(step.pos.line, step.pos.column)
+        action = step.action
+        if isinstance(action, ast.Write):
+            for opt in step.options:
+                raise self.error(
+                    f"`{opt.kind.replace('_', ' ')}` applies to tool steps, not to `write`",
+                    opt.pos,
+                    hint="a write step has no effect outside the engine, so it has nothing to preview, check or approve",
+                )
+            inputs = []
+            for name, pos in action.inputs:
+                self._check_ref(name, pos, path, step.name, droppable_ok=True)
+                if name in inputs:
+                    raise self.error(f"`{name}` is listed twice", pos, hint="list each input once")
+                inputs.append(name)
+            node = WriteNode(id=step.name, prompt=action.prompt, inputs=inputs, needs=list(needs), where=where)
+        else:
+            args, refs = self._call_args(action, path, step.name)
+            preview = check = expires = None
+            without = False
+            seen: dict[str, ast.Pos] = {}
+            for opt in step.options:
+                if opt.kind in seen:
+                    raise self.error(
+                        f"`{opt.kind.replace('_', ' ')}` is given twice for `{step.name}` (first on line {seen[opt.kind].line})",
+                        opt.pos,
+                        hint="keep one of them",
+                    )
+                seen[opt.kind] = opt.pos
+                if opt.kind in ("preview", "check"):
+                    call: ast.ToolCall = opt.value
+                    a, r = self._call_args(call, path, step.name)
+                    ref = ToolRef(
+                        server=call.server, tool=call.tool, args=a, refs=r, where=Where(call.pos.line, call.pos.column)
+                    )
+                    if opt.kind == "preview":
+                        preview = ref
+                    else:
+                        check = ref
+                elif opt.kind == "expires":
+                    expires = opt.value
+                else:
+                    without = True
+            node = ToolNode(
+                id=step.name,
+                server=action.server,
+                tool=action.tool,
+                risk="write",
+                risk_source="not assessed",
+                needs=list(needs),
+                args=args,
+                refs=refs,
+                preview=preview,
+                check=check,
+                expires_s=expires,
+                without_asking=without,
+                where=where,
+            )
+        info.path = path
+        self.nodes.append(node)
+        return step.name
+
+    def _call_args(self, call: ast.ToolCall, path, me: str) -> tuple[dict, list[str]]:
+        if not isinstance(call.args, dict):
+            raise self.error("tool arguments must be a JSON object `{...}`", call.pos, hint='write e.g. {"query": "x"}')
+        refs = self._check_template_refs(call.args, path, me, fallback=call.pos)
+        return _plain(call.args), refs
+
+
+def _plain(value: Any) -> Any:
+    """Drop source positions: plain JSON values for the plan."""
+    if isinstance(value, str):
+        return str.__str__(value) if type(value) is not str else value
+    if isinstance(value, dict):
+        return {str.__str__(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value

@@ -1,0 +1,137 @@
+"""References inside JSON strings: ``{name}``, ``{name.field.0}``, ``{{`` and ``}}``.
+
+The compiler uses this to check references; the runtime uses the same code to
+resolve them, so the two can never disagree about what a string means.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+_REF = re.compile(r"\{([a-z_][a-z0-9_-]*)((?:\.[A-Za-z0-9_-]+)*)\}")
+
+
+@dataclass(frozen=True, slots=True)
+class Ref:
+    name: str
+    path: tuple[str, ...]
+    start: int  # offset of "{" in the decoded string
+    end: int
+
+
+class TemplateSyntaxError(ValueError):
+    def __init__(self, message: str, offset: int, hint: str):
+        super().__init__(message)
+        self.offset = offset
+        self.hint = hint
+
+
+def parse(text: str) -> list[str | Ref]:
+    """Split a string into literal parts and references."""
+    if "{" not in text and "}" not in text:
+        return [text]
+    parts: list[str | Ref] = []
+    buf: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "{":
+            if text.startswith("{{", i):
+                buf.append("{")
+                i += 2
+                continue
+            m = _REF.match(text, i)
+            if not m:
+                close = text.find("}", i)
+                inner = text[i + 1 : close] if close > 0 else text[i + 1 :]
+                if close < 0:
+                    raise TemplateSyntaxError(
+                        "a `{` that starts no reference", i, "write {{ for a literal brace, or close the reference with }"
+                    )
+                raise TemplateSyntaxError(
+                    f"{{{inner}}} is not a reference",
+                    i,
+                    "a reference is {name} or {name.field.0} with a lower-case step or input name; write {{ and }} for literal braces",
+                )
+            if buf:
+                parts.append("".join(buf))
+                buf = []
+            path = tuple(p for p in m.group(2).split(".") if p)
+            parts.append(Ref(m.group(1), path, i, m.end()))
+            i = m.end()
+        elif ch == "}":
+            if text.startswith("}}", i):
+                buf.append("}")
+                i += 2
+                continue
+            raise TemplateSyntaxError("a `}` that closes no reference", i, "write }} for a literal brace")
+        else:
+            buf.append(ch)
+            i += 1
+    if buf:
+        parts.append("".join(buf))
+    return parts
+
+
+def iter_strings(value: Any) -> Iterator[str]:
+    """Every string value (not key) inside a JSON value."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from iter_strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from iter_strings(v)
+
+
+def refs(value: Any) -> list[Ref]:
+    out: list[Ref] = []
+    for s in iter_strings(value):
+        out.extend(p for p in parse(s) if isinstance(p, Ref))
+    return out
+
+
+class MissingValue(LookupError):
+    """A reference names a value that does not exist at run time."""
+
+
+def lookup_path(value: Any, ref: Ref) -> Any:
+    for key in ref.path:
+        if isinstance(value, dict) and key in value:
+            value = value[key]
+        elif isinstance(value, list) and key.isdigit() and int(key) < len(value):
+            value = value[int(key)]
+        else:
+            dotted = ".".join((ref.name,) + ref.path)
+            raise MissingValue(f"{{{dotted}}}: {key!r} is not in the value of {ref.name}")
+    return value
+
+
+def render(value: Any, resolve: Callable[[str], Any]) -> Any:
+    """Resolve every reference in a JSON value.
+
+    A string that is exactly one reference takes the value as is (a list stays
+    a list); otherwise each value is formatted into the text (strings as they
+    are, anything else as compact JSON).
+    """
+    if isinstance(value, str):
+        parts = parse(value)
+        if len(parts) == 1 and isinstance(parts[0], Ref):
+            return lookup_path(resolve(parts[0].name), parts[0])
+        out = []
+        for p in parts:
+            if isinstance(p, Ref):
+                v = lookup_path(resolve(p.name), p)
+                out.append(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, sort_keys=True))
+            else:
+                out.append(p)
+        return "".join(out)
+    if isinstance(value, dict):
+        return {k: render(v, resolve) for k, v in value.items()}
+    if isinstance(value, list):
+        return [render(v, resolve) for v in value]
+    return value

@@ -1,0 +1,82 @@
+"""Risk for every tool, and an approval node before every effect.
+
+This is where the gate becomes structural: an effectful step's only need is
+its own approval node, so the executor cannot reach the step without passing
+the approval. An ``ask me`` question that is the sole need of exactly one
+effect becomes that effect's approval (one question, not two).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+import msgspec
+
+from ..errors import RecipeError
+from ..plan import ApprovalNode, QuestionNode, ToolNode, ToolRef, Where
+from ..policy import Hints, Policy
+
+ErrorAt = Callable[[str, "Where | None", str], RecipeError]
+
+
+def assess_tools(
+    nodes: list, policy: Policy, hints: Mapping[str, Hints | None] | None, error_at: ErrorAt
+) -> list:
+    """Give every tool call its risk; refuse effectful previews/checks and unsafe opt-outs."""
+    hints = hints or {}
+    out = []
+    for node in nodes:
+        if isinstance(node, ToolNode):
+            risk, source = policy.assess(node.server, node.tool, hints.get(node.address))
+            preview = _read_only(node.preview, "preview", node, policy, hints, error_at)
+            check = _read_only(node.check, "check", node, policy, hints, error_at)
+            if node.without_asking and risk == "critical" and not policy.allows_without_asking(node.server, node.tool):
+                raise error_at(
+                    f"`without asking` is refused for `{node.id}`: {node.address} is critical ({source})",
+                    node.where,
+                    f'only the policy file can allow it: [tools."{node.address}"] allow_without_asking = true',
+                )
+            node = msgspec.structs.replace(node, risk=risk, risk_source=source, preview=preview, check=check)
+        out.append(node)
+    return out
+
+
+def _read_only(ref: ToolRef | None, what: str, node: ToolNode, policy: Policy, hints, error_at: ErrorAt) -> ToolRef | None:
+    if ref is None:
+        return None
+    risk, source = policy.assess(ref.server, ref.tool, hints.get(ref.address))
+    if risk != "read":
+        raise error_at(
+            f"`{what}:` must be a read-only tool, but {ref.address} is {risk} ({source})",
+            ref.where,
+            f"a {what} runs before approval, so it may not change anything; name a read tool (list/get/preview ...)",
+        )
+    return msgspec.structs.replace(ref, risk=risk, risk_source=source)
+
+
+def insert_approvals(nodes: list) -> list:
+    """Put an approval node right before each effectful step that asks."""
+    by_id = {n.id: n for n in nodes}
+    users: dict[str, int] = {}
+    for n in nodes:
+        for need in n.needs:
+            users[need] = users.get(need, 0) + 1
+    converted: dict[str, ApprovalNode] = {}
+    for n in nodes:
+        if isinstance(n, ToolNode) and n.effectful and not n.without_asking and len(n.needs) == 1:
+            q = by_id.get(n.needs[0])
+            if isinstance(q, QuestionNode) and users.get(q.id) == 1:
+                converted[q.id] = ApprovalNode(id=f"approve:{n.id}", step=n.id, needs=list(q.needs), question=q.text, where=q.where)
+    out = []
+    for n in nodes:
+        if n.id in converted:
+            continue  # re-emitted right before its step below
+        if isinstance(n, ToolNode) and n.effectful and not n.without_asking:
+            if len(n.needs) == 1 and n.needs[0] in converted:
+                gate = converted[n.needs[0]]
+            else:
+                gate = ApprovalNode(id=f"approve:{n.id}", step=n.id, needs=list(n.needs), where=n.where)
+            out.append(gate)
+            n = msgspec.structs.replace(n, needs=[gate.id])
+        out.append(n)
+    return out

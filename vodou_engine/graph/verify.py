@@ -1,0 +1,129 @@
+"""The verified graph: a networkx DiGraph that every loaded plan must pass.
+
+Checks, in order: ids unique and needs known; acyclic; joins shaped like
+their quorum; every effectful node dominated by its own approval node (from
+a virtual root, so "dominated" means every path from the start passes the
+approval); and, given a policy, no tool claiming a lower risk than the
+policy allows (so editing ``"risk": "write"`` to ``"read"`` cannot drop a gate).
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from ..errors import PlanError, UnguardedEffectError
+from ..plan import ApprovalNode, JoinNode, Plan, ToolNode
+from ..policy import Policy, at_least
+
+ROOT = "⊤"
+
+
+def _err(cls, message: str, node=None, hint: str | None = None, path: str | None = None):
+    where = getattr(node, "where", None)
+    return cls(message, path=path, line=where.line if where else None, column=where.column if where else None, hint=hint)
+
+
+def build_graph(plan: Plan, *, path: str | None = None) -> nx.DiGraph:
+    g = nx.DiGraph()
+    index: dict[str, object] = {}
+    for node in plan.nodes:
+        if node.id in index or node.id == ROOT:
+            raise _err(PlanError, f"node id `{node.id}` appears twice", node, "each node id is unique", path)
+        index[node.id] = node
+    g.add_node(ROOT)
+    g.add_nodes_from(index)
+    edges = []
+    for node in plan.nodes:
+        if not node.needs:
+            edges.append((ROOT, node.id))
+        for need in node.needs:
+            if need not in index:
+                raise _err(PlanError, f"`{node.id}` needs `{need}`, which is not in the plan", node, "recompile the recipe", path)
+            edges.append((need, node.id))
+    g.add_edges_from(edges)
+    g.graph["index"] = index
+    return g
+
+
+def verify(plan: Plan, policy: Policy | None = None, *, path: str | None = None) -> nx.DiGraph:
+    """Build and check the graph; raise PlanError naming what is wrong."""
+    g = build_graph(plan, path=path)
+    index = g.graph["index"]
+    if not nx.is_directed_acyclic_graph(g):
+        cycle = " -> ".join(u for u, _ in nx.find_cycle(g))
+        raise PlanError(f"the plan has a cycle: {cycle}", path=path, hint="needs must point to earlier nodes only")
+    for node in plan.nodes:
+        if isinstance(node, JoinNode):
+            if len(node.needs) != node.of or not 1 <= node.need <= node.of:
+                raise _err(
+                    PlanError,
+                    f"join `{node.id}` needs {node.need} of {node.of} but has {len(node.needs)} items",
+                    node,
+                    "a join waits for K of its N items, 1 <= K <= N",
+                    path,
+                )
+            if node.need < node.of and len(node.members) != node.of:
+                raise _err(PlanError, f"join `{node.id}` lists members for {len(node.members)} of {node.of} items", node, "recompile the recipe", path)
+    gates: dict[str, list[ApprovalNode]] = {}
+    for node in plan.nodes:
+        if isinstance(node, ApprovalNode):
+            target = index.get(node.step)
+            if not isinstance(target, ToolNode):
+                raise _err(PlanError, f"approval `{node.id}` guards `{node.step}`, which is not a tool step", node, "recompile the recipe", path)
+            gates.setdefault(node.step, []).append(node)
+    effects = [n for n in plan.nodes if isinstance(n, ToolNode) and n.effectful and not n.without_asking]
+    idom = nx.immediate_dominators(g, ROOT) if effects else {}
+    for node in effects:
+        mine = gates.get(node.id, [])
+        if len(mine) != 1:
+            raise _err(
+                UnguardedEffectError,
+                f"step `{node.id}` ({node.address}, {node.risk}) has {'no' if not mine else len(mine)} approval node"
+                + ("" if not mine else "s")
+                + "; it would run without asking",
+                node,
+                "recompile the recipe: the compiler puts one approval before every effect",
+                path,
+            )
+        gate = mine[0].id
+        dom = node.id
+        while dom != ROOT and dom != gate:
+            dom = idom[dom]
+        if dom != gate:
+            raise _err(
+                UnguardedEffectError,
+                f"step `{node.id}` ({node.address}) can be reached without passing its approval `{gate}`",
+                node,
+                "recompile the recipe: an effect's only way in is through its own approval",
+                path,
+            )
+    if policy is not None:
+        for node in plan.nodes:
+            if isinstance(node, ToolNode):
+                floor = policy.floor(node.server, node.tool)
+                if not at_least(node.risk, floor):
+                    raise _err(
+                        UnguardedEffectError,
+                        f"step `{node.id}` claims risk {node.risk}, but {node.address} is at least {floor} under the current policy",
+                        node,
+                        "recompile the recipe; risk is decided by the compiler, not by editing actions.json",
+                        path,
+                    )
+                for ref, what in ((node.preview, "preview"), (node.check, "check")):
+                    if ref is not None and policy.floor(ref.server, ref.tool) != "read":
+                        raise _err(
+                            UnguardedEffectError,
+                            f"the {what} of `{node.id}` ({ref.address}) is not a read-only tool under the current policy",
+                            node,
+                            f"a {what} runs before approval; recompile the recipe",
+                            path,
+                        )
+                if node.without_asking and node.risk == "critical" and not policy.allows_without_asking(node.server, node.tool):
+                    raise _err(
+                        UnguardedEffectError,
+                        f"step `{node.id}` runs a critical tool without asking, which the policy does not allow",
+                        node,
+                        f'the policy file must say [tools."{node.address}"] allow_without_asking = true',
+                        path,
+                    )
+    return g

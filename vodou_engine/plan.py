@@ -1,0 +1,226 @@
+"""The Plan: the typed, canonical, fingerprinted document a recipe compiles to.
+
+``actions.json`` is what every engine surface executes, so it is the contract
+between compile time and run time. It is versioned (``vodou.actions/1``),
+encoded canonically (compact msgspec JSON, struct fields in declaration order,
+dict keys sorted), and carries a sha256 fingerprint over that encoding with
+the fingerprint field itself left empty. Fields added later must have
+defaults so plans stored by older versions still decode.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Literal, Union
+
+import msgspec
+
+FORMAT = "vodou.actions/1"
+
+Risk = Literal["read", "write", "critical"]
+RISK_ORDER: dict[str, int] = {"read": 0, "write": 1, "critical": 2}
+
+
+class Base(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """House policy for every document that crosses a boundary."""
+
+
+class Where(Base):
+    """Source position of a node, for error messages and the card."""
+
+    line: int
+    column: int
+
+
+class ToolRef(Base):
+    """A read-only tool call attached to a step (``preview:`` or ``check:``)."""
+
+    server: str
+    tool: str
+    args: dict[str, Any] = {}
+    refs: list[str] = []
+    risk: Risk = "read"
+    risk_source: str = ""
+    where: Where | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.server}.{self.tool}"
+
+
+class NodeBase(Base, tag_field="kind"):
+    """Nodes are a tagged union on ``kind``."""
+
+
+class ToolNode(NodeBase, tag="tool"):
+    """A call to ``server.tool`` with argument templates.
+
+    ``args`` is the JSON object as written; strings may hold ``{name.path}``
+    references (see ``compiler.template``). ``refs`` lists the names they use.
+    """
+
+    id: str
+    server: str
+    tool: str
+    risk: Risk
+    risk_source: str
+    needs: list[str] = []
+    args: dict[str, Any] = {}
+    refs: list[str] = []
+    preview: ToolRef | None = None
+    check: ToolRef | None = None
+    expires_s: int | None = None
+    without_asking: bool = False
+    where: Where | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.server}.{self.tool}"
+
+    @property
+    def effectful(self) -> bool:
+        return self.risk != "read"
+
+
+class WriteNode(NodeBase, tag="write"):
+    """Prose turned into text by a model (or the offline writer) from inputs."""
+
+    id: str
+    prompt: str
+    inputs: list[str] = []
+    needs: list[str] = []
+    where: Where | None = None
+
+
+class JoinNode(NodeBase, tag="join"):
+    """Where a ``together`` block meets: proceeds at ``need`` of ``of`` items.
+
+    ``needs`` holds the exit node of each item, in order; ``members`` holds,
+    per item, every node inside it, so the runtime can cancel a dropped item
+    as a whole.
+    """
+
+    id: str
+    needs: list[str]
+    need: int
+    of: int
+    members: list[list[str]] = []
+    block: str | None = None
+    where: Where | None = None
+
+
+class QuestionNode(NodeBase, tag="question"):
+    """An ``ask me`` question with no effect of its own: a yes/no gate."""
+
+    id: str
+    text: str
+    needs: list[str] = []
+    where: Where | None = None
+
+
+class ApprovalNode(NodeBase, tag="approval"):
+    """The structural gate before an effectful step.
+
+    ``step`` names the one tool node it guards; ``question`` is the recipe's
+    own wording when an ``ask me`` item became this approval.
+    """
+
+    id: str
+    step: str
+    needs: list[str] = []
+    question: str | None = None
+    where: Where | None = None
+
+
+Node = Union[ToolNode, WriteNode, JoinNode, QuestionNode, ApprovalNode]
+
+
+class Input(Base):
+    """A recipe input; ``required`` inputs have no default."""
+
+    name: str
+    default: Any = None
+    required: bool = False
+
+
+class RecipeInfo(Base):
+    name: str
+    source_sha256: str
+    path: str | None = None
+
+
+class Options(Base):
+    """Recipe-wide settings. ``approval_expires_s`` defaults to 15 minutes."""
+
+    approval_expires_s: int = 900
+    approvers: list[str] = []
+    model: str | None = None
+
+
+class Plan(Base):
+    format: str
+    recipe: RecipeInfo
+    inputs: list[Input] = []
+    options: Options = Options()
+    nodes: list[Node] = []
+    fingerprint: str = ""
+
+    def node(self, node_id: str) -> Node:
+        return self.index()[node_id]
+
+    def index(self) -> dict[str, Node]:
+        return {n.id: n for n in self.nodes}
+
+
+_encoder = msgspec.json.Encoder(order="deterministic")
+_decoder = msgspec.json.Decoder(Plan)
+
+
+def canonical_bytes(obj: Any) -> bytes:
+    """Compact, deterministic JSON: the bytes fingerprints are taken over."""
+    return _encoder.encode(obj)
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def compute_fingerprint(plan: Plan) -> str:
+    return "sha256:" + sha256_hex(canonical_bytes(msgspec.structs.replace(plan, fingerprint="")))
+
+
+def with_fingerprint(plan: Plan) -> Plan:
+    return msgspec.structs.replace(plan, fingerprint=compute_fingerprint(plan))
+
+
+def encode_plan(plan: Plan) -> bytes:
+    """The actions.json bytes: canonical content, indented for people to read."""
+    return msgspec.json.format(canonical_bytes(plan), indent=2) + b"\n"
+
+
+def decode_plan(data: bytes | str, *, path: str | None = None) -> Plan:
+    """Decode actions.json into a Plan, turning schema errors into PlanError."""
+    from .errors import PlanError
+
+    try:
+        plan = _decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        raise PlanError(
+            f"not a valid actions.json: {exc}",
+            path=path,
+            hint="compile the recipe again with `recipe compile RECIPE -o actions.json`",
+        ) from None
+    except msgspec.DecodeError as exc:
+        raise PlanError(f"not valid JSON: {exc}", path=path, hint="check the file is an actions.json written by `recipe compile`") from None
+    if plan.format != FORMAT:
+        raise PlanError(
+            f"unsupported format {plan.format!r}; this engine reads {FORMAT!r}",
+            path=path,
+            hint="recompile the recipe with this version of the engine",
+        )
+    return plan
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of actions.json, generated from the types above."""
+    return msgspec.json.schema(Plan)

@@ -1,0 +1,813 @@
+"""SQL and rules shared by every run store.
+
+The statements here are written once, with ``?`` placeholders and SQL that
+SQLite (>= 3.24) and PostgreSQL both accept; a :class:`Dialect` supplies the
+few things that differ (placeholder style, how a write transaction starts,
+row locks, identity columns, how driver errors read). A concrete store only
+opens the connection and picks its dialect, so both stores obey the same
+compare-and-set rules and run the same test suite.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.resources
+import re
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from functools import cache
+from typing import Any
+
+import msgspec
+
+from ..errors import (
+    AlreadyDecidedError,
+    ExpiredError,
+    NotAllowedError,
+    RefusedError,
+    StaleError,
+    StoreError,
+    UnknownRunError,
+    VodouError,
+)
+from .records import (
+    APPROVAL_STATES,
+    DECISION_STATES,
+    EFFECT_STATES,
+    RUN_STATES,
+    TERMINAL_RUN_STATES,
+    ApprovalRecord,
+    EffectRecord,
+    EventRecord,
+    NodeRecord,
+    RunRecord,
+)
+
+# Tables every store of schema version >= 1 has; used to tell a damaged store
+# from a healthy one before touching it.
+CORE_TABLES = frozenset({"schema_version", "runs", "nodes", "approvals", "effects", "events"})
+
+RUNS_HINT = "`recipe runs` lists the runs in this store"
+
+
+# --------------------------------------------------------------------------
+# migrations
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+@cache
+def migrations() -> tuple[Migration, ...]:
+    """Numbered files are the only source of schema; gaps would skip a step."""
+    root = importlib.resources.files("vodou_engine.store") / "migrations"
+    found = []
+    for entry in root.iterdir():
+        m = re.fullmatch(r"(\d{4})_(\w+)\.sql", entry.name)
+        if m:
+            found.append(Migration(int(m[1]), entry.name, entry.read_text(encoding="utf-8")))
+    found.sort(key=lambda m: m.version)
+    if [m.version for m in found] != list(range(1, len(found) + 1)):
+        raise RuntimeError(f"store migrations are not numbered 1..n: {[m.name for m in found]}")
+    return tuple(found)
+
+
+def latest_version() -> int:
+    return migrations()[-1].version
+
+
+def split_statements(script: str) -> list[str]:
+    """Split a migration on ``;`` outside quotes and ``--`` comments.
+
+    Statements run one by one so the whole migration stays inside the
+    caller's transaction (sqlite3's ``executescript`` would commit first).
+    """
+    out: list[str] = []
+    buf: list[str] = []
+    i, n, quoted = 0, len(script), False
+    while i < n:
+        c = script[i]
+        if quoted:
+            buf.append(c)
+            quoted = c != "'"
+        elif c == "-" and script.startswith("--", i):
+            end = script.find("\n", i)
+            i = n if end < 0 else end
+            continue
+        elif c == ";":
+            stmt = "".join(buf).strip()
+            if stmt:
+                out.append(stmt)
+            buf = []
+        else:
+            buf.append(c)
+            quoted = c == "'"
+        i += 1
+    stmt = "".join(buf).strip()
+    if stmt:
+        out.append(stmt)
+    return out
+
+
+# --------------------------------------------------------------------------
+# dialect
+
+
+class Dialect:
+    """What differs between database engines; the rest lives in SqlRunStore."""
+
+    name = "sql"
+    placeholder = "?"
+    begin_write = "BEGIN"
+    # Appended to a SELECT that precedes an UPDATE of the same row, so a
+    # row-locking engine serialises the read with the write.
+    for_update = ""
+    tokens: dict[str, str] = {}
+    tables_sql = ""
+    Error: type[Exception] = Exception
+    IntegrityError: type[Exception] = Exception
+
+    def __init__(self) -> None:
+        self._sql_cache: dict[str, str] = {}
+
+    def q(self, sql: str) -> str:
+        try:
+            return self._sql_cache[sql]
+        except KeyError:
+            out = sql if self.placeholder == "?" else sql.replace("?", self.placeholder)
+            self._sql_cache[sql] = out
+            return out
+
+    def ddl(self, sql: str) -> str:
+        def fill(m: re.Match[str]) -> str:
+            if m[1] not in self.tokens:
+                raise RuntimeError(f"migration uses {{{{{m[1]}}}}}, which the {self.name} dialect does not define")
+            return self.tokens[m[1]]
+
+        return re.sub(r"\{\{(\w+)\}\}", fill, sql)
+
+    def integrity_kind(self, exc: Exception) -> str:
+        """'foreign_key', 'unique' or 'other'."""
+        raise NotImplementedError
+
+    def store_error(self, exc: Exception, location: str) -> VodouError | None:
+        """The person-facing error for a driver error, or None for a bug."""
+        raise NotImplementedError
+
+    def insert_returning(self, cur: Any, sql: str, params: tuple, column: str) -> int:
+        raise NotImplementedError
+
+
+# --------------------------------------------------------------------------
+# small helpers
+
+
+def _now(now: float | None) -> float:
+    return time.time() if now is None else now
+
+
+def _text(value: Any) -> Any:
+    """JSON may arrive as bytes from msgspec; TEXT columns want str."""
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8")
+    return value
+
+
+def _states(expected: str | Iterable[str], allowed: frozenset[str], what: str) -> tuple[str, ...]:
+    states = (expected,) if isinstance(expected, str) else tuple(expected)
+    if not states:
+        raise ValueError(f"expected {what} must name at least one state")
+    _check_states(states, allowed, what)
+    return states
+
+
+def _check_states(states: Iterable[str], allowed: frozenset[str], what: str) -> None:
+    for s in states:
+        if s not in allowed:
+            raise ValueError(f"unknown {what} {s!r}; known: {', '.join(sorted(allowed))}")
+
+
+def _in(n: int) -> str:
+    return "(" + ", ".join("?" * n) + ")"
+
+
+def iso(ts: float | None) -> str:
+    if ts is None:
+        return "an unknown time"
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _json(data: dict[str, Any]) -> str:
+    return msgspec.json.encode(data).decode("utf-8")
+
+
+def _cols(record: type[msgspec.Struct], prefix: str = "") -> str:
+    return ", ".join(prefix + f for f in record.__struct_fields__)
+
+
+_RUN_COLS = _cols(RunRecord)
+_NODE_COLS = _cols(NodeRecord)
+_APPROVAL_COLS = _cols(ApprovalRecord)
+_EFFECT_COLS = _cols(EffectRecord)
+_EVENT_COLS = _cols(EventRecord)
+
+
+def _values(record: type[msgspec.Struct]) -> str:
+    return _in(len(record.__struct_fields__))
+
+
+# --------------------------------------------------------------------------
+# statements
+
+INSERT_RUN = f"INSERT INTO runs ({_RUN_COLS}) VALUES {_values(RunRecord)}"
+SELECT_RUN = f"SELECT {_RUN_COLS} FROM runs WHERE id = ?"
+RUN_EXISTS = "SELECT 1 FROM runs WHERE id = ?"
+LIST_RUNS = f"SELECT {_RUN_COLS} FROM runs ORDER BY created_at DESC, id DESC LIMIT ?"
+LIST_RUNS_IN = f"SELECT {_RUN_COLS} FROM runs WHERE state = ? ORDER BY created_at DESC, id DESC LIMIT ?"
+RECENT_RUN_IDS = "SELECT id FROM runs ORDER BY created_at DESC LIMIT 2000"
+RUN_IDS_WITH_PREFIX = "SELECT id FROM runs WHERE substr(id, 1, ?) = ? ORDER BY created_at DESC LIMIT 5"
+SET_RUN_STATE = "UPDATE runs SET state = ?, updated_at = ?, ended_at = ?, error = ? WHERE id = ?"
+
+UPSERT_NODE = (
+    f"INSERT INTO nodes (run_id, {_NODE_COLS}) VALUES {_in(len(NodeRecord.__struct_fields__) + 1)} "
+    "ON CONFLICT (run_id, node_id) DO UPDATE SET state = excluded.state, "
+    "output_json = excluded.output_json, error = excluded.error, started_at = excluded.started_at, "
+    "ended_at = excluded.ended_at, attempts = excluded.attempts"
+)
+SELECT_NODES = f"SELECT {_NODE_COLS} FROM nodes WHERE run_id = ? ORDER BY node_id"
+
+INSERT_APPROVAL = f"INSERT INTO approvals ({_APPROVAL_COLS}) VALUES {_values(ApprovalRecord)}"
+SELECT_APPROVAL = f"SELECT {_APPROVAL_COLS} FROM approvals WHERE id = ?"
+SELECT_APPROVALS = f"SELECT {_APPROVAL_COLS} FROM approvals WHERE run_id = ? ORDER BY asked_at, id"
+PENDING_ALL = f"SELECT {_APPROVAL_COLS} FROM approvals WHERE state = 'pending' ORDER BY asked_at, id"
+PENDING_RUN = f"SELECT {_APPROVAL_COLS} FROM approvals WHERE state = 'pending' AND run_id = ? ORDER BY asked_at, id"
+PENDING_FOR_STEP = "SELECT id FROM approvals WHERE run_id = ? AND step = ? AND state = 'pending'"
+SUPERSEDE = (
+    "UPDATE approvals SET state = 'superseded', superseded_by = ?, decided_at = ? "
+    "WHERE run_id = ? AND step = ? AND state = 'pending'"
+)
+DECIDE = "UPDATE approvals SET state = ?, decided_by = ?, decided_at = ?, reason = ? WHERE id = ? AND state IN "
+
+INSERT_EFFECT = (
+    "INSERT INTO effects (run_id, step, approval_id, fingerprint, idempotency_key, state, payload_json, "
+    "started_at) VALUES (?, ?, ?, ?, ?, 'executing', ?, ?) ON CONFLICT DO NOTHING"
+)
+SELECT_EFFECT = f"SELECT {_EFFECT_COLS} FROM effects WHERE run_id = ? AND step = ?"
+SELECT_EFFECTS = f"SELECT {_EFFECT_COLS} FROM effects WHERE run_id = ? ORDER BY started_at, step"
+FINISH_EFFECT = (
+    "UPDATE effects SET state = ?, result_json = ?, error = ?, ended_at = ? WHERE run_id = ? AND step = ? AND state IN "
+)
+SETTLE_EFFECT = (
+    "UPDATE effects SET state = ?, settled_by = ?, result_json = COALESCE(?, result_json), error = ?, "
+    "ended_at = COALESCE(ended_at, ?) WHERE run_id = ? AND step = ? AND state = 'unknown'"
+)
+MARK_UNKNOWN = (
+    "UPDATE effects SET state = 'unknown', error = COALESCE(error, ?) WHERE run_id = ? AND state = 'executing'"
+)
+INTERRUPTED = "the process running this effect ended before it reported back; it may or may not have happened"
+
+INSERT_EVENT = "INSERT INTO events (run_id, ts, kind, node_id, actor, data_json) VALUES (?, ?, ?, ?, ?, ?)"
+SELECT_EVENTS = f"SELECT {_EVENT_COLS} FROM events WHERE run_id = ? AND seq > ? ORDER BY seq"
+SELECT_EVENTS_LIMIT = SELECT_EVENTS + " LIMIT ?"
+
+CREATE_SCHEMA_VERSION = (
+    "CREATE TABLE IF NOT EXISTS schema_version ("
+    "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"
+)
+SELECT_VERSION = "SELECT MAX(version) FROM schema_version"
+INSERT_VERSION = "INSERT INTO schema_version (version, name, applied_at) VALUES (?, ?, ?)"
+
+
+# --------------------------------------------------------------------------
+# the store
+
+
+class SqlRunStore:
+    """A run store over one DB-API connection in autocommit mode.
+
+    Transactions are explicit (``BEGIN`` ... ``COMMIT``) so a write takes the
+    engine's write lock up front instead of upgrading a read lock, which is
+    where concurrent SQLite writers deadlock. Not thread-safe: one thread at a
+    time, though not necessarily the one that opened it.
+    """
+
+    def __init__(self, conn: Any, dialect: Dialect, location: str):
+        self._conn = conn
+        self._d = dialect
+        self._cur = conn.cursor()
+        self._depth = 0
+        self.location = location
+
+    # -- plumbing ---------------------------------------------------------
+
+    def _q(self, sql: str) -> str:
+        return self._d.q(sql)
+
+    def _translate(self, exc: Exception) -> Exception:
+        return self._d.store_error(exc, self.location) or exc
+
+    @contextmanager
+    def _write(self) -> Iterator[Any]:
+        """One write transaction; nested uses join the outer one."""
+        cur = self._cur
+        if self._depth:
+            self._depth += 1
+            try:
+                yield cur
+            finally:
+                self._depth -= 1
+            return
+        try:
+            cur.execute(self._d.begin_write)
+        except self._d.Error as exc:
+            raise self._translate(exc) from exc
+        self._depth = 1
+        try:
+            yield cur
+        except BaseException as exc:
+            self._depth = 0
+            self._rollback()
+            if isinstance(exc, self._d.Error):
+                new = self._translate(exc)
+                if new is not exc:
+                    raise new from exc
+            raise
+        self._depth = 0
+        try:
+            cur.execute("COMMIT")
+        except self._d.Error as exc:
+            self._rollback()
+            raise self._translate(exc) from exc
+
+    def _rollback(self) -> None:
+        try:
+            self._cur.execute("ROLLBACK")
+        except self._d.Error:
+            pass  # the engine already rolled back (e.g. after a busy or I/O error)
+
+    @contextmanager
+    def _read(self) -> Iterator[Any]:
+        try:
+            yield self._cur
+        except self._d.Error as exc:
+            new = self._translate(exc)
+            if new is not exc:
+                raise new from exc
+            raise
+
+    def _one(self, sql: str, params: tuple) -> Any:
+        with self._read() as cur:
+            cur.execute(self._q(sql), params)
+            return cur.fetchone()
+
+    def _all(self, sql: str, params: tuple) -> list[Any]:
+        with self._read() as cur:
+            cur.execute(self._q(sql), params)
+            return cur.fetchall()
+
+    def _table_names(self) -> set[str]:
+        return {row[0] for row in self._all(self._d.tables_sql, ())}
+
+    def _insert_event(
+        self, cur: Any, run_id: str, kind: str, node_id: str | None, actor: str | None, data_json: Any, ts: float
+    ) -> int:
+        params = (run_id, ts, kind, node_id, actor, _text(data_json))
+        return self._d.insert_returning(cur, self._q(INSERT_EVENT), params, "seq")
+
+    def _unknown_run(self, run_id: str) -> UnknownRunError:
+        message = f"no run {run_id!r} in the store at {self.location}"
+        try:
+            close = [r[0] for r in self._all(RUN_IDS_WITH_PREFIX, (len(run_id), run_id))]
+            if not close:
+                recent = [r[0] for r in self._all(RECENT_RUN_IDS, ())]
+                close = difflib.get_close_matches(run_id, recent, n=3, cutoff=0.6)
+        except (self._d.Error, VodouError):
+            close = []  # a failed transaction may refuse further reads; the error still stands
+        if close:
+            message += f"; did you mean {', '.join(close[:3])}?"
+        return UnknownRunError(message, hint=RUNS_HINT)
+
+    def _require_run(self, run_id: str) -> None:
+        if self._one(RUN_EXISTS, (run_id,)) is None:
+            raise self._unknown_run(run_id)
+
+    def _integrity(self, exc: Exception, run_id: str, duplicate: str) -> Exception:
+        kind = self._d.integrity_kind(exc)
+        if kind == "foreign_key":
+            return self._unknown_run(run_id)
+        if kind == "unique":
+            return RefusedError(f"{duplicate} already exists in the store at {self.location}; nothing was changed")
+        return exc
+
+    # -- schema -----------------------------------------------------------
+
+    def schema_version(self) -> int:
+        if "schema_version" not in self._table_names():
+            return 0
+        return self._one(SELECT_VERSION, ())[0] or 0
+
+    def _prepare_schema(self) -> None:
+        """Bring the schema up to date; a no-op (and no write) when it is."""
+        latest = latest_version()
+        if self.schema_version() == latest:
+            return
+        with self._write() as cur:
+            cur.execute(CREATE_SCHEMA_VERSION)
+            cur.execute(SELECT_VERSION)
+            current = cur.fetchone()[0] or 0
+            if current > latest:
+                raise newer_store_error(self.location, current, latest)
+            for m in migrations()[current:]:
+                for stmt in split_statements(self._d.ddl(m.sql)):
+                    cur.execute(stmt)
+                cur.execute(self._q(INSERT_VERSION), (m.version, m.name, time.time()))
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Group several writes so they commit, or vanish, together."""
+        with self._write():
+            yield
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def __enter__(self) -> SqlRunStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.location!r})"
+
+    # -- runs -------------------------------------------------------------
+
+    def create_run(
+        self,
+        run_id: str,
+        *,
+        recipe_name: str,
+        recipe_path: str | None,
+        source_sha256: str,
+        plan_json: Any,
+        plan_fingerprint: str,
+        inputs_json: Any,
+        started_by: str,
+        state: str = "running",
+        now: float | None = None,
+    ) -> None:
+        _check_states((state,), RUN_STATES, "run state")
+        now = _now(now)
+        ended = now if state in TERMINAL_RUN_STATES else None
+        row = (run_id, recipe_name, recipe_path, source_sha256, _text(plan_json), plan_fingerprint,
+               _text(inputs_json), started_by, state, now, now, ended, None)  # fmt: skip
+        try:
+            with self._write() as cur:
+                cur.execute(self._q(INSERT_RUN), row)
+        except self._d.IntegrityError as exc:
+            raise self._integrity(exc, run_id, f"run {run_id!r}") from exc
+
+    def get_run(self, run_id: str) -> RunRecord:
+        row = self._one(SELECT_RUN, (run_id,))
+        if row is None:
+            raise self._unknown_run(run_id)
+        return RunRecord(*row)
+
+    def list_runs(self, limit: int = 50, *, state: str | None = None) -> list[RunRecord]:
+        """Newest first."""
+        if state is None:
+            rows = self._all(LIST_RUNS, (limit,))
+        else:
+            rows = self._all(LIST_RUNS_IN, (state, limit))
+        return [RunRecord(*r) for r in rows]
+
+    def set_run_state(
+        self,
+        run_id: str,
+        new: str,
+        *,
+        expected: str | Iterable[str] | None,
+        error: str | None = None,
+        now: float | None = None,
+    ) -> bool:
+        """Compare-and-set; False means another writer moved the run first."""
+        _check_states((new,), RUN_STATES, "run state")
+        now = _now(now)
+        params: tuple = (new, now, now if new in TERMINAL_RUN_STATES else None, error, run_id)
+        sql = SET_RUN_STATE
+        if expected is not None:
+            states = _states(expected, RUN_STATES, "run state")
+            sql += " AND state IN " + _in(len(states))
+            params += states
+        with self._write() as cur:
+            cur.execute(self._q(sql), params)
+            won = cur.rowcount == 1
+            if not won:
+                self._require_run(run_id)
+        return won
+
+    # -- nodes ------------------------------------------------------------
+
+    def save_nodes(self, run_id: str, records: Iterable[NodeRecord]) -> None:
+        """Upsert many node states in one transaction (the runtime batches)."""
+        rows = [(run_id, r.node_id, r.state, _text(r.output_json), r.error, r.started_at, r.ended_at, r.attempts)
+                for r in records]  # fmt: skip
+        if not rows:
+            return
+        try:
+            with self._write() as cur:
+                cur.executemany(self._q(UPSERT_NODE), rows)
+        except self._d.IntegrityError as exc:
+            raise self._integrity(exc, run_id, "node") from exc
+
+    def get_nodes(self, run_id: str) -> dict[str, NodeRecord]:
+        rows = self._all(SELECT_NODES, (run_id,))
+        if not rows:
+            self._require_run(run_id)
+        return {r[0]: NodeRecord(*r) for r in rows}
+
+    # -- approvals --------------------------------------------------------
+
+    def ask(self, approval: ApprovalRecord) -> None:
+        """Open a question; any older open question for the same step is superseded."""
+        a = approval
+        if a.state != "pending" or a.decided_by or a.decided_at is not None or a.superseded_by:
+            raise ValueError("ask() takes a fresh approval: state 'pending' and no decision")
+        row = tuple(_text(v) for v in msgspec.structs.astuple(a))
+        try:
+            with self._write() as cur:
+                cur.execute(self._q(PENDING_FOR_STEP + self._d.for_update), (a.run_id, a.step))
+                older = [r[0] for r in cur.fetchall()]
+                if older:
+                    cur.execute(self._q(SUPERSEDE), (a.id, a.asked_at, a.run_id, a.step))
+                cur.execute(self._q(INSERT_APPROVAL), row)
+                data = {"approval_id": a.id, "step": a.step, "fingerprint": a.fingerprint, "superseded": older}
+                self._insert_event(cur, a.run_id, "approval.asked", a.node_id, None, _json(data), a.asked_at)
+        except self._d.IntegrityError as exc:
+            raise self._integrity(exc, a.run_id, f"approval {a.id!r}") from exc
+
+    def get_approval(self, approval_id: str) -> ApprovalRecord:
+        row = self._one(SELECT_APPROVAL, (approval_id,))
+        if row is None:
+            raise self._unknown_approval(approval_id)
+        return ApprovalRecord(*row)
+
+    def approvals(self, run_id: str) -> list[ApprovalRecord]:
+        rows = self._all(SELECT_APPROVALS, (run_id,))
+        if not rows:
+            self._require_run(run_id)
+        return [ApprovalRecord(*r) for r in rows]
+
+    def pending_approvals(self, run_id: str | None = None) -> list[ApprovalRecord]:
+        rows = self._all(PENDING_ALL, ()) if run_id is None else self._all(PENDING_RUN, (run_id,))
+        return [ApprovalRecord(*r) for r in rows]
+
+    def _unknown_approval(self, approval_id: str) -> RefusedError:
+        return RefusedError(
+            f"no approval {approval_id!r} in the store at {self.location}; nothing was changed",
+            hint="`recipe show RUN` lists a run's approvals",
+        )
+
+    def decide(
+        self,
+        approval_id: str,
+        new_state: str,
+        *,
+        expected: str | Iterable[str] = "pending",
+        by: str,
+        reason: str | None = None,
+        now: float | None = None,
+    ) -> ApprovalRecord:
+        """Compare-and-set one answer; every attempt, won or refused, is logged.
+
+        Approving or rejecting is refused when ``by`` is not among the named
+        approvers or the question has expired; marking it ``expired`` is the
+        clock's move and skips both checks.
+        """
+        _check_states((new_state,), DECISION_STATES, "decision")
+        states = _states(expected, APPROVAL_STATES, "approval state")
+        now = _now(now)
+        with self._write() as cur:
+            cur.execute(self._q(SELECT_APPROVAL + self._d.for_update), (approval_id,))
+            row = cur.fetchone()
+            if row is None:
+                raise self._unknown_approval(approval_id)
+            current = ApprovalRecord(*row)
+            refusal = self._refusal(current, new_state, states, by, now)
+            decided = current
+            if refusal is None:
+                cur.execute(self._q(DECIDE + _in(len(states))), (new_state, by, now, reason, approval_id, *states))
+                if cur.rowcount == 1:
+                    decided = msgspec.structs.replace(
+                        current, state=new_state, decided_by=by, decided_at=now, reason=reason
+                    )
+                else:  # only reachable if the engine let another writer in between
+                    refusal = AlreadyDecidedError(f"approval {approval_id} was decided by someone else just now")
+            data = {
+                "approval_id": approval_id,
+                "wanted": new_state,
+                "state": decided.state,
+                "won": refusal is None,
+                "refused": None if refusal is None else type(refusal).__name__,
+                "reason": reason,
+            }
+            kind = "approval.decided" if refusal is None else "approval.refused"
+            self._insert_event(cur, current.run_id, kind, current.node_id, by, _json(data), now)
+        if refusal is not None:
+            raise refusal
+        return decided
+
+    def _refusal(
+        self, a: ApprovalRecord, new_state: str, expected: tuple[str, ...], by: str, now: float
+    ) -> RefusedError | None:
+        if a.state not in expected:
+            return AlreadyDecidedError(describe_decision(a) + "; nothing was changed")
+        if new_state == "expired":
+            return None
+        try:
+            approvers = msgspec.json.decode(a.approvers_json, type=list[str])
+        except msgspec.ValidationError as exc:
+            raise StoreError(f"approval {a.id} in {self.location} has unreadable approvers: {exc}") from exc
+        if approvers and by not in approvers:
+            return NotAllowedError(
+                f"{by} may not decide approval {a.id}; it may be decided by: {', '.join(approvers)}",
+                hint="ask one of them, or run the decision under their name",
+            )
+        if a.expires_at is not None and now >= a.expires_at:
+            return ExpiredError(
+                f"approval {a.id} expired at {iso(a.expires_at)}; nothing was changed",
+                hint="resume the run so it asks again",
+            )
+        return None
+
+    # -- effects ----------------------------------------------------------
+
+    def begin_effect(
+        self,
+        run_id: str,
+        step: str,
+        *,
+        approval_id: str,
+        fingerprint: str,
+        idempotency_key: str,
+        payload_json: Any,
+        now: float | None = None,
+    ) -> bool:
+        """Claim the one execution of an approved step.
+
+        True: the caller alone may perform the effect now. False: an effect
+        for this step (or this idempotency key) was already claimed, whoever
+        holds it. Raises, claiming nothing, unless ``approval_id`` is an
+        approved question about this very step with this very fingerprint,
+        so the store itself never lets an unapproved payload through.
+        """
+        now = _now(now)
+        with self._write() as cur:
+            cur.execute(self._q(SELECT_APPROVAL), (approval_id,))
+            row = cur.fetchone()
+            if row is None:
+                raise self._unknown_approval(approval_id)
+            self._check_approved(ApprovalRecord(*row), run_id, step, fingerprint)
+            params = (run_id, step, approval_id, fingerprint, idempotency_key, _text(payload_json), now)
+            cur.execute(self._q(INSERT_EFFECT), params)
+            return cur.rowcount == 1
+
+    def _check_approved(self, a: ApprovalRecord, run_id: str, step: str, fingerprint: str) -> None:
+        if (a.run_id, a.step) != (run_id, step):
+            raise RefusedError(
+                f"approval {a.id} guards step {a.step!r} of run {a.run_id}, not step {step!r} of run {run_id}; "
+                "nothing was executed"
+            )
+        if a.state != "approved":
+            raise RefusedError(f"{describe_decision(a)}, not approved; nothing was executed")
+        if a.fingerprint != fingerprint:
+            raise StaleError(
+                f"the payload for step {step!r} (fingerprint {fingerprint}) is not the one approved in "
+                f"{a.id} (fingerprint {a.fingerprint}); nothing was executed",
+                hint="resume the run so it asks again with the current payload",
+            )
+
+    def finish_effect(
+        self,
+        run_id: str,
+        step: str,
+        state: str,
+        *,
+        result_json: Any = None,
+        error: str | None = None,
+        expected: str | Iterable[str] = "executing",
+        now: float | None = None,
+    ) -> bool:
+        """Compare-and-set the outcome; False means it was no longer ``expected``."""
+        _check_states((state,), EFFECT_STATES - {"executing"}, "effect outcome")
+        states = _states(expected, EFFECT_STATES, "effect state")
+        params = (state, _text(result_json), error, _now(now), run_id, step, *states)
+        with self._write() as cur:
+            cur.execute(self._q(FINISH_EFFECT + _in(len(states))), params)
+            won = cur.rowcount == 1
+            if not won and self._one(SELECT_EFFECT, (run_id, step)) is None:
+                raise RefusedError(f"no effect for step {step!r} of run {run_id} in {self.location}")
+        return won
+
+    def settle_effect(
+        self,
+        run_id: str,
+        step: str,
+        executed: bool,
+        by: str,
+        *,
+        result_json: Any = None,
+        reason: str | None = None,
+        now: float | None = None,
+    ) -> EffectRecord:
+        """A person's word on an effect nobody knows the fate of (reconcile)."""
+        now = _now(now)
+        state = "executed" if executed else "failed"
+        error = None if executed else (reason or f"did not happen, according to {by}")
+        with self._write() as cur:
+            cur.execute(self._q(SETTLE_EFFECT), (state, by, _text(result_json), error, now, run_id, step))
+            if cur.rowcount != 1:
+                raise self._not_unknown(run_id, step)
+            data = {"step": step, "state": state, "reason": reason}
+            self._insert_event(cur, run_id, "effect.settled", step, by, _json(data), now)
+            cur.execute(self._q(SELECT_EFFECT), (run_id, step))
+            return EffectRecord(*cur.fetchone())
+
+    def _not_unknown(self, run_id: str, step: str) -> RefusedError:
+        row = self._one(SELECT_EFFECT, (run_id, step))
+        if row is None:
+            return RefusedError(f"no effect for step {step!r} of run {run_id} in {self.location}")
+        e = EffectRecord(*row)
+        by = f", settled by {e.settled_by}" if e.settled_by else ""
+        return RefusedError(
+            f"the effect of step {step!r} in run {run_id} is {e.state}{by}, not unknown; nothing was changed"
+        )
+
+    def mark_unknown(self, run_id: str, *, now: float | None = None) -> int:
+        """After a crash, effects caught mid-flight may or may not have happened."""
+        with self._write() as cur:
+            cur.execute(self._q(MARK_UNKNOWN), (INTERRUPTED, run_id))
+            return cur.rowcount
+
+    def get_effect(self, run_id: str, step: str) -> EffectRecord | None:
+        row = self._one(SELECT_EFFECT, (run_id, step))
+        return None if row is None else EffectRecord(*row)
+
+    def effects(self, run_id: str) -> list[EffectRecord]:
+        return [EffectRecord(*r) for r in self._all(SELECT_EFFECTS, (run_id,))]
+
+    # -- events -----------------------------------------------------------
+
+    def append_event(
+        self,
+        run_id: str,
+        kind: str,
+        *,
+        node_id: str | None = None,
+        actor: str | None = None,
+        data_json: Any = "{}",
+        now: float | None = None,
+    ) -> int:
+        """Returns the event's sequence number, increasing across the store."""
+        try:
+            with self._write() as cur:
+                return self._insert_event(cur, run_id, kind, node_id, actor, data_json, _now(now))
+        except self._d.IntegrityError as exc:
+            raise self._integrity(exc, run_id, "event") from exc
+
+    def events(self, run_id: str, *, after: int = 0, limit: int | None = None) -> list[EventRecord]:
+        if limit is None:
+            rows = self._all(SELECT_EVENTS, (run_id, after))
+        else:
+            rows = self._all(SELECT_EVENTS_LIMIT, (run_id, after, limit))
+        if not rows and after == 0:
+            self._require_run(run_id)
+        return [EventRecord(*r) for r in rows]
+
+
+def describe_decision(a: ApprovalRecord) -> str:
+    """Current state, who, and when: what a person racing for it needs to hear."""
+    if a.state == "pending":
+        return f"approval {a.id} is still pending"
+    if a.state == "superseded":
+        return f"approval {a.id} was superseded by {a.superseded_by} at {iso(a.decided_at)}"
+    who = f" by {a.decided_by}" if a.decided_by else ""
+    why = f" ({a.reason})" if a.reason else ""
+    return f"approval {a.id} was already {a.state}{who} at {iso(a.decided_at)}{why}"
+
+
+def newer_store_error(location: str, found: int, known: int) -> StoreError:
+    return StoreError(
+        f"the store at {location} has schema version {found}, newer than this vodou_engine understands "
+        f"(up to {known}); nothing was changed",
+        hint="upgrade vodou_engine, or point VODOU_STORE at another store",
+    )

@@ -1,0 +1,147 @@
+"""The contract the runtime and the CLI hold a run store to.
+
+It is synchronous on purpose: the trio runtime calls it through worker
+threads, and every method is one short transaction, so no call holds the
+store's write lock for longer than a few statements. A store object is not
+thread-safe: it may move between threads but only one may use it at a time.
+Several processes may open the same store at once; the compare-and-set
+methods (``set_run_state``, ``decide``, ``begin_effect``, ``finish_effect``)
+are what make their races safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
+from typing import Protocol, runtime_checkable
+
+from .records import ApprovalRecord, EffectRecord, EventRecord, NodeRecord, RunRecord
+
+Json = str | bytes
+
+
+@runtime_checkable
+class RunStore(Protocol):
+    location: str
+
+    # runs
+    def create_run(
+        self,
+        run_id: str,
+        *,
+        recipe_name: str,
+        recipe_path: str | None,
+        source_sha256: str,
+        plan_json: Json,
+        plan_fingerprint: str,
+        inputs_json: Json,
+        started_by: str,
+        state: str = "running",
+        now: float | None = None,
+    ) -> None: ...
+
+    def get_run(self, run_id: str) -> RunRecord: ...
+
+    def list_runs(self, limit: int = 50, *, state: str | None = None) -> list[RunRecord]: ...
+
+    def set_run_state(
+        self,
+        run_id: str,
+        new: str,
+        *,
+        expected: str | Iterable[str] | None,
+        error: str | None = None,
+        now: float | None = None,
+    ) -> bool: ...
+
+    # nodes
+    def save_nodes(self, run_id: str, records: Iterable[NodeRecord]) -> None: ...
+
+    def get_nodes(self, run_id: str) -> dict[str, NodeRecord]: ...
+
+    # approvals
+    def ask(self, approval: ApprovalRecord) -> None: ...
+
+    def get_approval(self, approval_id: str) -> ApprovalRecord: ...
+
+    def approvals(self, run_id: str) -> list[ApprovalRecord]: ...
+
+    def pending_approvals(self, run_id: str | None = None) -> list[ApprovalRecord]: ...
+
+    def decide(
+        self,
+        approval_id: str,
+        new_state: str,
+        *,
+        expected: str | Iterable[str] = "pending",
+        by: str,
+        reason: str | None = None,
+        now: float | None = None,
+    ) -> ApprovalRecord: ...
+
+    # effects
+    def begin_effect(
+        self,
+        run_id: str,
+        step: str,
+        *,
+        approval_id: str,
+        fingerprint: str,
+        idempotency_key: str,
+        payload_json: Json,
+        now: float | None = None,
+    ) -> bool: ...
+
+    def finish_effect(
+        self,
+        run_id: str,
+        step: str,
+        state: str,
+        *,
+        result_json: Json | None = None,
+        error: str | None = None,
+        expected: str | Iterable[str] = "executing",
+        now: float | None = None,
+    ) -> bool: ...
+
+    def settle_effect(
+        self,
+        run_id: str,
+        step: str,
+        executed: bool,
+        by: str,
+        *,
+        result_json: Json | None = None,
+        reason: str | None = None,
+        now: float | None = None,
+    ) -> EffectRecord: ...
+
+    def mark_unknown(self, run_id: str, *, now: float | None = None) -> int: ...
+
+    def get_effect(self, run_id: str, step: str) -> EffectRecord | None: ...
+
+    def effects(self, run_id: str) -> list[EffectRecord]: ...
+
+    # events
+    def append_event(
+        self,
+        run_id: str,
+        kind: str,
+        *,
+        node_id: str | None = None,
+        actor: str | None = None,
+        data_json: Json = "{}",
+        now: float | None = None,
+    ) -> int: ...
+
+    def events(self, run_id: str, *, after: int = 0, limit: int | None = None) -> list[EventRecord]: ...
+
+    # housekeeping
+    def transaction(self) -> AbstractContextManager[None]: ...
+
+    def schema_version(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+__all__ = ["Json", "RunStore"]

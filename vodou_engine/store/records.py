@@ -1,0 +1,106 @@
+"""Rows of the run store as immutable values.
+
+Field order is the column order the store selects in, so a row becomes a
+record with ``Record(*row)`` and no per-field work. New fields must be added
+at the end with a default, matching the additive migrations policy
+(docs/store-schema.md), so records written by older code still decode.
+
+JSON columns are opaque text to the store: the caller encodes and decodes
+them. A caller may hand in ``bytes`` (what ``msgspec.json.encode`` returns);
+the store keeps and returns ``str``.
+"""
+
+from __future__ import annotations
+
+from msgspec import Struct
+
+RUN_STATES = frozenset({"running", "parked", "succeeded", "failed", "declined", "cancelled"})
+# A run in one of these never runs again, so it gets an ``ended_at``.
+TERMINAL_RUN_STATES = frozenset({"succeeded", "failed", "declined", "cancelled"})
+
+APPROVAL_STATES = frozenset({"pending", "approved", "rejected", "expired", "superseded"})
+# ``superseded`` is only reached through ``ask``: a newer question replaced it.
+DECISION_STATES = frozenset({"approved", "rejected", "expired"})
+
+EFFECT_STATES = frozenset({"executing", "executed", "failed", "unknown"})
+
+
+class RunRecord(Struct, frozen=True):
+    id: str
+    recipe_name: str
+    recipe_path: str | None
+    source_sha256: str
+    plan_json: str
+    plan_fingerprint: str
+    inputs_json: str
+    started_by: str
+    state: str
+    created_at: float
+    updated_at: float
+    ended_at: float | None = None
+    error: str | None = None
+
+
+class NodeRecord(Struct, frozen=True):
+    """One node's state; the run id travels beside it, not inside it."""
+
+    node_id: str
+    state: str
+    output_json: str | bytes | None = None
+    error: str | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    attempts: int = 0
+
+
+class ApprovalRecord(Struct, frozen=True):
+    """A question put to a person about one guarded step.
+
+    ``payload_json`` is frozen at ask time and ``fingerprint`` names it: the
+    effect may only run with that exact payload. An empty ``approvers_json``
+    list leaves the choice of who may answer to the caller.
+    """
+
+    id: str
+    run_id: str
+    node_id: str
+    step: str
+    payload_json: str | bytes
+    fingerprint: str
+    asked_at: float
+    state: str = "pending"
+    card_text: str = ""
+    preview_json: str | bytes | None = None
+    check_json: str | bytes | None = None
+    policy_json: str | bytes | None = None
+    expires_at: float | None = None
+    approvers_json: str | bytes = "[]"
+    decided_by: str | None = None
+    decided_at: float | None = None
+    reason: str | None = None
+    superseded_by: str | None = None
+
+
+class EffectRecord(Struct, frozen=True):
+    run_id: str
+    step: str
+    approval_id: str
+    fingerprint: str
+    idempotency_key: str
+    state: str
+    payload_json: str
+    started_at: float
+    result_json: str | None = None
+    error: str | None = None
+    ended_at: float | None = None
+    settled_by: str | None = None
+
+
+class EventRecord(Struct, frozen=True):
+    seq: int
+    run_id: str
+    ts: float
+    kind: str
+    node_id: str | None = None
+    actor: str | None = None
+    data_json: str = "{}"

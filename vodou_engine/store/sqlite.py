@@ -1,0 +1,237 @@
+"""The run store in one SQLite file.
+
+Opening is careful because the path comes from a person (``$VODOU_STORE``,
+a flag) and may name the wrong file. Anything that already exists is first
+inspected through a read-only connection, and only a file that is absent,
+empty, or a healthy vodou store is ever opened for writing; anything else is
+refused with the file left byte-for-byte as it was.
+
+Pragmas, per connection:
+
+* ``journal_mode=WAL`` (persistent): readers never block the writer, so
+  twenty ``approve`` processes can inspect the store while one decides.
+* ``synchronous=NORMAL``: in WAL mode a commit is appended to the WAL and
+  only the checkpoint is fsynced. A committed transaction survives the
+  process crashing at any point (the OS holds the written pages); only
+  power loss or a kernel crash can lose the last few commits, and even then
+  the file is not corrupted. Crash-and-resume is what the runtime relies on;
+  FULL would add an fsync to every node update for the power-loss case.
+* ``busy_timeout=5000``: a writer waits up to 5 s for the write lock.
+* ``foreign_keys=ON``: rows cannot point at a run that does not exist.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import StoreError, VodouError
+from .base import CORE_TABLES, Dialect, SqlRunStore, latest_version, newer_store_error
+
+BUSY_TIMEOUT_MS = 5000
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+_SQLITE_ERROR_NAMES = {
+    3: "permission denied",  # SQLITE_PERM
+    8: "the file is read-only",  # SQLITE_READONLY
+    10: "disk I/O error",  # SQLITE_IOERR
+    13: "the disk is full",  # SQLITE_FULL
+    14: "the file cannot be opened",  # SQLITE_CANTOPEN
+}
+_CORRUPT, _NOTADB, _BUSY, _LOCKED = 11, 26, 5, 6
+
+MOVE_ASIDE = "move the file aside or point VODOU_STORE at another path; a new store is created where none exists"
+
+
+class SqliteDialect(Dialect):
+    name = "sqlite"
+    placeholder = "?"
+    # IMMEDIATE takes the write lock at BEGIN: two deferred transactions that
+    # both read and then write would deadlock on the upgrade instead.
+    begin_write = "BEGIN IMMEDIATE"
+    for_update = ""
+    tokens = {"serial_pk": "INTEGER PRIMARY KEY AUTOINCREMENT"}
+    tables_sql = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite!_%' ESCAPE '!'"
+    Error = sqlite3.Error
+    IntegrityError = sqlite3.IntegrityError
+
+    def integrity_kind(self, exc: Exception) -> str:
+        code = getattr(exc, "sqlite_errorcode", None)
+        if code == 787:  # SQLITE_CONSTRAINT_FOREIGNKEY
+            return "foreign_key"
+        if code in (1555, 2067):  # SQLITE_CONSTRAINT_PRIMARYKEY, _UNIQUE
+            return "unique"
+        return "other"
+
+    def store_error(self, exc: Exception, location: str) -> VodouError | None:
+        code = getattr(exc, "sqlite_errorcode", None)
+        if code is None:
+            return None
+        primary = code & 0xFF
+        if primary in (_CORRUPT, _NOTADB):
+            return damaged(location, str(exc))
+        if primary in (_BUSY, _LOCKED):
+            return StoreError(
+                f"the store at {location} stayed locked by another process for more than "
+                f"{BUSY_TIMEOUT_MS // 1000} s",
+                hint="retry; if it keeps happening, look for a stuck recipe process",
+            )
+        if primary in _SQLITE_ERROR_NAMES:
+            return StoreError(f"cannot use the store at {location}: {_SQLITE_ERROR_NAMES[primary]} ({exc})")
+        return None
+
+    def insert_returning(self, cur: Any, sql: str, params: tuple, column: str) -> int:
+        cur.execute(sql, params)
+        return cur.lastrowid
+
+
+def damaged(location: str, detail: str) -> StoreError:
+    return StoreError(
+        f"the store at {location} is damaged ({detail}); nothing was changed",
+        hint="restore it from a backup, or move it aside (`sqlite3 FILE .recover` may salvage its runs)",
+    )
+
+
+class SqliteRunStore(SqlRunStore):
+    """A run store in one SQLite file, shared safely by many processes."""
+
+    def __init__(self, path: str | os.PathLike[str]):
+        p = Path(os.fspath(path)).expanduser()
+        location = str(p)
+        if not inspect(p):
+            try:
+                p.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"cannot create the store at {location}: {exc.strerror}") from exc
+        dialect = SqliteDialect()
+        try:
+            conn = _connect(p)
+        except sqlite3.Error as exc:
+            raise (dialect.store_error(exc, location) or StoreError(f"cannot open {location}: {exc}")) from exc
+        super().__init__(conn, dialect, location)
+        try:
+            self._prepare_schema()
+        except BaseException:
+            self.close()
+            raise
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(
+        path,
+        timeout=BUSY_TIMEOUT_MS / 1000,
+        isolation_level=None,  # autocommit; SqlRunStore issues BEGIN/COMMIT itself
+        check_same_thread=False,  # trio worker threads take turns with it
+        cached_statements=256,
+    )
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        _enable_wal(conn)
+        conn.execute("PRAGMA synchronous = NORMAL")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _enable_wal(conn: sqlite3.Connection) -> None:
+    """Switching to WAL needs a moment alone with the file; new stores race for it."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+            if mode == "wal" or conn.execute("PRAGMA journal_mode = WAL").fetchone()[0] == "wal":
+                return
+        except sqlite3.OperationalError as exc:
+            if (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF not in (_BUSY, _LOCKED):
+                raise
+        if time.monotonic() > deadline:
+            raise sqlite3.OperationalError("could not switch the store to WAL mode: database is locked")
+        time.sleep(0.01)
+
+
+def inspect(path: Path) -> bool:
+    """Refuse anything but a healthy vodou store, touching nothing.
+
+    Returns False when there is nothing to protect (no file, an empty file,
+    or a SQLite database without tables), True for an existing store.
+    """
+    location = str(path)
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise StoreError(f"cannot read the store at {location}: {exc.strerror}") from exc
+    if not stat.S_ISREG(st.st_mode):
+        raise StoreError(f"{location} is not a file, so it cannot be a run store", hint=MOVE_ASIDE)
+    if st.st_size == 0:
+        return False
+    try:
+        with open(path, "rb") as f:
+            header = f.read(100)
+    except OSError as exc:
+        raise StoreError(f"cannot read the store at {location}: {exc.strerror}") from exc
+    _check_header(path, header, st.st_size)
+    try:
+        conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open the store at {location} to inspect it: {exc}") from exc
+    try:
+        tables = {r[0] for r in conn.execute(SqliteDialect.tables_sql)}
+        if not tables:
+            return False
+        if "schema_version" not in tables:
+            shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+            raise StoreError(
+                f"{location} is a SQLite database but not a vodou run store (its tables: {shown}); "
+                "nothing was changed",
+                hint=MOVE_ASIDE,
+            )
+        version = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] or 0
+        if version > latest_version():
+            raise newer_store_error(location, version, latest_version())
+        missing = CORE_TABLES - tables
+        if version >= 1 and missing:
+            raise damaged(location, f"tables missing: {', '.join(sorted(missing))}")
+        problems = [r[0] for r in conn.execute("PRAGMA quick_check(5)")]
+        if problems != ["ok"]:
+            raise damaged(location, "; ".join(problems))
+        return True
+    except sqlite3.Error as exc:
+        code = (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF
+        if code == _NOTADB:
+            raise not_sqlite(location) from exc
+        raise SqliteDialect().store_error(exc, location) or damaged(location, str(exc)) from exc
+    finally:
+        conn.close()
+
+
+def not_sqlite(location: str) -> StoreError:
+    return StoreError(
+        f"{location} is not a SQLite database, so it cannot be a vodou run store; nothing was changed",
+        hint=MOVE_ASIDE,
+    )
+
+
+def _check_header(path: Path, header: bytes, size: int) -> None:
+    """Catch truncation, which SQLite itself only notices on the missing pages."""
+    location = str(path)
+    if len(header) < 100 or not header.startswith(SQLITE_MAGIC):
+        raise not_sqlite(location)
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    if page_size < 512 or page_size & (page_size - 1):
+        raise damaged(location, f"its header gives an impossible page size, {page_size}")
+    wal = Path(location + "-wal")
+    if wal.exists() and wal.stat().st_size > 0:
+        return  # pages may still live in the WAL; let SQLite judge
+    pages = int.from_bytes(header[28:32], "big")
+    header_valid = pages > 0 and header[24:28] == header[92:96]
+    if size % page_size or (header_valid and size < pages * page_size):
+        raise damaged(location, f"the file is {size} bytes, its header says {pages} pages of {page_size}: truncated")

@@ -1,0 +1,471 @@
+"""The MCP client hub: one live session per server for the length of a run.
+
+Each server named by a run is started once, all of them in parallel, and
+kept until the run ends; steps then call tools over the open sessions.
+
+Every session is entered and exited by its own owner task. The SDK's
+``ClientSession`` and ``stdio_client`` open task groups on enter; leaving
+them from any other task unwinds the wrong cancel scope and corrupts the
+nursery stack, so the hub only ever *asks* an owner to close (an event) and
+lets the owner do it.
+
+The MCP SDK costs about a second to import, so it is imported inside the
+functions that start servers and call tools, never at module level: commands
+that only compile or inspect recipes must not pay for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import asynccontextmanager
+from typing import IO, TYPE_CHECKING, Any
+
+import msgspec
+import trio
+
+from vodou_engine.errors import ServerConfigError, ServerStartError, ToolError, UnknownToolError
+from vodou_engine.servers import ServerConfig, unknown_server_error
+
+if TYPE_CHECKING:
+    from mcp.client.session import ClientSession
+    from mcp_types import CallToolResult, Tool
+
+__all__ = ["DEFAULT_START_TIMEOUT", "Hub", "ToolInfo", "ToolResult", "open_hub"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_START_TIMEOUT = 20.0
+"""Seconds a server gets to spawn, answer ``initialize`` and list its tools."""
+
+STDERR_TAIL_LINES = 20
+_STDERR_TAIL_BYTES = 64 * 1024
+
+
+class ToolInfo(msgspec.Struct, frozen=True):
+    """What a server says about one tool.
+
+    The behaviour hints stay ``None`` when the server leaves them unset, so a
+    caller can tell "the server said false" from "the server said nothing" and
+    apply the spec's defaults (read-only false, destructive true, idempotent
+    false, open-world true) itself.
+    """
+
+    name: str
+    description: str = ""
+    input_schema: dict[str, Any] = {}
+    read_only: bool | None = None
+    destructive: bool | None = None
+    idempotent: bool | None = None
+    title: str | None = None
+    open_world: bool | None = None
+    output_schema: dict[str, Any] | None = None
+
+
+class ToolResult(msgspec.Struct):
+    """The outcome of one tool call that reached the server and got an answer.
+
+    ``value`` is what downstream steps consume: the structured content when
+    the server sends one, else the text block(s) decoded as JSON where they
+    are JSON, else the text. ``text`` is always the plain text, for people and
+    for error messages. A tool that failed is ``is_error=True`` rather than an
+    exception because whether a failed step stops the run is the engine's
+    decision, not the transport's. ``error_code`` is set when the server
+    refused the request at the protocol level (a JSON-RPC error) instead of
+    returning a tool result.
+    """
+
+    value: Any
+    is_error: bool
+    text: str
+    duration_s: float
+    error_code: int | None = None
+
+
+class _Server:
+    """One running server as the hub sees it; owned and closed by its owner task."""
+
+    def __init__(self, name: str, config: ServerConfig, stderr: IO[bytes]):
+        self.name = name
+        self.config = config
+        self.stderr = stderr
+        self.session: ClientSession | None = None
+        self.tools: dict[str, ToolInfo] = {}
+        self.close_requested = trio.Event()
+        self.failure: str | None = None
+        self.closed = False
+
+    def stderr_tail(self, lines: int = STDERR_TAIL_LINES) -> list[str]:
+        return _tail(self.stderr, lines)
+
+
+def _tail(f: IO[bytes], lines: int) -> list[str]:
+    # The child shares this file's offset; pread leaves it alone so the child
+    # keeps appending where it was instead of overwriting from our seek.
+    try:
+        fd = f.fileno()
+        size = os.fstat(fd).st_size
+        start = max(0, size - _STDERR_TAIL_BYTES)
+        if hasattr(os, "pread"):
+            data = os.pread(fd, size - start, start)
+        else:  # pragma: no cover - Windows
+            here = f.tell()
+            f.seek(start)
+            data = f.read(size - start)
+            f.seek(here)
+    except (OSError, ValueError):
+        return []
+    text = data.decode("utf-8", "replace")
+    return [line for line in text.splitlines() if line.strip()][-lines:]
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        out: list[BaseException] = []
+        for inner in exc.exceptions:
+            out.extend(_leaves(inner))
+        return out
+    return [exc]
+
+
+def _is_cancellation(exc: BaseException) -> bool:
+    return any(isinstance(leaf, trio.Cancelled) for leaf in _leaves(exc))
+
+
+def _tool_info(tool: Tool) -> ToolInfo:
+    ann = tool.annotations
+    return ToolInfo(
+        name=tool.name,
+        description=tool.description or "",
+        input_schema=dict(tool.input_schema or {}),
+        read_only=ann.read_only_hint if ann else None,
+        destructive=ann.destructive_hint if ann else None,
+        idempotent=ann.idempotent_hint if ann else None,
+        title=tool.title or (ann.title if ann else None),
+        open_world=ann.open_world_hint if ann else None,
+        output_schema=tool.output_schema,
+    )
+
+
+def _maybe_json(text: str) -> Any:
+    try:
+        return msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        return text
+
+
+def _to_result(result: CallToolResult, duration: float) -> ToolResult:
+    texts: list[str] = []
+    others: list[Any] = []
+    for block in result.content:
+        if getattr(block, "type", None) == "text":
+            texts.append(block.text)
+        else:
+            others.append(block.model_dump(mode="json", by_alias=True, exclude_none=True))
+    if result.structured_content is not None:
+        value: Any = result.structured_content
+    elif texts:
+        parsed = [_maybe_json(t) for t in texts]
+        value = parsed[0] if len(parsed) == 1 else parsed
+    else:
+        # Only images/resources: hand them on as their JSON form rather than dropping them.
+        value = others or None
+    return ToolResult(value=value, is_error=bool(result.is_error), text="\n".join(texts), duration_s=duration)
+
+
+def _client_info() -> Any:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from mcp_types import Implementation
+
+    try:
+        v = version("vodou_engine")
+    except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+        v = "0"
+    return Implementation(name="vodou-engine", version=v)
+
+
+async def _list_all_tools(session: ClientSession) -> list[Tool]:
+    from mcp_types import PaginatedRequestParams
+
+    tools: list[Tool] = []
+    cursor: str | None = None
+    seen: set[str] = set()
+    while True:
+        params = PaginatedRequestParams(cursor=cursor) if cursor is not None else None
+        page = await session.list_tools(params=params)
+        tools.extend(page.tools)
+        cursor = page.next_cursor
+        if not cursor:
+            return tools
+        if cursor in seen:
+            # A server that hands back a cursor it already gave would loop forever.
+            raise RuntimeError(f"tools/list returned the cursor {cursor!r} twice")
+        seen.add(cursor)
+
+
+class Hub:
+    """Open sessions to the servers of one run; obtained from :func:`open_hub`."""
+
+    def __init__(self, configs: Mapping[str, ServerConfig], names: list[str], start_timeout: float):
+        self._configs = dict(configs)
+        self._names = names
+        self._start_timeout = start_timeout
+        self._servers: dict[str, _Server] = {}
+        self._closed = False
+        self.started_in: dict[str, float] = {}
+        """Seconds each server took from spawn to a complete tool listing."""
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._servers)
+
+    def config(self, server: str) -> ServerConfig:
+        return self._server(server).config
+
+    def tools(self, server: str) -> dict[str, ToolInfo]:
+        return dict(self._server(server).tools)
+
+    def tool(self, server: str, tool: str) -> ToolInfo:
+        srv = self._server(server)
+        try:
+            return srv.tools[tool]
+        except KeyError:
+            raise self._unknown_tool(srv, tool) from None
+
+    async def call(
+        self,
+        server: str,
+        tool: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> ToolResult:
+        """Call one tool; safe to run many at once, on one server or several.
+
+        Raises ToolError only when no answer can be had (server dead, transport
+        broken, ``timeout`` seconds passed, or an unusable reply); a tool that
+        ran and failed comes back as ``is_error=True``. Cancelling the caller
+        abandons the request (the server is told with ``notifications/cancelled``)
+        and leaves the session usable.
+        """
+        import anyio
+        from mcp.shared.exceptions import MCPError
+        from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
+        srv = self._server(server)
+        if tool not in srv.tools:
+            raise self._unknown_tool(srv, tool)
+        if self._closed or srv.closed or srv.session is None:
+            reason = srv.failure or "the hub is closed"
+            raise ToolError(f"cannot call {server}.{tool}: MCP server {server!r} is not running ({reason})")
+
+        started = time.perf_counter()
+        try:
+            result = await srv.session.call_tool(tool, dict(arguments or {}), read_timeout_seconds=timeout)
+        except MCPError as exc:
+            elapsed = time.perf_counter() - started
+            if exc.code == CONNECTION_CLOSED:
+                raise self._dead(srv, f"the connection closed during {tool}") from exc
+            if exc.code == REQUEST_TIMEOUT:
+                raise ToolError(
+                    f"{server}.{tool} did not answer within {timeout:g} s; the request was cancelled",
+                    hint="raise the step's timeout, or check the server",
+                ) from exc
+            return ToolResult(
+                value=None, is_error=True, text=exc.message, duration_s=elapsed, error_code=exc.code
+            )
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, OSError) as exc:
+            raise self._dead(srv, f"the transport failed during {tool}: {exc!r}") from exc
+        except Exception as exc:
+            # Output-schema mismatch, an input_required/extension result we did not
+            # ask for, or a reply that does not parse: the call produced nothing usable.
+            raise ToolError(f"{server}.{tool} returned a result that cannot be used: {exc}") from exc
+        return _to_result(result, time.perf_counter() - started)
+
+    # -- internals ----------------------------------------------------------
+
+    def _server(self, server: str) -> _Server:
+        srv = self._servers.get(server)
+        if srv is not None:
+            return srv
+        if server not in self._configs:
+            raise unknown_server_error(server, self._configs)
+        raise ServerConfigError(
+            f"MCP server {server!r} is configured but was not started for this run; started: "
+            + (", ".join(self._servers) or "(none)"),
+            hint="name it in open_hub(..., names) together with the others",
+        )
+
+    def _unknown_tool(self, srv: _Server, tool: str) -> UnknownToolError:
+        import difflib
+
+        listed = sorted(srv.tools)
+        close = difflib.get_close_matches(tool, listed, n=1)
+        return UnknownToolError(
+            f"MCP server {srv.name!r} has no tool {tool!r}; it lists: {', '.join(listed) or '(none)'}",
+            hint=f"did you mean {close[0]!r}?" if close else None,
+        )
+
+    def _dead(self, srv: _Server, what: str) -> ToolError:
+        message = f"MCP server {srv.name!r} stopped answering: {what}\n  command: {srv.config.command_line()}"
+        tail = srv.stderr_tail()
+        if tail:
+            message += "\n  stderr (last lines):\n" + "\n".join(f"    {line}" for line in tail)
+        return ToolError(message)
+
+    def _start_error(self, name: str, config: ServerConfig, stderr: IO[bytes], exc: BaseException) -> ServerStartError:
+        from mcp.shared.exceptions import MCPError
+        from mcp_types import CONNECTION_CLOSED
+
+        leaves = _leaves(exc)
+        cause = leaves[0]
+        hint = f"run it by hand to see what it prints: {config.command_line()}"
+        if isinstance(cause, FileNotFoundError):
+            if config.cwd and not os.path.isdir(config.cwd):
+                reason = f"its working directory {config.cwd} does not exist"
+            else:
+                reason = f"command not found: {config.command}"
+                hint = "check \"command\" in the server file; use an absolute path if it is not on PATH"
+        elif isinstance(cause, PermissionError):
+            reason = f"permission denied running {config.command}"
+        elif isinstance(cause, OSError):
+            reason = f"cannot run {config.command}: {cause.strerror or cause}"
+        elif isinstance(cause, trio.TooSlowError):
+            reason = f"it did not finish initializing within {self._start_timeout:g} s"
+            hint = "a slow first start (downloads, caches) may need a longer start timeout"
+        elif isinstance(cause, MCPError) and cause.code == CONNECTION_CLOSED:
+            reason = "it exited, or closed its output, before answering initialize"
+        elif isinstance(cause, MCPError):
+            reason = f"it refused to initialize: {cause.message}"
+        else:
+            reason = f"{type(cause).__name__}: {cause}"
+        lines = [f"MCP server {name!r} failed to start: {reason}", f"  command: {config.command_line()}"]
+        if config.cwd:
+            lines.append(f"  cwd: {config.cwd}")
+        tail = _tail(stderr, STDERR_TAIL_LINES)
+        if tail:
+            lines.append("  stderr (last lines):")
+            lines.extend(f"    {line}" for line in tail)
+        else:
+            lines.append("  stderr: (empty)")
+        err = ServerStartError("\n".join(lines), hint=hint)
+        err.server = name  # type: ignore[attr-defined]
+        return err
+
+    async def _own(self, name: str, config: ServerConfig, *, task_status: trio.TaskStatus[_Server]) -> None:
+        """Run one server from spawn to exit; hand its session out once it has listed its tools."""
+        from mcp.client.session import ClientSession
+        from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
+
+        params = StdioServerParameters(
+            command=config.command,
+            args=list(config.args),
+            # The SDK passes a minimal environment on purpose; the file's env goes on top.
+            env=get_default_environment() | dict(config.env),
+            cwd=config.cwd,
+        )
+        with tempfile.TemporaryFile(prefix=f"vodou-{name}-", suffix=".stderr") as stderr:
+            srv = _Server(name, config, stderr)
+            clock = time.perf_counter()
+            handed_out = False
+            try:
+                async with stdio_client(params, errlog=stderr) as (read, write):  # type: ignore[arg-type]
+                    async with ClientSession(read, write, client_info=_client_info()) as session:
+                        with trio.fail_after(self._start_timeout):
+                            await session.initialize()
+                            tools = await _list_all_tools(session)
+                        srv.session = session
+                        srv.tools = {t.name: _tool_info(t) for t in tools}
+                        self.started_in[name] = time.perf_counter() - clock
+                        handed_out = True
+                        task_status.started(srv)
+                        await srv.close_requested.wait()
+            except BaseException as exc:
+                if _is_cancellation(exc) or isinstance(exc, KeyboardInterrupt):
+                    raise
+                if not handed_out:
+                    raise self._start_error(name, config, stderr, exc) from _leaves(exc)[0]
+                # After start a crashed session must not take the whole run down:
+                # remember why, and let the next call to this server say so.
+                srv.failure = f"{type(_leaves(exc)[0]).__name__}: {_leaves(exc)[0]}"
+                logger.warning("MCP server %r session ended with an error: %s", name, srv.failure)
+            finally:
+                srv.closed = True
+
+    async def _start_all(self, owners: trio.Nursery) -> None:
+        failures: list[ServerStartError] = []
+
+        async with trio.open_nursery() as starting:
+
+            async def start_one(name: str) -> None:
+                try:
+                    srv = await owners.start(self._own, name, self._configs[name])
+                except BaseException as exc:
+                    found = [leaf for leaf in _leaves(exc) if isinstance(leaf, ServerStartError)]
+                    if not found:
+                        raise
+                    failures.extend(found)
+                    # Stop the others' starts now rather than wait out their handshakes.
+                    starting.cancel_scope.cancel()
+                    return
+                self._servers[name] = srv
+
+            for name in self._names:
+                starting.start_soon(start_one, name)
+
+        if failures:
+            if len(failures) == 1:
+                raise failures[0]
+            err = ServerStartError(
+                f"{len(failures)} MCP servers failed to start:\n" + "\n".join(f.message for f in failures),
+                hint=failures[0].hint,
+            )
+            err.server = getattr(failures[0], "server", None)  # type: ignore[attr-defined]
+            raise err
+
+    def _request_close(self) -> None:
+        self._closed = True
+        for srv in self._servers.values():
+            srv.close_requested.set()
+
+
+@asynccontextmanager
+async def open_hub(
+    servers: Mapping[str, ServerConfig],
+    names: Iterable[str],
+    *,
+    start_timeout: float = DEFAULT_START_TIMEOUT,
+) -> AsyncIterator[Hub]:
+    """Start the named servers (each once, in parallel) and close them all on exit.
+
+    Raises ServerConfigError before anything starts if a name is not
+    configured, and ServerStartError if any server fails to start; servers
+    that did start are closed first. On exit every session is closed by its
+    owner and every server process has ended.
+    """
+    wanted = list(dict.fromkeys(names))
+    for name in wanted:
+        if name not in servers:
+            raise unknown_server_error(name, servers)
+
+    hub = Hub(servers, wanted, start_timeout)
+    error: BaseException | None = None
+    async with trio.open_nursery() as owners:
+        try:
+            await hub._start_all(owners)
+            yield hub
+        except GeneratorExit:  # pragma: no cover - generator finalized without aclose
+            hub._request_close()
+            raise
+        except BaseException as exc:
+            # Raised again below, outside the nursery, so callers get their own
+            # exception back instead of one wrapped in an ExceptionGroup.
+            error = exc
+        finally:
+            hub._request_close()
+    if error is not None:
+        raise error
