@@ -104,7 +104,7 @@ class JoinNode(NodeBase, tag="join"):
     needs: list[str]
     need: int
     of: int
-    members: list[list[str]] = []
+    members: list[list[str]]
     block: str | None = None
     where: Where | None = None
 

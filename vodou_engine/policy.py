@@ -41,6 +41,10 @@ CRITICAL_VERBS = frozenset(
     "erase withdraw purchase buy overwrite force".split()
 )
 
+BUILTIN_SERVER = "vodou"
+BUILTIN_TOOLS = frozenset({"sleep", "noop", "echo"})
+"""In-process tools (runtime/builtin.py); all read-only by construction."""
+
 _WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
 
 
@@ -102,6 +106,8 @@ class Policy:
         return bool(t and t.allow_without_asking)
 
     def assess(self, server: str, tool: str, hints: Hints | None = None) -> tuple[Risk, str]:
+        if server == BUILTIN_SERVER and tool in BUILTIN_TOOLS:
+            return "read", "built-in, read-only"
         t = self.tool(server, tool)
         if t is not None and t.risk is not None:
             return t.risk, f"policy file ({self.source})" if self.source else "policy file"
@@ -122,6 +128,8 @@ class Policy:
 
     def floor(self, server: str, tool: str) -> Risk:
         """The lowest risk a plan may claim for this tool under this policy."""
+        if server == BUILTIN_SERVER and tool in BUILTIN_TOOLS:
+            return "read"
         t = self.tool(server, tool)
         if t is not None and t.risk is not None:
             return t.risk

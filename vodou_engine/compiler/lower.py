@@ -159,11 +159,11 @@ class Lowerer:
         elif isinstance(value, str):
             pos = getattr(value, "pos", None) or fallback
             raw = getattr(value, "raw", None)
-            exact = raw is not None and "\\" not in raw
 
             def at(offset: int, width: int) -> ast.Pos:
-                if exact:
-                    return ast.Pos(pos.line, pos.column + 1 + offset, width)
+                column = _raw_column(raw, offset) if raw is not None else None
+                if column is not None:
+                    return ast.Pos(pos.line, pos.column + column, width)
                 return pos
 
             try:
@@ -179,7 +179,8 @@ class Lowerer:
     def lower(self, recipe: ast.Recipe) -> Lowered:
         self._declare_all(recipe)
         if not any(not isinstance(i, ast.Need) for i in recipe.items):
-            raise self.error("the recipe has no steps", None, hint="add at least one step")
+            first = recipe.headers[0][1] if recipe.headers else (recipe.items[0].pos if recipe.items else None)
+            raise self.error("the recipe has no steps", first or ast.Pos(1, 1), hint="add at least one step")
         self._sequence(recipe.items, 0, [], ())
         inputs = [Input(d.name, _plain(d.default), d.required) for d in recipe.inputs]
         options = Options(
@@ -249,7 +250,7 @@ class Lowerer:
                 )
             if not 1 <= need.k <= need.n:
                 raise self.error(
-                    f"`need: {need.k} of {need.n}` cannot be met" if need.k > need.n else "`need: 0 of N` would wait for nothing",
+                    f"`need: {need.k} of {need.n}` cannot be met" if need.k > need.n else f"`need: 0 of {need.n}` would wait for nothing",
                     need.pos,
                     hint=f"K must be between 1 and {n}",
                 )
@@ -281,7 +282,7 @@ class Lowerer:
                 needs=exits,
                 need=k,
                 of=n,
-                members=members if k < n else [],
+                members=members,
                 block=block.name,
                 where=Where(pos.line, pos.column) if pos else None,
             )
@@ -373,6 +374,24 @@ class Lowerer:
             raise self.error("tool arguments must be a JSON object `{...}`", call.pos, hint='write e.g. {"query": "x"}')
         refs = self._check_template_refs(call.args, path, me, fallback=call.pos)
         return _plain(call.args), refs
+
+
+def _raw_column(raw: str, offset: int) -> int | None:
+    """Where the decoded string's character ``offset`` is written in the raw JSON token (quotes included)."""
+    i, n = 1, 0
+    while i < len(raw) - 1:
+        if n == offset:
+            return i
+        if raw[i] != "\\":
+            i += 1
+        elif raw[i + 1] != "u":
+            i += 2
+        elif 0xD800 <= int(raw[i + 2 : i + 6], 16) < 0xDC00 and 0xDC00 <= int(raw[i + 8 : i + 12] or "0", 16) < 0xE000 and raw[i + 6 : i + 8] == "\\u":
+            i += 12  # a surrogate pair decodes to one character
+        else:
+            i += 6
+        n += 1
+    return None
 
 
 def _plain(value: Any) -> Any:

@@ -23,6 +23,7 @@ from ..errors import RecipeError
 from . import ast
 
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+MAX_DURATION = 365 * 86400
 
 
 class Source:
@@ -125,7 +126,7 @@ def _pos(tok: Token, width: int | None = None) -> ast.Pos:
     return ast.Pos(tok.line, tok.column, width if width is not None else max(1, len(tok)))
 
 
-_WRITE_FROM = re.compile(r"^(?P<prompt>.*?)\s+from\s*\{(?P<inputs>[^{}]*)\}\s*$", re.S)
+_WRITE_FROM = re.compile(r"^(?:(?P<prompt>.*?)\s+)?from\s*\{(?P<inputs>[^{}]*)\}\s*$", re.S)
 _NAME = re.compile(r"[a-z_][a-z0-9_-]*\Z")
 
 
@@ -152,7 +153,12 @@ class _Build(Transformer):
 
     def json_number(self, children):
         (tok,) = children
-        return json.loads(tok)
+        value = json.loads(tok)
+        if value in (float("inf"), float("-inf")):
+            raise self.source.error(
+                f"the number {tok} is too large", _pos(tok), hint="write a smaller number, or quote it as text"
+            )
+        return value
 
     def json_true(self, _):
         return True
@@ -203,7 +209,10 @@ class _Build(Transformer):
         n = int(tok[:-1])
         if n <= 0:
             raise self.source.error("a duration must be more than zero", _pos(tok), hint="write e.g. 15m, 90s, 2h or 1d")
-        return n * DURATION_UNITS[tok[-1]]
+        seconds = n * DURATION_UNITS[tok[-1]]
+        if seconds > MAX_DURATION:
+            raise self.source.error("a duration longer than 365 days", _pos(tok), hint="an approval lifetime is at most 365d")
+        return seconds
 
     # --- blocks -------------------------------------------------------------
     def together(self, children):
@@ -263,7 +272,7 @@ class _Build(Transformer):
                 )
             prompt, inputs = body, []
         else:
-            prompt = m.group("prompt").strip()
+            prompt = (m.group("prompt") or "").strip()
             start = tok.column + str(tok).index("{", len("write ") + len(prompt)) + 1
             inputs = []
             offset = 0
@@ -356,28 +365,41 @@ def parse(source: Source) -> ast.Recipe:
     """Parse recipe text into a syntax tree, or raise RecipeError."""
     _precheck(source)
     parser, builder = _lark()
-    try:
-        with _lock:  # the embedded transformer holds the current source
-            builder.source = source
+    # The lock also covers error handling: the indenter's state (which
+    # brackets are open) is read to explain the error.
+    with _lock:  # the embedded transformer holds the current source
+        builder.source = source
+        try:
             return parser.parse(source.text + "\n")
-    except RecipeError:
-        raise
-    except _Unclosed as exc:
-        tok = exc.token
-        raise source.error(
-            f"this `{tok}` is never closed",
-            _pos(tok),
-            hint=f"close it with `{'}' if tok == '{' else ']'}`; JSON may span lines only while a bracket is open",
-        ) from None
-    except _BadDedent as exc:
-        line = exc.token.line + exc.token.count("\n")
-        raise source.error(
-            f"this line is indented {exc.indent} spaces, which matches no enclosing block",
-            ast.Pos(line, 1, max(1, exc.indent)),
-            hint=f"indent it like the block it belongs to ({exc.expected} spaces, or one of the outer levels)",
-        ) from None
-    except UnexpectedInput as exc:
-        raise _syntax_error(source, exc) from None
+        except RecipeError:
+            raise
+        except _Unclosed as exc:
+            raise _unclosed(source, exc.token) from None
+        except _BadDedent as exc:
+            line = exc.token.line + exc.token.count("\n")
+            raise source.error(
+                f"this line is indented {exc.indent} spaces, which matches no enclosing block",
+                ast.Pos(line, 1, max(1, exc.indent)),
+                hint=f"indent it like the block it belongs to ({exc.expected} spaces, or one of the outer levels)",
+            ) from None
+        except UnexpectedInput as exc:
+            raise _syntax_error(source, exc, list(getattr(parser.options.postlex, "opened", ()))) from None
+        except RecursionError:
+            raise source.error("the recipe is nested too deeply", None, hint="flatten the JSON or the blocks") from None
+
+
+def _unclosed(source: Source, tok: Token, before: int | None = None) -> RecipeError:
+    close = "}" if tok == "{" else "]"
+    where = f" before line {before}" if before else ""
+    return source.error(
+        f"this `{tok}` is never closed",
+        _pos(tok),
+        hint=f"close it with `{close}`{where}; JSON may span lines only while a bracket is open",
+    )
+
+
+# Characters that have no business in a recipe (outside a tab, reported on its own).
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufeff]|\r(?!\n)")
 
 
 def _precheck(source: Source) -> None:
@@ -386,16 +408,36 @@ def _precheck(source: Source) -> None:
     tab = text.find("\t")
     if tab >= 0:
         line = text.count("\n", 0, tab) + 1
-        col = tab - (text.rfind("\n", 0, tab) + 1) + 1
+        start = text.rfind("\n", 0, tab) + 1
+        col = tab - start + 1
+        if text[start:tab].strip(" "):
+            raise source.error(
+                "a tab character in the middle of a line; recipes use spaces",
+                ast.Pos(line, col),
+                hint="replace the tab with a space (inside a JSON string, write \\t)",
+            )
         raise source.error(
             "a tab character; recipes are indented with spaces",
             ast.Pos(line, col),
             hint="replace each tab with spaces (two per level is the house style)",
         )
+    bad = _CONTROL.search(text)
+    if bad:
+        at = bad.start()
+        line = text.count("\n", 0, at) + 1
+        col = at - (text.rfind("\n", 0, at) + 1) + 1
+        ch = bad.group()
+        if ch == "\ufeff":
+            message, hint = "a byte-order mark (U+FEFF)", "save the file as UTF-8 without a byte-order mark"
+        elif ch == "\r":
+            message, hint = "a carriage return that does not end a line", "save the file with \\n (or \\r\\n) line endings"
+        else:
+            message, hint = f"a control character (U+{ord(ch):04X})", "remove it; a recipe is plain text"
+        raise source.error(message, ast.Pos(line, col), hint=hint)
     if not text.strip() or all(not l.strip() or l.lstrip().startswith("#") for l in text.split("\n")):
-        raise RecipeError(
+        raise source.error(
             "the recipe is empty: it has no steps",
-            path=source.path,
+            ast.Pos(1, 1),
             hint="add a step, e.g. `now: time.get_current_time {\"timezone\": \"UTC\"}`",
         )
     for n, line in enumerate(text.split("\n"), 1):
@@ -431,76 +473,286 @@ _LABELS = {
     "_DEDENT": "the end of the block",
     "PERSON": "a name",
     "EQUAL": "`=`",
+    "ASK_ME": "`ask me:`",
+    "NEED": "`need: K of N`",
+    "PREVIEW": "`preview:`",
+    "CHECK": "`check:`",
+    "WITHOUT_ASKING": "`without asking`",
 }
 
+_OPTIONS = {"PREVIEW", "CHECK", "EXPIRES", "WITHOUT_ASKING"}
+_JSON_START = {"STRING", "SIGNED_NUMBER", "LBRACE", "LSQB", "TRUE", "FALSE", "NULL"}
+_STEP_LINE = re.compile(r"[ ]*([a-z_][a-z0-9_-]*)[ ]*:")
+_ACTION = re.compile(r"[A-Za-z0-9_-]+\.|write\b")
 
-def _syntax_error(source: Source, exc: UnexpectedInput) -> RecipeError:
+
+def _expected_of(exc: UnexpectedInput) -> set[str]:
+    """What the parser would have accepted, from its own table.
+
+    The contextual lexer reports only the terminals it can lex in that state,
+    which leaves out _INDENT and _DEDENT; the parse table knows them.
+    """
+    state = getattr(exc, "state", None)
+    try:
+        return {t for t in state.parse_conf.parse_table.states[state.position] if t.isupper()}
+    except (AttributeError, KeyError, TypeError):
+        return set(getattr(exc, "expected", None) or getattr(exc, "allowed", None) or ())
+
+
+def _syntax_error(source: Source, exc: UnexpectedInput, opened: list[Token] | None = None) -> RecipeError:
     line = getattr(exc, "line", None) or 1
     column = getattr(exc, "column", None) or 1
-    expected = set(getattr(exc, "expected", None) or getattr(exc, "allowed", None) or ())
+    expected = _expected_of(exc)
+    opened = opened or []
     if isinstance(exc, UnexpectedToken):
         tok = exc.token
         if tok.type == "$END":
-            return source.error("the recipe ends in the middle of a step", None, hint="finish the last line")
-        got = repr(str(tok)) if tok.type not in ("_NL", "_INDENT", "_DEDENT") else _LABELS[tok.type]
-        width = max(1, len(str(tok))) if tok.type not in ("_NL", "_INDENT", "_DEDENT") else 1
-        if tok.type == "_NL" and "\n" in str(tok):
-            # point at the end of the line, not the start of the next one
-            width = 1
-        return _explain(source, expected, got, tok.type, ast.Pos(line, column, width), str(tok))
+            header = _previous_line(source, len(source.text.split("\n")) + 1)
+            if "QUESTION" in expected:
+                return source.error("`ask me:` has no questions", header, hint="add lines like `- post to #daily?` under it")
+            if "_INDENT" in expected:
+                return source.error("this block is empty", header, hint="indent at least one item under it")
+            return source.error("the recipe ends in the middle of a step", header, hint="finish the last line")
+        if tok.type in ("_INDENT", "_DEDENT"):
+            # these borrow the newline's position; the line they open starts at its end
+            pos = ast.Pos(tok.end_line or tok.line, tok.end_column or tok.column)
+            return _explain(source, expected, "indentation" if tok.type == "_INDENT" else "end of block", tok.type, pos, "", opened)
+        if tok.type == "_NL":
+            return _explain(source, expected, "end of line", "_NL", ast.Pos(line, column), "", opened)
+        return _explain(source, expected, f"`{tok}`", tok.type, ast.Pos(line, column, max(1, len(str(tok)))), str(tok), opened)
     if isinstance(exc, UnexpectedCharacters):
         ch = source.line(line)[column - 1 : column] or "?"
-        return _explain(source, expected, repr(ch), "CHAR", ast.Pos(line, column), ch)
+        return _explain(source, expected, f"`{ch}`", "CHAR", ast.Pos(line, column), ch, opened)
     if isinstance(exc, UnexpectedEOF):
         return source.error("the recipe ends too early", None, hint="finish the last block or step")
-    return source.error(str(exc), ast.Pos(line, column))
+    return source.error("this line cannot be read", ast.Pos(line, column), hint="check it against docs/recipe-language.md")
 
 
-def _explain(source: Source, expected: set[str], got: str, got_type: str, pos: ast.Pos, text: str) -> RecipeError:
-    in_json = expected & {"STRING", "RBRACE", "RSQB", "SIGNED_NUMBER"} and not expected & {"NAME", "TOOL_ADDRESS"}
+def _previous_line(source: Source, before: int) -> ast.Pos | None:
+    """The last line before ``before`` with something other than a comment on it."""
+    for n in range(before - 1, 0, -1):
+        text = source.line(n)
+        body = _strip_comment(text).rstrip()
+        if body.strip():
+            start = len(body) - len(body.lstrip(" "))
+            return ast.Pos(n, start + 1, len(body) - start)
+    return None
+
+
+def _strip_comment(text: str) -> str:
+    m = re.search(r"(?:^|[ ])#(?:[ ]|$)", text)
+    return text[: m.start()] if m else text
+
+
+def _word_at(text: str, column: int) -> str:
+    m = re.compile(r"[^ {}\[\]\":,]+").match(text, column - 1)
+    return m.group() if m else text[column - 1 : column]
+
+
+def _explain(
+    source: Source, expected: set[str], got: str, got_type: str, pos: ast.Pos, text: str, opened: list[Token]
+) -> RecipeError:
+    line_text = source.line(pos.line)
+    indent = len(line_text) - len(line_text.lstrip(" "))
+    word = _word_at(line_text, pos.column) if got_type not in ("_NL", "_INDENT", "_DEDENT") else ""
+    wpos = ast.Pos(pos.line, pos.column, max(1, len(word)))
+    step_line = _STEP_LINE.match(line_text)
+
+    # A bracket left open on an earlier line swallows the next step.
+    if opened and opened[-1].line < pos.line and pos.column == indent + 1 and step_line:
+        return _unclosed(source, opened[-1], pos.line)
     if got_type == "_INDENT":
         return source.error(
-            "unexpected indentation", pos, hint="only the items of a block, or the options of a step, are indented"
-        )
-    if "_INDENT" in expected and got_type in ("_DEDENT", "_NL", "NAME", "TOGETHER", "THEN", "CHAR") and len(expected) <= 2:
-        return source.error(
-            "this block is empty", pos, hint="indent at least one step under the block's header line"
-        )
-    if in_json:
-        if got_type in ("RBRACE", "RSQB") and text in "}]":
-            return source.error(
-                f"malformed JSON: unexpected {got}", pos, hint="JSON does not allow a trailing comma; remove the comma before it"
-            )
-        if got == "\"'\"" or text == "'":
-            return source.error("malformed JSON: strings use double quotes", pos, hint='write "text", not \'text\'')
-        if got_type == "NAME" or (got_type == "CHAR" and text.isalpha()):
-            return source.error(
-                f"malformed JSON: unexpected {got}", pos, hint='JSON keys and text values are quoted: "key": "value"'
-            )
-        return source.error(
-            f"malformed JSON: unexpected {got}", pos, hint="expected " + _expected_text(expected) + "; check commas and quotes"
-        )
-    if expected == {"COLON"} or ("COLON" in expected and got_type not in ("COLON",) and len(expected) <= 2):
-        return source.error(f"expected `:` here, not {got}", pos, hint="a step is written `name: server.tool {...}`")
-    if "TOOL_ADDRESS" in expected:
-        return source.error(
-            f"expected a tool address or `write ...`, not {got}",
+            "this line is indented more than the one before it, which opens no block",
             pos,
+            hint="indent only the items of a block (`together:`, `then:`, `ask me:`) and a step's options; "
+            "otherwise line it up with the line above",
+        )
+    if got_type == "CHAR" and (not text.isprintable() or text.isspace()):
+        import unicodedata
+
+        label = unicodedata.name(text, "")
+        return source.error(
+            f"unexpected character U+{ord(text):04X}" + (f" ({label})" if label else ""),
+            pos,
+            hint="retype it as a plain space" if text.isspace() else "remove it",
+        )
+    if opened:
+        return _explain_json(source, expected, got, got_type, pos, text, word, wpos, opened)
+    # `ask me:` and its questions
+    if re.match(r"[ ]*ask[ ]+me[ ]*:[ ]*[^ #]", line_text) and pos.column > line_text.index(":") + 1:
+        return source.error(
+            "a question goes on its own line under `ask me:`",
+            pos,
+            hint=f"write `ask me:`, then `- {_strip_comment(line_text[line_text.index(':') + 1 :]).strip()}` on the next line",
+        )
+    if "QUESTION" in expected and expected <= {"QUESTION", "_INDENT", "_NL"}:
+        if text.startswith("-") or line_text.lstrip().startswith("-"):
+            return source.error(
+                "a question is written `- question`, with a space after the dash",
+                ast.Pos(pos.line, indent + 1),
+                hint="e.g. `- post to #daily?`",
+            )
+        return source.error(
+            "`ask me:` has no questions",
+            _previous_line(source, pos.line) or pos,
+            hint="add lines like `- post to #daily?` under it, at the same indentation as `ask me:` or deeper",
+        )
+    if expected == {"_INDENT"}:
+        header = _previous_line(source, pos.line) or pos
+        what = "`inputs:` lists no inputs" if source.line(header.line).lstrip().startswith("inputs") else "this block is empty"
+        return source.error(what, header, hint="indent at least one item under it")
+    # a reserved word used as a step name: `then: slack.post {...}`
+    if step_line and step_line.start(1) < pos.column <= len(line_text):
+        from .lower import RESERVED
+
+        rest = line_text[step_line.end() :].lstrip(" ")
+        if step_line.group(1) in RESERVED and _ACTION.match(rest):
+            name = step_line.group(1)
+            return source.error(
+                f"`{name}` is a reserved word and cannot name a step",
+                ast.Pos(pos.line, step_line.start(1) + 1, len(name)),
+                hint="choose another name" + (f"; `{name}:` alone on a line starts a block" if name in ("together", "then") else ""),
+            )
+    # a name that is not a name: `Post:`, `café:`
+    first = re.match(r"([ ]*)([^ :={\"#]+)[ ]*[:=]", line_text)
+    if first and not _NAME.match(first.group(2)) and pos.column <= first.end(2) + 1 and ("NAME" in expected or "COLON" in expected or "EQUAL" in expected):
+        name = first.group(2)
+        lower = name.lower()
+        return source.error(
+            f"`{name}` is not a valid name",
+            ast.Pos(pos.line, len(first.group(1)) + 1, len(name)),
+            hint="names are lower case letters, digits, _ and -, starting with a letter or _"
+            + (f": write `{lower}`" if _NAME.match(lower) else ""),
+        )
+    if "PERSON" in expected or re.match(r"[ ]*approvers[ ]*:", line_text):
+        return source.error(
+            f"unexpected {got} in the list of approvers",
+            pos if got_type == "_NL" else wpos,
+            hint="write e.g. `approvers: ana, bruno` (names separated by commas)",
+        )
+    if re.match(r"[ ]*need[ ]*:", line_text):
+        return source.error(
+            f"unexpected {got} in a join rule",
+            pos if got_type == "_NL" else wpos,
+            hint="a join rule is written `need: K of N`, e.g. `need: 2 of 3`",
+        )
+    if "DURATION" in expected:
+        if got_type == "_NL":
+            return source.error("a duration is missing", pos, hint="write e.g. 15m, 90s, 2h or 1d")
+        return source.error(
+            f"`{word}` is not a duration", wpos, hint="write a whole number and a unit, s, m, h or d: e.g. 90s, 15m, 2h, 1d"
+        )
+    if "TOOL_ADDRESS" in expected:
+        if word == "write":
+            return source.error(
+                "a write step needs a description of what to write",
+                wpos,
+                hint="write e.g. `briefing: write a morning briefing from {calendar, mail}`",
+            )
+        if got_type == "_NL":
+            return source.error(
+                "this step has no action", pos, hint="write `name: server.tool {...}` or `name: write ... from {...}`"
+            )
+        if got_type == "LBRACE":
+            return source.error("the tool address is missing before the arguments", pos, hint="write `name: server.tool {...}`")
+        return source.error(
+            f"`{word}` is not a tool address",
+            wpos,
             hint="a tool is addressed as `server.tool` (lower-case server; tool may use - and _), e.g. `slack.slack_post_message`",
         )
+    if "LBRACE" in expected and got_type in _JSON_START:
+        return source.error(
+            "tool arguments are one JSON object in braces", pos, hint='write e.g. {"query": "x"}'
+        )
+    if "STRING" in expected and (expected & _JSON_START) != {"STRING"}:
+        return source.error(
+            f"expected a JSON value, not {got}",
+            wpos,
+            hint='an input\'s default is written as in JSON: quote text ("hello"); numbers, true, false, null, lists and objects as they are',
+        )
+    if "STRING" in expected:
+        return source.error(
+            f"expected a quoted title, not {got}", wpos if word else pos, hint='write e.g. recipe "Morning briefing"'
+        )
+    if expected & _OPTIONS and got_type not in _OPTIONS:
+        return source.error(
+            f"`{word.rstrip(':')}` is not a step option" if word else f"unexpected {got} among the step's options",
+            wpos,
+            hint="a step's indented lines are its options: preview:, check:, expires:, without asking (or don't ask); "
+            "a next step goes at the step's own indentation",
+        )
+    if "COLON" in expected and got_type != "COLON":
+        if re.match(r"[ ]*(together|then)\b", line_text):
+            return source.error(
+                f"expected `:` here, not {got}", pos, hint="a block starts with `together:` or `then:`, optionally named: `together sources:`"
+            )
+        return source.error(f"expected `:` here, not {got}", pos, hint="a step is written `name: server.tool {...}`")
     if "NAME" in expected and got_type == "CHAR":
         return source.error(
             f"unexpected {got}",
             pos,
             hint="a step name is lower case ([a-z_][a-z0-9_-]*), then `:`; blocks start with `together:`, `then:` or `ask me:`",
         )
-    if "_NL" in expected and got_type in ("CHAR", "NAME", "TOOL_ADDRESS", "STRING"):
+    if "_NL" in expected and got_type not in ("_NL", "_DEDENT"):
+        after = "after the end of the step" if step_line else "at the end of the line"
         return source.error(
-            f"unexpected {got} after the end of the step",
-            pos,
-            hint="tool arguments are one JSON object in braces; anything else on the line must be a `# comment`",
+            f"unexpected {got} {after}",
+            wpos,
+            hint="tool arguments are one JSON object in braces; anything else on the line must be a `# comment`"
+            if step_line
+            else "anything else on the line must be a `# comment` (`#` and a space)",
         )
     return source.error(f"unexpected {got}", pos, hint="expected " + _expected_text(expected))
+
+
+def _explain_json(
+    source: Source, expected, got, got_type, pos: ast.Pos, text: str, word: str, wpos: ast.Pos, opened: list[Token]
+) -> RecipeError:
+    line_text = source.line(pos.line)
+    before = line_text[: pos.column - 1].rstrip(" ")
+    prev = before[-1:] if before else ""
+    if text == "'":
+        return source.error("malformed JSON: strings use double quotes", pos, hint='write "text", not \'text\'')
+    if text == '"':
+        return source.error(
+            "malformed JSON: this string is never closed",
+            pos,
+            hint='close it with `"` on the same line; a JSON string cannot span lines (write \\n for a line break)',
+        )
+    if got_type in ("RBRACE", "RSQB"):
+        opener = opened[-1]
+        if (text == "}") != (opener == "{"):
+            return source.error(
+                f"malformed JSON: this `{text}` does not close the `{opener}` on line {opener.line}, column {opener.column}",
+                pos,
+                hint=f"close the `{opener}` with `{'}' if opener == '{' else ']'}` first",
+            )
+        if prev == ",":
+            return source.error(
+                f"malformed JSON: a comma before `{text}`", pos, hint="JSON does not allow a trailing comma; remove it"
+            )
+        if prev == ":":
+            return source.error("malformed JSON: a value is missing after `:`", pos, hint='write "key": value')
+    if "COLON" in expected and "COMMA" not in expected:
+        return source.error("malformed JSON: expected `:` after the key", pos, hint='write "key": value')
+    if got_type == "SIGNED_NUMBER" and prev.isdigit() and before.endswith("0"):
+        return source.error("malformed JSON: a number cannot start with 0", pos, hint="write 1, not 01 (or quote it as text)")
+    if "COMMA" in expected and got_type in _JSON_START:
+        return source.error(
+            f"malformed JSON: a `,` is missing before {got}", pos, hint="separate the items of an object or a list with commas"
+        )
+    if word and (word[:1].isalpha() or word[:1] == "_"):
+        if word.lower() in ("true", "false", "null", "none"):
+            hint = "JSON writes true, false and null, in lower case"
+        elif word.lower() in ("nan", "infinity", "inf"):
+            hint = "JSON numbers are finite; quote it as text"
+        else:
+            hint = 'JSON keys and text values are quoted: "key": "value"'
+        return source.error(f"malformed JSON: unexpected `{word}`", wpos, hint=hint)
+    return source.error(
+        f"malformed JSON: unexpected {got}", pos, hint="expected " + _expected_text(expected) + "; check commas and quotes"
+    )
 
 
 def _expected_text(expected: set[str]) -> str:

@@ -38,8 +38,13 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "reset":
         print(db.reset(args.db))
     else:
-        json.dump(db.calls(db.ensure_seeded(args.db), tool=args.tool, server=args.server), sys.stdout, indent=2)
-        print()
+        text = json.dumps(db.calls(db.ensure_seeded(args.db), tool=args.tool, server=args.server), indent=2)
+        try:
+            print(text)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            # Piped into `head` and friends: stop quietly, as other CLI tools do.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 

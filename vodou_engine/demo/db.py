@@ -630,7 +630,13 @@ def _require_channel(conn: sqlite3.Connection, channel: str) -> sqlite3.Row:
 
 
 def search_chat(conn: sqlite3.Connection, query: str) -> list[ChatMessage]:
-    """Case-insensitive substring match over every channel, oldest first."""
+    """Case-insensitive substring match over every channel, oldest first.
+
+    ``mentions:NAME`` is Slack's search operator for messages that mention
+    ``@NAME``; it is translated so the seed recipe's query finds something.
+    """
+    if query.lower().startswith("mentions:"):
+        query = "@" + query.split(":", 1)[1].strip().lstrip("@")
     pattern = "%" + query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
     rows = conn.execute(
         "SELECT * FROM chat WHERE text LIKE ? ESCAPE '\\' ORDER BY seq", (pattern,)

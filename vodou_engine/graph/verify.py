@@ -62,7 +62,7 @@ def verify(plan: Plan, policy: Policy | None = None, *, path: str | None = None)
                     "a join waits for K of its N items, 1 <= K <= N",
                     path,
                 )
-            if node.need < node.of and len(node.members) != node.of:
+            if len(node.members) != node.of:
                 raise _err(PlanError, f"join `{node.id}` lists members for {len(node.members)} of {node.of} items", node, "recompile the recipe", path)
     gates: dict[str, list[ApprovalNode]] = {}
     for node in plan.nodes:

@@ -809,5 +809,5 @@ def newer_store_error(location: str, found: int, known: int) -> StoreError:
     return StoreError(
         f"the store at {location} has schema version {found}, newer than this vodou_engine understands "
         f"(up to {known}); nothing was changed",
-        hint="upgrade vodou_engine, or point VODOU_STORE at another store",
+        hint="upgrade vodou_engine, or point --store or VODOU_STORE at another store",
     )

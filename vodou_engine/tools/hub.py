@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
@@ -86,7 +85,7 @@ class ToolResult(msgspec.Struct):
 
 
 class _Server:
-    """One running server as the hub sees it; owned and closed by its owner task."""
+    """A running server; callers only read it, its owner task alone closes it."""
 
     def __init__(self, name: str, config: ServerConfig, stderr: IO[bytes]):
         self.name = name
@@ -208,7 +207,10 @@ async def _list_all_tools(session: ClientSession) -> list[Tool]:
 
 
 class Hub:
-    """Open sessions to the servers of one run; obtained from :func:`open_hub`."""
+    """One session per server for a whole run, so steps never pay a server's start-up twice.
+
+    Obtained from :func:`open_hub`, which owns the sessions' lifetimes.
+    """
 
     def __init__(self, configs: Mapping[str, ServerConfig], names: list[str], start_timeout: float):
         self._configs = dict(configs)
@@ -217,7 +219,8 @@ class Hub:
         self._servers: dict[str, _Server] = {}
         self._closed = False
         self.started_in: dict[str, float] = {}
-        """Seconds each server took from spawn to a complete tool listing."""
+        """Seconds from spawn to a complete tool listing, per server: start-up is the
+        dominant fixed cost of a run, so it is reported separately from call times."""
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -271,8 +274,9 @@ class Hub:
             if exc.code == CONNECTION_CLOSED:
                 raise self._dead(srv, f"the connection closed during {tool}") from exc
             if exc.code == REQUEST_TIMEOUT:
+                within = f" within {timeout:g} s" if timeout is not None else ""
                 raise ToolError(
-                    f"{server}.{tool} did not answer within {timeout:g} s; the request was cancelled",
+                    f"{server}.{tool} did not answer{within}; the request was cancelled",
                     hint="raise the step's timeout, or check the server",
                 ) from exc
             return ToolResult(
@@ -283,7 +287,7 @@ class Hub:
         except Exception as exc:
             # Output-schema mismatch, an input_required/extension result we did not
             # ask for, or a reply that does not parse: the call produced nothing usable.
-            raise ToolError(f"{server}.{tool} returned a result that cannot be used: {exc}") from exc
+            raise ToolError(f"{server}.{tool} failed without a usable result: {exc}") from exc
         return _to_result(result, time.perf_counter() - started)
 
     # -- internals ----------------------------------------------------------
@@ -357,7 +361,9 @@ class Hub:
         return err
 
     async def _own(self, name: str, config: ServerConfig, *, task_status: trio.TaskStatus[_Server]) -> None:
-        """Run one server from spawn to exit; hand its session out once it has listed its tools."""
+        """Enters and leaves the server's session in this one task (see the module docstring)."""
+        import tempfile
+
         from mcp.client.session import ClientSession
         from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
 

@@ -1,0 +1,206 @@
+"""What a person reads: the plan card, the approval card, the run timeline.
+
+The plan card mirrors the graph, not the recipe text: a ⚠ row exists exactly
+when the graph has an approval node for that step, so the warning and the
+gate cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from .plan import ApprovalNode, JoinNode, Plan, QuestionNode, ToolNode, WriteNode
+
+RISK_STYLE = {"read": "green", "write": "yellow", "critical": "bold red"}
+
+
+@dataclass
+class ToolStatus:
+    """What a live server said about a step's tool: present, or the closest name."""
+
+    exists: bool
+    note: str = ""
+
+
+def groups(plan: Plan) -> tuple[dict[str, list[str]], dict[str, int]]:
+    """For each node: the joins whose items contain it (outermost first), and its depth."""
+    inside: dict[str, list[str]] = {}
+    for node in plan.nodes:
+        if isinstance(node, JoinNode):
+            for item in node.members:
+                for member in item:
+                    inside.setdefault(member, []).insert(0, node.id)
+    return inside, {k: len(v) for k, v in inside.items()}
+
+
+def plan_rows(plan: Plan, status: Mapping[str, ToolStatus] | None = None, writer: str = "offline writer") -> list[tuple]:
+    """Rows of (indent, label, step, address, risk, why, gated) in execution order."""
+    status = status or {}
+    index = plan.index()
+    approvals = {n.step: n for n in plan.nodes if isinstance(n, ApprovalNode)}
+    inside, depth = groups(plan)
+    rows: list[tuple] = []
+    opened: set[str] = set()
+    first_member = {}
+    for node in plan.nodes:
+        if isinstance(node, JoinNode):
+            for item in node.members:
+                for m in item:
+                    first_member.setdefault(node.id, m)
+                    break
+                break
+    # a together header goes right before its first member node
+    headers: dict[str, list[JoinNode]] = {}
+    for jid, m in first_member.items():
+        headers.setdefault(m, []).append(index[jid])
+    after_join = False
+    for node in plan.nodes:
+        d = depth.get(node.id, 0)
+        for join in sorted(headers.get(node.id, []), key=lambda j: depth.get(j.id, 0)):
+            if join.id not in opened:
+                opened.add(join.id)
+                name = f" {join.block}" if join.block else ""
+                rows.append((depth.get(join.id, 0), "together" + name, "they don't need each other, so they run at the same time", None, None, None, False))
+        if isinstance(node, JoinNode):
+            rule = f"needs {node.need} of {node.of}" if node.need < node.of else f"waits for all {node.of}"
+            extra = "; the rest are cancelled" if node.need < node.of else ""
+            rows.append((d, "join", rule + extra, None, None, None, False))
+            after_join = True
+            continue
+        if isinstance(node, ApprovalNode):
+            continue
+        if after_join and d == 0:
+            rows.append((0, "then", "", None, None, None, False))
+            after_join = False
+        if isinstance(node, ToolNode):
+            gated = node.id in approvals
+            st = status.get(node.id)
+            addr = f"{node.server}·{node.tool}"
+            if st is not None and not st.exists:
+                addr = f"✗ {addr}  {st.note}"
+            why = node.risk_source
+            if node.without_asking:
+                why += "; WITHOUT ASKING"
+            gate = approvals.get(node.id)
+            if gate is not None and gate.question:
+                why += f'; asks "{gate.question}"'
+            rows.append((d, None, node.id, addr, node.risk, why, gated))
+            for ref, what in ((node.preview, "preview"), (node.check, "check")):
+                if ref is not None:
+                    st = status.get(f"{node.id}#{what}")
+                    raddr = f"{ref.server}·{ref.tool}"
+                    if st is not None and not st.exists:
+                        raddr = f"✗ {raddr}  {st.note}"
+                    rows.append((d + 1, None, f"↳ {what}", raddr, ref.risk, ref.risk_source, False))
+        elif isinstance(node, WriteNode):
+            src = f" from {', '.join(node.inputs)}" if node.inputs else ""
+            rows.append((d, None, node.id, f"write{src}", "read", f'"{node.prompt}" ({writer})', False))
+        elif isinstance(node, QuestionNode):
+            rows.append((d, "ask", f'"{node.text}" — the run stops here until you answer yes', None, None, None, False))
+    return rows
+
+
+def plan_card(plan: Plan, *, source: str | None = None, status: Mapping[str, ToolStatus] | None = None, writer: str = "offline writer", servers_note: str | None = None):
+    """The card a person approves the plan from (a rich renderable)."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    title = Text.assemble(("Here is how this would run: ", "bold"), (plan.recipe.name, "bold cyan"))
+    if source:
+        title.append(f"  ({source})", style="dim")
+    table = Table(box=None, show_header=False, pad_edge=False, padding=(0, 1))
+    table.add_column("", no_wrap=True)
+    table.add_column("", no_wrap=True)
+    table.add_column("", no_wrap=True)
+    table.add_column("")
+    for indent, label, step, addr, risk, why, gated in plan_rows(plan, status, writer):
+        pad = "  " * indent
+        if label is not None:
+            table.add_row(Text(pad + label, style="bold magenta"), Text(step or "", style="italic"), "", "")
+            continue
+        mark = "⚠ " if gated else "  "
+        step_text = Text(pad + mark + step, style="bold yellow" if gated else "")
+        addr_text = Text(addr, style="red" if addr.startswith("✗") else "cyan")
+        risk_text = Text(risk or "", style=RISK_STYLE.get(risk or "", ""))
+        why_text = Text(why or "", style="bold red" if "WITHOUT ASKING" in (why or "") else "dim")
+        table.add_row(step_text, addr_text, risk_text, why_text)
+    notes = []
+    approvals = [n for n in plan.nodes if isinstance(n, ApprovalNode)]
+    index = plan.index()
+    for gate in approvals:
+        step = index[gate.step]
+        notes.append(
+            Text.assemble(
+                ("⚠ ", "bold yellow"),
+                (f"{step.server}·{step.tool}", "bold"),
+                f" {'cannot be undone' if step.risk == 'critical' else 'changes something outside vodou'}, so the run will stop and ask before `{step.id}` runs. ",
+                ("Write `without asking` under the step to opt out.", "dim"),
+            )
+        )
+    for node in plan.nodes:
+        if isinstance(node, ToolNode) and node.without_asking:
+            notes.append(Text(f"✗ `{node.id}` ({node.server}·{node.tool}, {node.risk}) will run WITHOUT ASKING.", style="bold red"))
+    if servers_note:
+        notes.append(Text(servers_note, style="dim"))
+    notes.append(Text(f"plan {plan.fingerprint[:19]}…", style="dim"))
+    return Group(title, table, Text(""), *notes)
+
+
+def approval_card_text(
+    *, run_id: str, step: ToolNode | None, question: str | None, payload: Any, fingerprint: str, preview: Any = None, expires_at: float | None = None, approvers: list[str] | None = None
+) -> str:
+    """The exact text shown at an approval; stored with the approval for the audit log."""
+    import json
+    import time
+
+    lines = []
+    if step is not None:
+        lines.append(f"⚠ {step.id}: {step.server}·{step.tool}  ({step.risk}: {step.risk_source})")
+    if question:
+        lines.append(f"question: {question}")
+    if step is not None:
+        lines.append("payload (frozen; exactly this runs if approved):")
+        lines.extend("  " + l for l in json.dumps(payload, indent=2, ensure_ascii=False, sort_keys=True).splitlines())
+    if preview is not None:
+        lines.append("preview:")
+        lines.extend("  " + l for l in json.dumps(preview, indent=2, ensure_ascii=False, sort_keys=True, default=str).splitlines())
+    lines.append(f"fingerprint: {fingerprint}")
+    if expires_at is not None:
+        lines.append("expires: " + time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(expires_at)))
+    if approvers:
+        lines.append("approvers: " + ", ".join(approvers))
+    lines.append(f"run: {run_id}")
+    return "\n".join(lines)
+
+
+def mermaid(plan: Plan) -> str:
+    """The graph as a Mermaid flowchart, for READMEs."""
+    ids = {n.id: f"n{i}" for i, n in enumerate(plan.nodes)}
+    out = ["flowchart TD"]
+    for n in plan.nodes:
+        k = ids[n.id]
+        if isinstance(n, ToolNode):
+            label = f"{n.id}<br/>{n.server}·{n.tool}<br/>{n.risk}"
+            out.append(f'  {k}["{_esc(label)}"]')
+        elif isinstance(n, WriteNode):
+            out.append(f'  {k}(["{_esc(n.id)}<br/>write"])')
+        elif isinstance(n, JoinNode):
+            out.append(f'  {k}{{"{_esc(n.id)}<br/>{n.need} of {n.of}"}}')
+        elif isinstance(n, ApprovalNode):
+            out.append(f'  {k}[/"⚠ approve {_esc(n.step)}"/]')
+        elif isinstance(n, QuestionNode):
+            out.append(f'  {k}[/"ask: {_esc(n.text)}"/]')
+        for need in n.needs:
+            out.append(f"  {ids[need]} --> {k}")
+    for n in plan.nodes:
+        if isinstance(n, ApprovalNode):
+            out.append(f"  style {ids[n.id]} fill:#ffe08a")
+        elif isinstance(n, ToolNode) and n.risk != "read":
+            out.append(f"  style {ids[n.id]} stroke:#d33,stroke-width:2px")
+    return "\n".join(out) + "\n"
+
+
+def _esc(s: str) -> str:
+    return s.replace('"', "#quot;")

@@ -1,0 +1,72 @@
+"""Plan a recipe against live servers: list their tools, never call one.
+
+``recipe plan`` (online) and ``recipe run`` both resolve every step's
+``server.tool`` here first, so a wrong address or a missing server is seen
+while it is free to fix, and MCP annotations can raise a tool's risk.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Mapping
+
+from .cards import ToolStatus
+from .plan import Plan, ToolNode
+from .policy import Hints, hints_from
+
+
+def servers_of(plan: Plan) -> list[str]:
+    names: list[str] = []
+    for node in plan.nodes:
+        if isinstance(node, ToolNode):
+            names.append(node.server)
+            for ref in (node.preview, node.check):
+                if ref is not None:
+                    names.append(ref.server)
+    return list(dict.fromkeys(names))
+
+
+def resolve(plan: Plan, configured: Mapping[str, object], tools: Mapping[str, Mapping[str, object]]) -> tuple[dict[str, ToolStatus], dict[str, Hints | None]]:
+    """Per step: does its tool exist (else the closest real name); and annotations as hints."""
+    status: dict[str, ToolStatus] = {}
+    hints: dict[str, Hints | None] = {}
+
+    def one(key: str, server: str, tool: str) -> None:
+        if server not in configured:
+            near = difflib.get_close_matches(server, list(configured), n=1)
+            note = f"server `{server}` is not configured" + (f"; did you mean `{near[0]}`?" if near else "")
+            status[key] = ToolStatus(False, note)
+            return
+        listed = tools.get(server, {})
+        if tool not in listed:
+            near = difflib.get_close_matches(tool, list(listed), n=1, cutoff=0.4)
+            note = f"no tool `{tool}` on {server}" + (f"; closest: {server}.{near[0]}" if near else "")
+            status[key] = ToolStatus(False, note)
+            return
+        status[key] = ToolStatus(True)
+        hints[f"{server}.{tool}"] = hints_from(listed[tool])
+
+    for node in plan.nodes:
+        if isinstance(node, ToolNode):
+            one(node.id, node.server, node.tool)
+            if node.preview is not None:
+                one(f"{node.id}#preview", node.preview.server, node.preview.tool)
+            if node.check is not None:
+                one(f"{node.id}#check", node.check.server, node.check.tool)
+    return status, hints
+
+
+async def list_tools(servers: Mapping[str, object], names: list[str]) -> tuple[dict[str, dict], dict[str, str]]:
+    """Start the configured ones of ``names`` in parallel; list tools; close them."""
+    from .errors import ToolError
+    from .tools.hub import open_hub
+
+    wanted = [n for n in names if n in servers]
+    if not wanted:
+        return {}, {}
+    async with open_hub(servers, wanted) as hub:
+        return {n: hub.tools(n) for n in wanted}, {}
+
+
+def missing(status: Mapping[str, ToolStatus]) -> list[str]:
+    return [k for k, v in status.items() if not v.exists]

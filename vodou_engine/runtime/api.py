@@ -1,0 +1,246 @@
+"""Start, drive, decide: the public runtime API the CLI is a thin layer over.
+
+A run is driven by exactly one process at a time: driving starts with a
+compare-and-set of the run's state to ``running`` and ends with one to
+``parked`` or a final state. The park is checked in the same transaction as
+the approvals, so an approval given by another process while this one was
+driving is never lost: either this driver sees it and goes on, or the run is
+already parked and the approving process takes it over.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import secrets
+import time
+from typing import Any, Callable
+
+import msgspec
+
+from ..errors import RefusedError, UsageError
+from ..plan import ApprovalNode, Plan, QuestionNode, ToolNode, encode_plan
+from ..policy import BUILTIN_SERVER, Policy
+from .engine import Engine, Outcome, check_stored_plan
+
+
+def os_user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # pragma: no cover - no passwd entry in some containers
+        return os.environ.get("USER", "unknown")
+
+
+def new_run_id() -> str:
+    return time.strftime("r%Y%m%d-%H%M%S-", time.gmtime()) + secrets.token_hex(3)
+
+
+def resolve_inputs(plan: Plan, given: dict[str, Any]) -> dict[str, Any]:
+    known = {i.name: i for i in plan.inputs}
+    for name in given:
+        if name not in known:
+            import difflib
+
+            near = difflib.get_close_matches(name, list(known), n=1)
+            raise UsageError(
+                f"the recipe has no input `{name}`",
+                hint=(f"did you mean `{near[0]}`? " if near else "") + f"inputs: {', '.join(known) or 'none'}",
+            )
+    values = {}
+    for name, decl in known.items():
+        if name in given:
+            values[name] = given[name]
+        elif decl.required:
+            raise UsageError(f"the recipe needs the input `{name}`", hint=f"run it with --set {name}=VALUE")
+        else:
+            values[name] = decl.default
+    return values
+
+
+def servers_needed(plan: Plan, done: Callable[[str], bool] = lambda _: False) -> list[str]:
+    names = []
+    for n in plan.nodes:
+        if isinstance(n, ToolNode) and not done(n.id):
+            for srv in (n.server, n.preview and n.preview.server, n.check and n.check.server):
+                if srv and srv != BUILTIN_SERVER:
+                    names.append(srv)
+    return list(dict.fromkeys(names))
+
+
+async def _in_thread(fn, *args, **kwargs):
+    import trio
+
+    return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+
+
+async def start_run(
+    plan: Plan,
+    *,
+    store: Any,
+    servers: dict | None,
+    inputs: dict[str, Any] | None = None,
+    actor: str | None = None,
+    recipe_path: str | None = None,
+    policy: Policy | None = None,
+    model: str | None = None,
+    hub: Any = None,
+    on_change=None,
+    run_id: str | None = None,
+) -> Outcome:
+    """Store a new run of a verified plan and drive it until it ends or parks."""
+    values = resolve_inputs(plan, inputs or {})
+    run_id = run_id or new_run_id()
+    actor = actor or os_user()
+    await _in_thread(
+        store.create_run,
+        run_id,
+        recipe_name=plan.recipe.name,
+        recipe_path=os.path.abspath(recipe_path) if recipe_path else None,
+        source_sha256=plan.recipe.source_sha256,
+        plan_json=encode_plan(plan).decode(),
+        plan_fingerprint=plan.fingerprint,
+        inputs_json=msgspec.json.encode(values).decode(),
+        started_by=actor,
+        state="running",
+    )
+    await _in_thread(store.append_event, run_id, "started", actor=actor, data_json=msgspec.json.encode({"pid": os.getpid()}).decode())
+    return await _drive(run_id, plan, store=store, servers=servers, policy=policy, model=model, hub=hub, on_change=on_change)
+
+
+async def drive_run(
+    run_id: str,
+    *,
+    store: Any,
+    servers: dict | None,
+    policy: Policy | None = None,
+    model: str | None = None,
+    on_change=None,
+    take_over: bool = False,
+) -> Outcome:
+    """Resume a parked run from the store (any process)."""
+    from ..graph.verify import verify
+
+    run = await _in_thread(store.get_run, run_id)
+    if run.state in ("succeeded", "failed", "declined", "cancelled"):
+        return Outcome(run_id, run.state, [], run.error)
+    plan = check_stored_plan(run.plan_json, run.plan_fingerprint)
+    verify(plan, policy or Policy())
+    expected = ("parked", "running") if take_over else ("parked",)
+    won = await _in_thread(store.set_run_state, run_id, "running", expected=expected)
+    if not won:
+        raise RefusedError(
+            f"run {run_id} is being driven by another process right now; nothing else was done",
+            hint="it will pick up any decision already made; `recipe show RUN` shows its progress",
+        )
+    await _in_thread(store.append_event, run_id, "resumed", data_json=msgspec.json.encode({"pid": os.getpid()}).decode())
+    await _in_thread(store.mark_unknown, run_id)
+    return await _drive(run_id, plan, store=store, servers=servers, policy=policy, model=model, on_change=on_change, restore=True, run=run)
+
+
+async def _drive(run_id, plan, *, store, servers, policy, model, hub=None, on_change=None, restore=False, run=None) -> Outcome:
+    from contextlib import AsyncExitStack
+
+    policy = policy or Policy()
+    if run is None:
+        run = await _in_thread(store.get_run, run_id)
+    engine = Engine(
+        plan=plan,
+        run_id=run_id,
+        store=store,
+        policy_digest=policy.digest,
+        model=model or plan.options.model or os.environ.get("VODOU_MODEL"),
+        approvers=list(plan.options.approvers) or [run.started_by],
+        recipe_path=run.recipe_path,
+        on_change=on_change,
+    )
+    engine.inputs = msgspec.json.decode(run.inputs_json)
+    if restore:
+        nodes = await _in_thread(store.get_nodes, run_id)
+        effects = {e.step: e for e in await _in_thread(store.effects, run_id)}
+        engine.restore(nodes, effects)
+    async with AsyncExitStack() as stack:
+        needed = servers_needed(plan, lambda nid: engine.state[nid] == "succeeded")
+        if hub is None and needed:
+            from ..servers import unknown_server_error
+            from ..tools.hub import open_hub
+
+            for name in needed:
+                if servers is None or name not in servers:
+                    raise unknown_server_error(name, servers or {})
+            hub = await stack.enter_async_context(open_hub(servers, needed))
+        engine.hub = hub
+        while True:
+            verdict = await engine.drive()
+            if verdict != "parked":
+                break
+            woken = await _in_thread(_park_or_wake, store, run_id, engine)
+            if not woken:
+                break
+            for nid in woken:
+                engine.state[nid] = "pending"
+    if verdict != "parked":
+        err = next((f"{k}: {v}" for k, v in engine.errors.items() if engine.state[k] == "failed"), None) if verdict == "failed" else None
+        await _in_thread(store.set_run_state, run_id, verdict, expected=("running",), error=err)
+        await _in_thread(store.append_event, run_id, verdict)
+    pending = await _in_thread(store.pending_approvals, run_id)
+    outcome = Outcome(run_id, verdict, pending, None)
+    outcome.engine = engine
+    return outcome
+
+
+def _park_or_wake(store, run_id: str, engine: Engine) -> list[str]:
+    """In one transaction: park, unless a waiting gate was decided meanwhile."""
+    waiting = [nid for nid, s in engine.state.items() if s == "waiting"]
+    with store.transaction():
+        latest: dict[str, Any] = {}
+        for a in store.approvals(run_id):
+            if a.node_id in waiting and (a.node_id not in latest or a.asked_at > latest[a.node_id].asked_at):
+                latest[a.node_id] = a
+        woken = [nid for nid, a in latest.items() if a.state in ("approved", "rejected")]
+        if woken:
+            return woken
+        store.set_run_state(run_id, "parked", expected=("running",))
+        store.append_event(run_id, "parked", data_json=msgspec.json.encode({"waiting": waiting}).decode())
+    return []
+
+
+def find_approval(store, run_id: str, step: str | None):
+    """The pending approval a person means by RUN [STEP]."""
+    run = store.get_run(run_id)
+    pending = store.pending_approvals(run_id)
+    if step is not None:
+        mine = [a for a in pending if a.step == step or a.node_id == step]
+        if mine:
+            return run, max(mine, key=lambda a: a.asked_at)
+        every = [a for a in store.approvals(run_id) if a.step == step or a.node_id == step]
+        if every:
+            from ..store.base import describe_decision
+
+            from ..errors import AlreadyDecidedError
+
+            last = max(every, key=lambda a: a.asked_at)
+            raise AlreadyDecidedError(
+                f"{describe_decision(last)}; nothing was changed",
+                hint="`recipe show RUN` lists the run's approvals" + ("; `recipe resume RUN` asks again" if last.state == "expired" else ""),
+            )
+        steps = sorted({a.step for a in store.approvals(run_id)})
+        raise RefusedError(
+            f"run {run_id} has no approval for step `{step}`; nothing was changed",
+            hint=f"steps with approvals: {', '.join(steps) or 'none'}",
+        )
+    if not pending:
+        raise RefusedError(
+            f"run {run_id} has no approval waiting (it is {run.state}); nothing was changed",
+            hint="`recipe show RUN` shows its state",
+        )
+    if len(pending) > 1:
+        raise UsageError(
+            f"run {run_id} has {len(pending)} approvals waiting: {', '.join(a.step for a in pending)}",
+            hint=f"name one: `recipe approve {run_id} STEP`",
+        )
+    return run, pending[0]
+
+
+def decide(store, approval_id: str, decision: str, *, actor: str, reason: str | None = None):
+    state = {"approve": "approved", "reject": "rejected"}[decision]
+    return store.decide(approval_id, state, by=actor, reason=reason)

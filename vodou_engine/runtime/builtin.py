@@ -1,0 +1,35 @@
+"""Built-in tools, addressed as ``vodou.TOOL``: blocking work on real threads.
+
+They exist so a recipe (and the benchmark) can hold blocking Python work
+without a server: ``vodou.sleep`` blocks its thread like a sync SDK call
+would, and must run off the trio thread; ``noop`` and ``echo`` do no work at
+all and run inline, which measures the engine's own cost per step.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+
+def sleep(args: dict[str, Any]) -> dict[str, Any]:
+    ms = float(args.get("ms", 0))
+    started = time.time()
+    time.sleep(ms / 1000.0)
+    return {"label": args.get("label", ""), "ms": ms, "started": started, "ended": time.time()}
+
+
+def noop(args: dict[str, Any]) -> dict[str, Any]:
+    return {}
+
+
+def echo(args: dict[str, Any]) -> Any:
+    return args.get("value", args)
+
+
+# name -> (function, blocking: runs on a worker thread)
+TOOLS: dict[str, tuple[Callable[[dict[str, Any]], Any], bool]] = {
+    "sleep": (sleep, True),
+    "noop": (noop, False),
+    "echo": (echo, False),
+}

@@ -1,0 +1,457 @@
+"""The trio runtime: walks a verified graph, parks at approvals, resumes.
+
+Every ready node starts at once in one nursery. MCP calls go through the hub
+(many in flight per session); blocking work goes to real threads through an
+explicit CapacityLimiter and is abandoned, never waited for, when a quorum
+drops its branch. Store writes go through one worker thread: node states are
+batched (a crash may repeat reads, which the contract allows), while every
+approval and effect transition is written, and committed, before the engine
+moves past it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import msgspec
+import trio
+
+from ..compiler import template
+from ..errors import TamperedError, ToolError, VodouError
+from ..plan import ApprovalNode, JoinNode, Plan, QuestionNode, ToolNode, WriteNode, canonical_bytes, compute_fingerprint, decode_plan, sha256_hex
+from ..policy import BUILTIN_SERVER
+from ..store import ApprovalRecord, NodeRecord
+from . import builtin, writer
+from .freeze import IDEMPOTENCY_FIELDS, idempotency_key, payload_fingerprint
+
+DONE_BAD = frozenset({"failed", "cancelled", "skipped", "rejected"})
+TERMINAL = DONE_BAD | {"succeeded"}
+_json = msgspec.json.Encoder(order="deterministic")
+
+
+@dataclass
+class Outcome:
+    run_id: str
+    state: str
+    pending: list[ApprovalRecord] = field(default_factory=list)
+    error: str | None = None
+
+
+class Engine:
+    """Drives one run until it ends or parks. One Engine per drive."""
+
+    def __init__(
+        self,
+        *,
+        plan: Plan,
+        run_id: str,
+        store: Any,
+        hub: Any = None,
+        policy_digest: str = "",
+        model: str | None = None,
+        approvers: list[str] | None = None,
+        recipe_path: str | None = None,
+        thread_limit: int = 64,
+        on_change: Callable[[str, str], None] | None = None,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.plan = plan
+        self.index = plan.index()
+        self.run_id = run_id
+        self.store = store
+        self.hub = hub
+        self.policy_digest = policy_digest
+        self.model = model
+        self.approvers = approvers or []
+        self.recipe_path = recipe_path
+        self.clock = clock
+        self.on_change = on_change
+        self.threads = trio.CapacityLimiter(thread_limit)
+        self.db_limiter = trio.CapacityLimiter(1)
+        self.state: dict[str, str] = {n.id: "pending" for n in plan.nodes}
+        self.outputs: dict[str, Any] = {}
+        self.errors: dict[str, str] = {}
+        self.times: dict[str, list[float | None]] = {n.id: [None, None] for n in plan.nodes}
+        self.succ: dict[str, list[str]] = {n.id: [] for n in plan.nodes}
+        for n in plan.nodes:
+            for need in n.needs:
+                self.succ[need].append(n.id)
+        self.member_of: dict[str, list[tuple[str, int]]] = {}
+        for n in plan.nodes:
+            if isinstance(n, JoinNode):
+                for i, item in enumerate(n.members):
+                    for m in item:
+                        self.member_of.setdefault(m, []).append((n.id, i))
+        self.absorbed: set[str] = set()
+        self.scopes: dict[str, trio.CancelScope] = {}
+        self.dirty: dict[str, None] = {}
+        self.flush_wanted = trio.Event()
+        self.inputs: dict[str, Any] = {}
+
+    # --- store access: one worker thread, node states batched ahead of each call
+    async def db(self, fn: Callable, *args, **kwargs) -> Any:
+        batch = self._take_dirty()
+        try:
+            return await trio.to_thread.run_sync(self._db_sync, batch, fn, args, kwargs, limiter=self.db_limiter)
+        except trio.Cancelled:
+            # Cancelled before the thread took it: the states are still owed to the store.
+            self.dirty.update(dict.fromkeys(r.node_id for r in batch))
+            raise
+
+    def _db_sync(self, batch, fn, args, kwargs):
+        if batch:
+            self.store.save_nodes(self.run_id, batch)
+        return fn(*args, **kwargs) if fn is not None else None
+
+    def _take_dirty(self) -> list[NodeRecord]:
+        if not self.dirty:
+            return []
+        ids = list(self.dirty)
+        self.dirty.clear()
+        out = []
+        for nid in ids:
+            st = self.state[nid]
+            started, ended = self.times[nid]
+            output = _json.encode(self.outputs[nid]) if st == "succeeded" and nid in self.outputs else None
+            out.append(NodeRecord(node_id=nid, state=st, output_json=output, error=self.errors.get(nid), started_at=started, ended_at=ended))
+        return out
+
+    async def _flusher(self) -> None:
+        while True:
+            await self.flush_wanted.wait()
+            self.flush_wanted = trio.Event()
+            if self.dirty:
+                await self.db(None)
+
+    def _set(self, nid: str, state: str, *, output: Any = None, error: str | None = None) -> None:
+        self.state[nid] = state
+        now = self.clock()
+        t = self.times[nid]
+        if state == "running":
+            t[0] = now
+        elif state in TERMINAL or state in ("waiting", "unknown"):
+            if t[0] is None:
+                t[0] = now
+            t[1] = now
+        if state == "succeeded":
+            self.outputs[nid] = output
+        if error is not None:
+            self.errors[nid] = error
+        self.dirty[nid] = None
+        self.flush_wanted.set()
+        if self.on_change is not None:
+            self.on_change(nid, state)
+
+    # --- loading a run back from the store -----------------------------------------
+    def restore(self, nodes: dict[str, NodeRecord], effects: dict[str, Any]) -> None:
+        dec = msgspec.json.Decoder()
+        for nid, rec in nodes.items():
+            if nid not in self.state:
+                continue
+            if rec.state == "succeeded":
+                self.state[nid] = "succeeded"
+                self.outputs[nid] = dec.decode(rec.output_json) if rec.output_json else None
+            elif rec.state in DONE_BAD:
+                self.state[nid] = rec.state
+                if rec.error:
+                    self.errors[nid] = rec.error
+            self.times[nid] = [rec.started_at, rec.ended_at]
+        for step, eff in effects.items():
+            if step not in self.state:
+                continue
+            if eff.state == "executed":
+                self.state[step] = "succeeded"
+                self.outputs[step] = dec.decode(eff.result_json) if eff.result_json else None
+            elif eff.state == "failed":
+                self.state[step] = "failed"
+                self.errors[step] = eff.error or "the effect failed"
+            elif eff.state in ("unknown", "executing"):
+                self.state[step] = "unknown"
+                self.errors[step] = "the effect may or may not have happened (process ended mid-call); settle it with `recipe reconcile`"
+        # joins decided before the crash keep their verdict; re-derive absorption
+        for n in self.plan.nodes:
+            if isinstance(n, JoinNode) and self.state[n.id] == "succeeded":
+                for i, item in enumerate(n.members):
+                    if self.state.get(n.needs[i]) != "succeeded":
+                        self.absorbed.update(item)
+
+    # --- the scheduler ---------------------------------------------------------------
+    async def drive(self) -> str:
+        """Run every node that can run; return 'done' or 'parked'."""
+        async with trio.open_nursery() as outer:
+            outer.start_soon(self._flusher)
+            async with trio.open_nursery() as work:
+                self.work = work
+                for n in self.plan.nodes:
+                    if self.state[n.id] == "pending":
+                        self._try_start(n.id)
+            outer.cancel_scope.cancel()
+        await self.db(None)
+        return self.verdict()
+
+    def verdict(self) -> str:
+        states = self.state
+        if any(s == "rejected" for s in states.values()):
+            return "declined"
+        if any(s in ("waiting", "unknown") for s in states.values()):
+            return "parked"
+        for nid, s in states.items():
+            if s != "succeeded" and nid not in self.absorbed:
+                return "failed"
+        return "succeeded"
+
+    def _try_start(self, nid: str) -> None:
+        if self.state[nid] != "pending":
+            return
+        node = self.index[nid]
+        if isinstance(node, JoinNode):
+            self._eval_join(node)
+            return
+        needs = [self.state[n] for n in node.needs]
+        if any(s in DONE_BAD for s in needs):
+            self._set(nid, "skipped", error="an earlier step did not succeed")
+            self._after(nid)
+            return
+        if all(s == "succeeded" for s in needs):
+            self.state[nid] = "running"
+            self.work.start_soon(self._run, node)
+
+    def _after(self, nid: str) -> None:
+        for s in self.succ[nid]:
+            self._try_start(s)
+
+    def _eval_join(self, j: JoinNode) -> None:
+        ok = sum(1 for n in j.needs if self.state[n] == "succeeded")
+        bad = sum(1 for n in j.needs if self.state[n] in DONE_BAD)
+        if ok >= j.need:
+            results = {n: ("succeeded" if self.state[n] == "succeeded" else "cancelled" if self.state[n] in ("pending", "running", "waiting") else self.state[n]) for n in j.needs}
+            self._drop_items(j)
+            self._set(j.id, "succeeded", output={"succeeded": [n for n, s in results.items() if s == "succeeded"], "dropped": {n: s for n, s in results.items() if s != "succeeded"}})
+            self._after(j.id)
+        elif bad > j.of - j.need:
+            self._drop_items(j)
+            self._set(j.id, "failed", error=f"needs {j.need} of {j.of}, but {bad} item(s) did not succeed")
+            self._after(j.id)
+
+    def _drop_items(self, j: JoinNode) -> None:
+        """Cancel every item that has not succeeded; an executing effect is shielded."""
+        for i, item in enumerate(j.members):
+            if self.state[j.needs[i]] == "succeeded":
+                continue
+            self.absorbed.update(item)
+            for m in item:
+                st = self.state[m]
+                if st == "running":
+                    scope = self.scopes.get(m)
+                    if scope is not None:
+                        scope.cancel()
+                elif st in ("pending", "waiting"):
+                    self._set(m, "cancelled", error=f"dropped by the quorum of {j.id}")
+
+    async def _run(self, node) -> None:
+        nid = node.id
+        self._set(nid, "running")
+        with trio.CancelScope() as scope:
+            self.scopes[nid] = scope
+            try:
+                if isinstance(node, ToolNode):
+                    if node.effectful and not node.without_asking:
+                        await self._effect(node)
+                    else:
+                        out = await self._call(node.server, node.tool, self._render(node.args))
+                        self._set(nid, "succeeded", output=out)
+                elif isinstance(node, WriteNode):
+                    await self._write(node)
+                elif isinstance(node, (ApprovalNode, QuestionNode)):
+                    await self._gate(node)
+                else:  # pragma: no cover - joins never run as tasks
+                    raise AssertionError(node)
+            except (ToolError, template.MissingValue, VodouError) as exc:
+                self._set(nid, "failed", error=str(exc))
+        self.scopes.pop(nid, None)
+        if scope.cancelled_caught and self.state[nid] == "running":
+            self._set(nid, "cancelled", error="dropped by a quorum")
+        self._after(nid)
+
+    def _resolve(self, name: str) -> Any:
+        if name in self.outputs:
+            return self.outputs[name]
+        if name in self.inputs:
+            return self.inputs[name]
+        raise template.MissingValue(f"{{{name}}} has no value")
+
+    def _render(self, args: dict) -> Any:
+        return template.render(args, self._resolve)
+
+    async def _call(self, server: str, tool: str, args: dict) -> Any:
+        if server == BUILTIN_SERVER:
+            fn, blocking = builtin.TOOLS[tool]
+            if blocking:
+                return await trio.to_thread.run_sync(fn, args, limiter=self.threads, abandon_on_cancel=True)
+            return fn(args)
+        if self.hub is None:
+            raise ToolError(f"no server session for {server}")
+        result = await self.hub.call(server, tool, args)
+        if result.is_error:
+            raise ToolError(f"{server}.{tool} failed: {result.text}")
+        return result.value
+
+    async def _write(self, node: WriteNode) -> None:
+        present = {n: self.outputs[n] for n in node.inputs if self.state.get(n) == "succeeded"}
+        missing = [n for n in node.inputs if n not in present]
+        if self.model:
+            text = await trio.to_thread.run_sync(writer.with_model, self.model, node.prompt, present, missing, limiter=self.threads, abandon_on_cancel=True)
+        else:
+            text = writer.offline(node.prompt, present, missing)
+        self._set(node.id, "succeeded", output=text)
+
+    # --- approvals ---------------------------------------------------------------------
+    def _policy_doc(self, step: ToolNode | None) -> dict:
+        if step is None:
+            return {"policy": self.policy_digest}
+        return {"risk": step.risk, "source": step.risk_source, "policy": self.policy_digest}
+
+    async def _latest(self, gate_id: str) -> ApprovalRecord | None:
+        rows = [a for a in await self.db(self.store.approvals, self.run_id) if a.node_id == gate_id]
+        return max(rows, key=lambda a: a.asked_at) if rows else None
+
+    async def _gate(self, node) -> None:
+        latest = await self._latest(node.id)
+        if latest is not None and latest.state == "approved":
+            self._set(node.id, "succeeded", output={"approval": latest.id, "by": latest.decided_by})
+            return
+        if latest is not None and latest.state == "rejected":
+            self._set(node.id, "rejected", error=f"rejected by {latest.decided_by}" + (f": {latest.reason}" if latest.reason else ""))
+            return
+        if latest is not None and latest.state == "pending":
+            if latest.expires_at is None or latest.expires_at > self.clock():
+                self._set(node.id, "waiting")
+                return
+            await self.db(self.store.decide, latest.id, "expired", by="clock")
+        await self.ask(node)
+
+    async def ask(self, node) -> ApprovalRecord:
+        """Resolve, freeze, fingerprint and store the question; the node then waits."""
+        step = self.index[node.step] if isinstance(node, ApprovalNode) else None
+        question = node.question if isinstance(node, ApprovalNode) else node.text
+        preview = check = None
+        if step is not None:
+            payload = self._render(step.args)
+            address = step.address
+            if step.preview is not None:
+                preview = await self._call(step.preview.server, step.preview.tool, self._render(step.preview.args))
+            if step.check is not None:
+                args = self._render(step.check.args)
+                check = {"args": args, "result": await self._call(step.check.server, step.check.tool, args)}
+            expires_s = step.expires_s or self.plan.options.approval_expires_s
+        else:
+            payload = {"question": question}
+            address = "question"
+            expires_s = self.plan.options.approval_expires_s
+        policy = self._policy_doc(step)
+        fp = payload_fingerprint(run_id=self.run_id, node_id=step.id if step else node.id, address=address, payload=payload, policy=policy)
+        now = self.clock()
+        from ..cards import approval_card_text
+
+        card = approval_card_text(run_id=self.run_id, step=step, question=question, payload=payload, fingerprint=fp, preview=preview, expires_at=now + expires_s, approvers=self.approvers)
+        rec = ApprovalRecord(
+            id=f"{self.run_id}/{node.id}/{int(now * 1000):x}",
+            run_id=self.run_id,
+            node_id=node.id,
+            step=step.id if step else node.id,
+            payload_json=_json.encode(payload).decode(),
+            fingerprint=fp,
+            asked_at=now,
+            card_text=card,
+            preview_json=None if preview is None else _json.encode(preview).decode(),
+            check_json=None if check is None else _json.encode(check).decode(),
+            policy_json=_json.encode(policy).decode(),
+            expires_at=now + expires_s,
+            approvers_json=_json.encode(self.approvers).decode(),
+        )
+        await self.db(self.store.ask, rec)
+        self._set(node.id, "waiting")
+        return rec
+
+    # --- effects -----------------------------------------------------------------------
+    async def _effect(self, node: ToolNode) -> None:
+        gate = self.index[node.needs[0]]
+        approval = await self._latest(gate.id)
+        if approval is None or approval.state != "approved":
+            raise TamperedError(f"step `{node.id}` has no approval on record; nothing was executed")
+        payload = msgspec.json.decode(approval.payload_json)
+        self._check_untampered(node, approval, payload)
+        if node.check is not None and approval.check_json:
+            before = msgspec.json.decode(approval.check_json)
+            now_seen = await self._call(node.check.server, node.check.tool, before["args"])
+            if canonical_bytes(now_seen) != canonical_bytes(before["result"]):
+                # The world changed since the question: the approval is stale.
+                await self.db(self.store.append_event, self.run_id, "stale", node_id=node.id, data_json=_json.encode({"approval": approval.id, "was": before["result"], "now": now_seen}).decode())
+                self.state[node.id] = "pending"
+                self.state[gate.id] = "running"
+                await self.ask(gate)
+                self._set(node.id, "pending")
+                return
+        key = idempotency_key(self.run_id, node.id, approval.fingerprint)
+        won = await self.db(self.store.begin_effect, self.run_id, node.id, approval_id=approval.id, fingerprint=approval.fingerprint, idempotency_key=key, payload_json=approval.payload_json)
+        if not won:
+            eff = await self.db(self.store.get_effect, self.run_id, node.id)
+            if eff is not None and eff.state == "executed":
+                self._set(node.id, "succeeded", output=msgspec.json.decode(eff.result_json) if eff.result_json else None)
+            else:
+                self._set(node.id, "unknown" if eff is None or eff.state in ("executing", "unknown") else "failed", error="the effect was claimed by another process")
+            return
+        args = dict(payload) if isinstance(payload, dict) else payload
+        if self.hub is not None and node.server != BUILTIN_SERVER:
+            schema = self.hub.tool(node.server, node.tool).input_schema or {}
+            for fname in IDEMPOTENCY_FIELDS:
+                if fname in (schema.get("properties") or {}):
+                    args[fname] = key
+                    break
+        with trio.CancelScope(shield=True):  # an effect already executing is never cancelled
+            try:
+                out = await self._call(node.server, node.tool, args)
+            except ToolError as exc:
+                await self.db(self.store.finish_effect, self.run_id, node.id, "failed", error=str(exc))
+                raise
+            await self.db(self.store.finish_effect, self.run_id, node.id, "executed", result_json=_json.encode(out).decode())
+            self._set(node.id, "succeeded", output=out)
+
+    def _check_untampered(self, node: ToolNode, approval: ApprovalRecord, payload: Any) -> None:
+        policy = msgspec.json.decode(approval.policy_json) if approval.policy_json else self._policy_doc(node)
+        fp = payload_fingerprint(run_id=self.run_id, node_id=node.id, address=node.address, payload=payload, policy=policy)
+        if fp != approval.fingerprint:
+            raise TamperedError(
+                f"the stored payload of `{node.id}` no longer matches the fingerprint that was approved ({approval.fingerprint}); nothing was executed",
+                hint="the store was edited after the question; `recipe show RUN --audit` has what was approved",
+            )
+        if policy != self._policy_doc(node):
+            raise TamperedError(
+                f"the risk judgement of `{node.id}` changed since the question (policy or plan edited); nothing was executed",
+                hint="start a new run so the question is asked under the current policy",
+            )
+        if self.recipe_path:
+            try:
+                now = sha256_hex(Path(self.recipe_path).read_bytes())
+            except OSError:
+                now = None
+            if now is not None and now != self.plan.recipe.source_sha256:
+                raise TamperedError(
+                    f"the recipe file {self.recipe_path} changed after the question; `{node.id}` was not executed",
+                    hint="start a new run from the edited recipe, or restore the file",
+                )
+
+
+def check_stored_plan(plan_json: str, fingerprint: str) -> Plan:
+    """Decode a run's stored plan and refuse it if it was edited in the store."""
+    plan = decode_plan(plan_json)
+    actual = compute_fingerprint(plan)
+    if actual != fingerprint or plan.fingerprint != fingerprint:
+        raise TamperedError(
+            f"the plan stored for this run changed after it started (fingerprint {actual}, expected {fingerprint}); nothing was executed",
+            hint="the store was edited; start a new run from the recipe",
+        )
+    return plan
