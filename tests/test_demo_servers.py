@@ -43,7 +43,7 @@ EXPECTED_TOOLS = {
         "slack_set_topic": "write",
         "slack_delete_message": "destructive",
     },
-    "lab_server": {"work": "read"},
+    "lab_server": {"query": "read"},
 }
 
 SERVER_NAMES = {"calendar_server": "google-calendar", "mail_server": "gmail", "chat_server": "slack"}
@@ -216,15 +216,15 @@ def test_latency_env_is_real_server_side_time(demo_db: Path, tmp_path: Path) -> 
 
     async def main() -> None:
         async with demo_session(
-            "lab_server", demo_db, tmp_path / "lab.log", VODOU_DEMO_LATENCY="work=200", VODOU_DEMO_NAME="slow-lab"
+            "lab_server", demo_db, tmp_path / "lab.log", VODOU_DEMO_LATENCY="query=200", VODOU_DEMO_NAME="slow-lab"
         ) as session:
-            out["work"] = await session.call_tool("work", {"ms": 100, "label": "timed"})
+            out["work"] = await session.call_tool("query", {"ms": 100, "label": "timed"})
 
     run_trio(main)
 
     result = out["work"].structured_content
     assert result["ended"] - result["started"] >= 0.1  # the work itself
-    (call,) = db.calls(demo_db, tool="work", server="slow-lab")
+    (call,) = db.calls(demo_db, tool="query", server="slow-lab")
     assert call["arguments"] == {"ms": 100, "label": "timed"}
     assert call["ended"] - call["started"] >= 0.3  # latency + work, both server-side
     assert call["started"] <= result["started"] - 0.2
@@ -245,7 +245,7 @@ def test_three_lab_servers_run_concurrently(demo_db: Path, tmp_path: Path) -> No
                 listed[name] = (await session.list_tools()).tools
                 ready[name].set()
                 await go.wait()  # start the work only once every server is up
-                results[name] = await session.call_tool("work", {"ms": 600, "label": name})
+                results[name] = await session.call_tool("query", {"ms": 600, "label": name})
 
         async with trio.open_nursery() as nursery:
             for name in names:
@@ -260,7 +260,7 @@ def test_three_lab_servers_run_concurrently(demo_db: Path, tmp_path: Path) -> No
         check_tool_listing("lab_server", listed[name])
     assert {r.structured_content["server"] for r in results.values()} == set(names)
     assert all(r.structured_content["ms"] == 600 for r in results.values())
-    spans = [(c["started"], c["ended"]) for c in db.calls(demo_db, tool="work")]
+    spans = [(c["started"], c["ended"]) for c in db.calls(demo_db, tool="query")]
     assert len(spans) == 3
     assert max(start for start, _ in spans) < min(end for _, end in spans)
-    assert len({c["pid"] for c in db.calls(demo_db, tool="work")}) == 3
+    assert len({c["pid"] for c in db.calls(demo_db, tool="query")}) == 3

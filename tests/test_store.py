@@ -470,7 +470,8 @@ def test_mark_unknown_then_settle(store):
     assert not store.finish_effect("r1", "send", "executed")  # the crashed attempt cannot report in late
 
     sent = store.settle_effect("r1", "send", True, "alice", result_json='{"seen":"in outbox"}', now=T0 + 9)
-    assert (sent.state, sent.settled_by, sent.result_json, sent.error) == ("executed", "alice", '{"seen":"in outbox"}', None)
+    assert (sent.state, sent.settled_by, sent.error) == ("executed", "alice", None)
+    assert sent.result_json == '{"seen":"in outbox"}'
     kept = store.settle_effect("r1", "archive", False, "bob", reason="not in the archive")
     assert (kept.state, kept.error) == ("failed", "not in the archive")
     with pytest.raises(RefusedError, match="executed, settled by alice"):

@@ -12,7 +12,7 @@ from typing import Mapping
 
 from .cards import ToolStatus
 from .plan import Plan, ToolNode
-from .policy import Hints, hints_from
+from .policy import BUILTIN_SERVER, BUILTIN_TOOLS, Hints, hints_from
 
 
 def servers_of(plan: Plan) -> list[str]:
@@ -32,6 +32,11 @@ def resolve(plan: Plan, configured: Mapping[str, object], tools: Mapping[str, Ma
     hints: dict[str, Hints | None] = {}
 
     def one(key: str, server: str, tool: str) -> None:
+        if server == BUILTIN_SERVER:
+            known = sorted(BUILTIN_TOOLS)
+            near = difflib.get_close_matches(tool, known, n=1)
+            status[key] = ToolStatus(tool in BUILTIN_TOOLS, "" if tool in BUILTIN_TOOLS else f"no built-in tool `{tool}`" + (f"; closest: vodou.{near[0]}" if near else ""))
+            return
         if server not in configured:
             near = difflib.get_close_matches(server, list(configured), n=1)
             note = f"server `{server}` is not configured" + (f"; did you mean `{near[0]}`?" if near else "")

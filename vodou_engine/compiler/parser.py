@@ -24,6 +24,7 @@ from . import ast
 
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 MAX_DURATION = 365 * 86400
+MAX_DEPTH = 100  # nesting of JSON brackets, and of indented blocks
 
 
 class Source:
@@ -83,6 +84,8 @@ class _Indenter(Indenter):
             if token.type in ("LBRACE", "LSQB"):
                 self.paren_level += 1
                 self.opened.append(token)
+                if self.paren_level > MAX_DEPTH:
+                    raise _TooDeep(token, "JSON")
             elif token.type in ("RBRACE", "RSQB") and self.paren_level:
                 self.paren_level -= 1
                 self.opened.pop()
@@ -101,6 +104,8 @@ class _Indenter(Indenter):
         indent = len(token.rsplit("\n", 1)[1])
         if indent > self.indent_level[-1]:
             self.indent_level.append(indent)
+            if len(self.indent_level) > MAX_DEPTH:
+                raise _TooDeep(token, "blocks")
             yield Token.new_borrow_pos("_INDENT", "", token)
             return
         while indent < self.indent_level[-1]:
@@ -113,6 +118,12 @@ class _Indenter(Indenter):
 class _Unclosed(Exception):
     def __init__(self, token: Token):
         self.token = token
+
+
+class _TooDeep(Exception):
+    def __init__(self, token: Token, what: str):
+        self.token = token
+        self.what = what
 
 
 class _BadDedent(Exception):
@@ -128,6 +139,7 @@ def _pos(tok: Token, width: int | None = None) -> ast.Pos:
 
 _WRITE_FROM = re.compile(r"^(?:(?P<prompt>.*?)\s+)?from\s*\{(?P<inputs>[^{}]*)\}\s*$", re.S)
 _NAME = re.compile(r"[a-z_][a-z0-9_-]*\Z")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class _Build(Transformer):
@@ -146,6 +158,13 @@ class _Build(Transformer):
             raise self.source.error(
                 f"invalid JSON string: {exc.msg}", _pos(tok), hint="escape a quote as \\\" and a backslash as \\\\"
             ) from None
+        lone = _SURROGATE.search(value)
+        if lone:
+            raise self.source.error(
+                f"a lone surrogate \\u{ord(lone.group()):04x} in a JSON string",
+                _pos(tok),
+                hint="write the character itself, or a full pair such as \\ud83d\\ude00",
+            )
         s = ast.JStr(value)
         s.pos = _pos(tok)
         s.raw = str(tok)
@@ -189,7 +208,7 @@ class _Build(Transformer):
     # --- header -----------------------------------------------------------
     def title(self, children):
         (tok,) = children
-        return ("title", json.loads(tok), _pos(tok))
+        return ("title", str.__str__(self.json_string([tok])), _pos(tok))
 
     def input_decl(self, children):
         name, default = children
@@ -273,7 +292,7 @@ class _Build(Transformer):
             prompt, inputs = body, []
         else:
             prompt = (m.group("prompt") or "").strip()
-            start = tok.column + str(tok).index("{", len("write ") + len(prompt)) + 1
+            start = tok.column + len("write") + (len(text) - len(text.lstrip())) + m.start("inputs")
             inputs = []
             offset = 0
             raw = m.group("inputs")
@@ -375,6 +394,15 @@ def parse(source: Source) -> ast.Recipe:
             raise
         except _Unclosed as exc:
             raise _unclosed(source, exc.token) from None
+        except _TooDeep as exc:
+            tok = exc.token
+            if exc.what == "JSON":
+                pos = _pos(tok)
+            else:
+                pos = ast.Pos(tok.end_line or tok.line, tok.end_column or tok.column)
+            raise source.error(
+                f"{exc.what} nested more than {MAX_DEPTH} levels deep", pos, hint=f"flatten it: at most {MAX_DEPTH} levels"
+            ) from None
         except _BadDedent as exc:
             line = exc.token.line + exc.token.count("\n")
             raise source.error(

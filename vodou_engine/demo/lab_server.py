@@ -1,6 +1,6 @@
 """Blocking-work MCP server for parallelism demos and benchmarks.
 
-``work`` blocks its worker with ``time.sleep`` on purpose: the thing under
+``query`` blocks its worker with ``time.sleep`` on purpose: the thing under
 test is whether the engine overlaps branches that live on different server
 processes, so the server must not hide latency by being clever itself. Start
 several copies under different names to give a recipe several "servers":
@@ -22,7 +22,7 @@ NAME_ENV = "VODOU_DEMO_NAME"
 server = DemoServer(os.environ.get(NAME_ENV) or "lab", instructions="Blocking work for concurrency experiments.")
 
 
-class WorkResult(TypedDict):
+class QueryResult(TypedDict):
     label: str
     ms: int
     started: float
@@ -30,12 +30,12 @@ class WorkResult(TypedDict):
     server: str
 
 
-@server.read("work")
-def work(conn: Conn, ms: int, label: str = "") -> WorkResult:
-    """Block for ms milliseconds and report when (time.time()) and where it ran."""
+@server.read("query")
+def query(conn: Conn, ms: int, label: str = "") -> QueryResult:
+    """A read that takes ms milliseconds (blocking, on purpose); reports when (time.time()) and where it ran."""
     started = time.time()
     time.sleep(max(ms, 0) / 1000)
-    return WorkResult(label=label, ms=ms, started=started, ended=time.time(), server=server.name)
+    return QueryResult(label=label, ms=ms, started=started, ended=time.time(), server=server.name)
 
 
 if __name__ == "__main__":

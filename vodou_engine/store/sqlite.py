@@ -44,7 +44,9 @@ _SQLITE_ERROR_NAMES = {
 }
 _CORRUPT, _NOTADB, _BUSY, _LOCKED = 11, 26, 5, 6
 
-MOVE_ASIDE = "move the file aside or point --store or VODOU_STORE at another path; a new store is created where none exists"
+MOVE_ASIDE = (
+    "move the file aside or point --store or VODOU_STORE at another path; a new store is created where none exists"
+)
 
 
 class SqliteDialect(Dialect):

@@ -224,7 +224,7 @@ class Hub:
 
     @property
     def names(self) -> tuple[str, ...]:
-        return tuple(self._servers)
+        return tuple(n for n in self._names if n in self._servers)
 
     def config(self, server: str) -> ServerConfig:
         return self._server(server).config
@@ -388,6 +388,9 @@ class Hub:
                         srv.tools = {t.name: _tool_info(t) for t in tools}
                         self.started_in[name] = time.perf_counter() - clock
                         handed_out = True
+                        # Registered here, not by the starter: a starter cancelled right
+                        # after the hand-off must not leave a session nobody will close.
+                        self._servers[name] = srv
                         task_status.started(srv)
                         await srv.close_requested.wait()
             except BaseException as exc:
@@ -409,7 +412,7 @@ class Hub:
 
             async def start_one(name: str) -> None:
                 try:
-                    srv = await owners.start(self._own, name, self._configs[name])
+                    await owners.start(self._own, name, self._configs[name])
                 except BaseException as exc:
                     found = [leaf for leaf in _leaves(exc) if isinstance(leaf, ServerStartError)]
                     if not found:
@@ -417,8 +420,6 @@ class Hub:
                     failures.extend(found)
                     # Stop the others' starts now rather than wait out their handshakes.
                     starting.cancel_scope.cancel()
-                    return
-                self._servers[name] = srv
 
             for name in self._names:
                 starting.start_soon(start_one, name)

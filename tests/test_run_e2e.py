@@ -1,0 +1,257 @@
+"""`recipe run` / `approve` / `reject` end to end: real processes, real servers, a real store.
+
+Effects are counted where they land: in the demo servers' own call log, or in
+the git repository's history.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import RECIPES, demo_calls
+
+MORNING = RECIPES / "morning-briefing.recipe"
+
+
+def _run_parked(cli, recipe=MORNING, *extra):
+    res = cli("run", recipe, "--json", *extra, expect=3)
+    doc = res.json()
+    assert doc["state"] == "parked"
+    return doc
+
+
+def test_morning_briefing_parks_then_posts_once_when_approved_from_another_process(cli):
+    doc = _run_parked(cli)
+    assert [p["step"] for p in doc["pending"]] == ["post"]
+    assert demo_calls(cli.demo_db, tool="slack_post_message") == []  # the gate held
+    reads_before = len(demo_calls(cli.demo_db, tool="list-events"))
+    assert reads_before == 1
+
+    res = cli("approve", doc["run"], "post", "--yes", "--json", expect=0)
+    assert res.json()["state"] == "succeeded"
+    posts = demo_calls(cli.demo_db, tool="slack_post_message")
+    assert len(posts) == 1 and posts[0]["outcome"] == "ok"
+    assert posts[0]["arguments"]["channel"] == "#daily"
+    assert "morning briefing" in posts[0]["arguments"]["text"]
+    assert posts[0]["idempotency_key"]
+    # finished steps never run again: the reads happened once, before the park
+    assert len(demo_calls(cli.demo_db, tool="list-events")) == reads_before
+    assert len(demo_calls(cli.demo_db, tool="slack_search_messages")) == 1
+
+    # approving again changes nothing, and says so
+    again = cli("approve", doc["run"], "post", "--yes")
+    assert again.code == 5 and "approved" in again.err
+    assert len(demo_calls(cli.demo_db, tool="slack_post_message")) == 1
+
+    show = cli("show", doc["run"], "--json", expect=0).json()
+    assert show["state"] == "succeeded"
+    (effect,) = show["effects"]
+    assert effect["step"] == "post" and effect["state"] == "executed"
+    assert effect["fingerprint"] == doc["pending"][0]["fingerprint"]
+    assert effect["payload"] == posts[0]["arguments"]
+    assert show["together"] and show["together"][0]["join"] == "join:sources"
+
+
+def test_rejected_run_posts_nothing_and_ends_declined(cli):
+    doc = _run_parked(cli)
+    res = cli("reject", doc["run"], "post", "--reason", "not today")
+    assert res.code == 4
+    assert demo_calls(cli.demo_db, tool="slack_post_message") == []
+    show = cli("show", doc["run"], "--json", expect=0).json()
+    assert show["state"] == "declined"
+    assert show["approvals"][0]["state"] == "rejected"
+    # and a later approve cannot revive it
+    late = cli("approve", doc["run"], "post", "--yes")
+    assert late.code == 5
+    assert demo_calls(cli.demo_db, tool="slack_post_message") == []
+
+
+def test_twenty_concurrent_approvals_execute_once(cli):
+    doc = _run_parked(cli)
+    procs = [cli.popen("approve", doc["run"], "post", "--yes") for _ in range(20)]
+    results = [(p.wait(timeout=300), p.stdout.read(), p.stderr.read()) for p in procs]
+    codes = sorted(code for code, _, _ in results)
+    assert codes.count(0) == 1, results
+    assert codes.count(5) == 19, results
+    for code, _, err in results:
+        if code == 5:
+            assert "already" in err or "approved" in err
+    posts = demo_calls(cli.demo_db, tool="slack_post_message")
+    assert len(posts) == 1 and posts[0]["outcome"] == "ok"
+
+
+def test_post_fanout_branches_overlap_on_the_servers(cli):
+    res = cli("run", RECIPES / "post-fanout.recipe", "--json", expect=0)
+    assert res.json()["state"] == "succeeded"
+    calls = [c for c in demo_calls(cli.demo_db, tool="query") if c["server"] in ("board", "recall", "proc")]
+    assert sorted(c["server"] for c in calls) == ["board", "proc", "recall"]
+    # every pair of branches was in flight at the same moment on the server side
+    assert max(c["started"] for c in calls) < min(c["ended"] for c in calls)
+    assert {c["arguments"]["ms"] for c in calls} == {412, 268, 83}
+
+
+def test_blocking_builtin_branches_run_on_real_threads(cli, tmp_path):
+    recipe = tmp_path / "threads.recipe"
+    recipe.write_text(
+        "together:\n"
+        '  a: vodou.sleep {"ms": 412, "label": "a"}\n'
+        '  b: vodou.sleep {"ms": 268, "label": "b"}\n'
+        '  c: vodou.sleep {"ms": 83, "label": "c"}\n'
+        "then:\n"
+        "  note: write timings from {a, b, c}\n"
+    )
+    res = cli("run", recipe, "--json", expect=0)
+    run = res.json()["run"]
+    show = cli("show", run, "--json", expect=0).json()
+    nodes = {n["node"]: n for n in show["nodes"]}
+    starts = [nodes[k]["started_at"] for k in "abc"]
+    ends = [nodes[k]["ended_at"] for k in "abc"]
+    assert max(starts) < min(ends)  # all three were in flight together
+
+
+def test_quorum_proceeds_at_k_and_cancels_the_slow_branch(cli, tmp_path):
+    recipe = tmp_path / "quorum.recipe"
+    recipe.write_text(
+        "together:\n"
+        '  fast: vodou.sleep {"ms": 10}\n'
+        '  slow: vodou.sleep {"ms": 60000}\n'
+        '  quick: vodou.echo {"value": "hi"}\n'
+        "  need: 2 of 3\n"
+        "then:\n"
+        "  summary: write what came back from {fast, slow, quick}\n"
+    )
+    # a 60 s branch would hit the timeout if the join waited for it
+    res = cli("run", recipe, "--json", expect=0, timeout=50)
+    show = cli("show", res.json()["run"], "--json", expect=0).json()
+    nodes = {n["node"]: n for n in show["nodes"]}
+    assert nodes["slow"]["state"] == "cancelled"
+    assert nodes["fast"]["state"] == nodes["quick"]["state"] == "succeeded"
+    assert nodes["summary"]["state"] == "succeeded"
+
+
+def test_quorum_fails_at_once_when_k_is_impossible(cli, tmp_path):
+    recipe = tmp_path / "impossible.recipe"
+    recipe.write_text(
+        "together:\n"
+        '  bad1: slack.slack_get_channel {"channel": "#nope"}\n'
+        '  bad2: slack.slack_get_channel {"channel": "#nope-either"}\n'
+        '  slow: vodou.sleep {"ms": 60000}\n'
+        "  need: 2 of 3\n"
+        "then:\n"
+        "  summary: write it from {bad1, bad2, slow}\n"
+    )
+    res = cli("run", recipe, "--json", timeout=50)
+    assert res.code == 1, res.err
+    show = cli("show", res.json()["run"], "--json", expect=0).json()
+    nodes = {n["node"]: n for n in show["nodes"]}
+    assert nodes["bad1"]["state"] == nodes["bad2"]["state"] == "failed"
+    assert nodes["slow"]["state"] == "cancelled"
+    assert nodes["join:1"]["state"] == "failed"
+    assert nodes["summary"]["state"] == "skipped"
+
+
+def test_write_gets_the_inputs_that_exist_and_names_the_missing(cli, tmp_path):
+    recipe = tmp_path / "missing.recipe"
+    recipe.write_text(
+        "together:\n"
+        '  good: vodou.echo {"value": "present value"}\n'
+        '  bad: slack.slack_get_channel {"channel": "#nope"}\n'
+        "  need: 1 of 2\n"
+        "then:\n"
+        "  note: write a note from {good, bad}\n"
+        '  out: vodou.echo {"value": "{note}"}\n'
+    )
+    res = cli("run", recipe, "--json", expect=0)
+    show = cli("show", res.json()["run"], "--json", expect=0).json()
+    assert {n["node"]: n["state"] for n in show["nodes"]}["note"] == "succeeded"
+    runs_db = cli.store
+    import sqlite3
+
+    (out,) = sqlite3.connect(runs_db).execute("SELECT output_json FROM nodes WHERE node_id='note'").fetchone()
+    text = json.loads(out)
+    assert "present value" in text and "missing: bad" in text
+
+
+def test_write_uses_a_model_through_llm(cli, tmp_path):
+    pytest.importorskip("llm_echo")
+    recipe = tmp_path / "model.recipe"
+    recipe.write_text('src: vodou.echo {"value": "the facts"}\nnote: write a summary from {src}\n')
+    res = cli("run", recipe, "--json", "--model", "echo", expect=0)
+    import sqlite3
+
+    (out,) = sqlite3.connect(cli.store).execute("SELECT output_json FROM nodes WHERE node_id='note'").fetchone()
+    text = json.loads(out)
+    assert "the facts" in text and "offline writer" not in text
+
+
+def test_an_executing_effect_is_not_cancelled_by_the_quorum(cli, tmp_path):
+    servers = cli.servers_file(
+        {
+            "slack": {
+                "command": sys.executable,
+                "args": ["-m", "vodou_engine.demo.chat_server"],
+                "env": {"VODOU_DEMO_DB": str(cli.demo_db), "VODOU_DEMO_LATENCY": "slack_post_message=1500"},
+            }
+        }
+    )
+    recipe = tmp_path / "shield.recipe"
+    recipe.write_text(
+        "together:\n"
+        '  quick: vodou.echo {"value": 1}\n'
+        '  post: slack.slack_post_message {"channel": "#daily", "text": "in flight"}\n'
+        "    without asking\n"
+        "  need: 1 of 2\n"
+        'after: vodou.noop {}\n'
+    )
+    res = cli("run", recipe, "--servers", servers, "--json")
+    assert res.code == 0, res.err
+    posts = demo_calls(cli.demo_db, tool="slack_post_message")
+    assert len(posts) == 1 and posts[0]["outcome"] == "ok"
+    from vodou_engine.demo import db as demo
+
+    assert any(m["text"] == "in flight" for m in demo.channel_messages(cli.demo_db, "#daily"))
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def git_repo(tmp_path) -> Path:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    _git(repo, "config", "user.email", "test@example.invalid")
+    _git(repo, "config", "user.name", "Test")
+    (repo / "a.txt").write_text("one\n")
+    _git(repo, "add", "a.txt")
+    _git(repo, "commit", "-qm", "first")
+    (repo / "a.txt").write_text("two\n")
+    return repo
+
+
+def test_time_and_git_reads_together_commit_gated_once(cli, git_repo):
+    servers = cli.servers_file(
+        {
+            "time": {"command": sys.executable, "args": ["-m", "mcp_server_time"]},
+            "git": {"command": sys.executable, "args": ["-m", "mcp_server_git", "--repository", str(git_repo)]},
+        }
+    )
+    count = lambda: int(_git(git_repo, "rev-list", "--count", "HEAD"))
+    assert count() == 1
+    first = cli("run", RECIPES / "time-and-git.recipe", "--servers", servers, "--set", f"repo={git_repo}", "--json", expect=3).json()
+    assert [p["step"] for p in first["pending"]] == ["commit"]
+    assert count() == 1  # staged (`don't ask`), not committed: the commit waits
+    assert "a.txt" in _git(git_repo, "diff", "--cached", "--name-only")
+    third = cli("approve", first["run"], "commit", "--yes", "--servers", servers, "--json", expect=0).json()
+    assert third["state"] == "succeeded"
+    assert count() == 2
+    assert "checkpoint at" in _git(git_repo, "log", "-1", "--format=%s")
+    show = cli("show", first["run"], "--json", expect=0).json()
+    nodes = {n["node"]: n for n in show["nodes"]}
+    assert max(nodes["now"]["started_at"], nodes["status"]["started_at"]) < min(nodes["now"]["ended_at"], nodes["status"]["ended_at"])
