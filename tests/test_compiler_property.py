@@ -73,6 +73,7 @@ def _check(text: str) -> None:
         raise AssertionError(f"compiled an unverifiable plan: {exc}") from exc
     except RecipeError as exc:
         rendered = str(exc)
+        rendered.encode("utf-8")  # printable as it is
         assert rendered.startswith("fuzz.recipe")
         assert exc.hint, rendered
         if exc.line is not None:

@@ -427,12 +427,29 @@ def _unclosed(source: Source, tok: Token, before: int | None = None) -> RecipeEr
 
 
 # Characters that have no business in a recipe (outside a tab, reported on its own).
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufeff]|\r(?!\n)")
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufeff\ud800-\udfff]|\r(?!\n)")
 
 
 def _precheck(source: Source) -> None:
     """Errors that read better before the lexer sees the text."""
     text = source.text
+    bad = _CONTROL.search(text)
+    if bad:
+        at = bad.start()
+        line = text.count("\n", 0, at) + 1
+        col = at - (text.rfind("\n", 0, at) + 1) + 1
+        ch = bad.group()
+        if ch == "\ufeff":
+            message, hint = "a byte-order mark (U+FEFF)", "save the file as UTF-8 without a byte-order mark"
+        elif "\ud800" <= ch <= "\udfff":
+            message, hint = f"a lone surrogate (U+{ord(ch):04X}), which is not text", "the text was decoded wrongly; read the file as UTF-8"
+        elif ch == "\r":
+            message, hint = "a carriage return that does not end a line", "save the file with \\n (or \\r\\n) line endings"
+        else:
+            message, hint = f"a control character (U+{ord(ch):04X})", "remove it; a recipe is plain text"
+        err = source.error(message, ast.Pos(line, col), hint=hint)
+        err.source_line = _SURROGATE.sub("\ufffd", err.source_line or "")  # printable, whatever it held
+        raise err
     tab = text.find("\t")
     if tab >= 0:
         line = text.count("\n", 0, tab) + 1
@@ -449,19 +466,6 @@ def _precheck(source: Source) -> None:
             ast.Pos(line, col),
             hint="replace each tab with spaces (two per level is the house style)",
         )
-    bad = _CONTROL.search(text)
-    if bad:
-        at = bad.start()
-        line = text.count("\n", 0, at) + 1
-        col = at - (text.rfind("\n", 0, at) + 1) + 1
-        ch = bad.group()
-        if ch == "\ufeff":
-            message, hint = "a byte-order mark (U+FEFF)", "save the file as UTF-8 without a byte-order mark"
-        elif ch == "\r":
-            message, hint = "a carriage return that does not end a line", "save the file with \\n (or \\r\\n) line endings"
-        else:
-            message, hint = f"a control character (U+{ord(ch):04X})", "remove it; a recipe is plain text"
-        raise source.error(message, ast.Pos(line, col), hint=hint)
     if not text.strip() or all(not l.strip() or l.lstrip().startswith("#") for l in text.split("\n")):
         raise source.error(
             "the recipe is empty: it has no steps",

@@ -260,6 +260,13 @@ class Engine:
                 if isinstance(node, ToolNode):
                     if node.effectful and not node.without_asking:
                         await self._effect(node)
+                    elif node.effectful:
+                        # Opted out of asking, still an effect: once started, it finishes.
+                        args = self._render(node.args)
+                        with trio.CancelScope(shield=True):
+                            out = await self._call(node.server, node.tool, args)
+                            self._set(nid, "succeeded", output=out)
+                            await self.db(self.store.append_event, self.run_id, "effect.unasked", node_id=nid, data_json=_json.encode({"tool": node.address, "payload": args}).decode())
                     else:
                         out = await self._call(node.server, node.tool, self._render(node.args))
                         self._set(nid, "succeeded", output=out)
