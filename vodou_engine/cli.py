@@ -108,10 +108,6 @@ def _parser() -> argparse.ArgumentParser:
     rc.add_argument("--store", metavar="PATH")
     rc.set_defaults(func=cmd_reconcile)
 
-    b = sub.add_parser("bench", help="wall-clock against summed branch time (see benchmarks/)")
-    b.add_argument("--quick", action="store_true")
-    b.add_argument("--runs", type=int, default=5)
-    b.set_defaults(func=cmd_bench)
     return p
 
 
@@ -245,12 +241,6 @@ def cmd_reconcile(args) -> int:
     from .runtime.commands import reconcile_command
 
     return reconcile_command(args)
-
-
-def cmd_bench(args) -> int:
-    from .bench import bench_command
-
-    return bench_command(args)
 
 
 if __name__ == "__main__":  # pragma: no cover
