@@ -104,28 +104,29 @@ def plan_rows(plan: Plan, status: Mapping[str, ToolStatus] | None = None, writer
 def plan_card(plan: Plan, *, source: str | None = None, status: Mapping[str, ToolStatus] | None = None, writer: str = "offline writer", servers_note: str | None = None):
     """The card a person approves the plan from (a rich renderable)."""
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
 
     title = Text.assemble(("Here is how this would run: ", "bold"), (plan.recipe.name, "bold cyan"))
     if source:
         title.append(f"  ({source})", style="dim")
-    table = Table(box=None, show_header=False, pad_edge=False, padding=(0, 1))
-    table.add_column("", no_wrap=True)
-    table.add_column("", no_wrap=True)
-    table.add_column("", no_wrap=True)
-    table.add_column("")
-    for indent, label, step, addr, risk, why, gated in plan_rows(plan, status, writer):
+    rows = plan_rows(plan, status, writer)
+    cells = [("  " * i + ("⚠ " if gated else "  ") + step, addr) for i, label, step, addr, risk, why, gated in rows if label is None]
+    w_step = max((len(c[0]) for c in cells), default=0)
+    w_addr = min(56, max((len(c[1]) for c in cells), default=0))
+    lines = []
+    for indent, label, step, addr, risk, why, gated in rows:
         pad = "  " * indent
         if label is not None:
-            table.add_row(Text(pad + label, style="bold magenta"), Text(step or "", style="italic"), "", "")
+            lines.append(Text.assemble((pad + label, "bold magenta"), ("  " + (step or ""), "italic")))
             continue
-        mark = "⚠ " if gated else "  "
-        step_text = Text(pad + mark + step, style="bold yellow" if gated else "")
-        addr_text = Text(addr, style="red" if addr.startswith("✗") else "cyan")
-        risk_text = Text(risk or "", style=RISK_STYLE.get(risk or "", ""))
-        why_text = Text(why or "", style="bold red" if "WITHOUT ASKING" in (why or "") else "dim")
-        table.add_row(step_text, addr_text, risk_text, why_text)
+        line = Text()
+        line.append((pad + ("⚠ " if gated else "  ") + step).ljust(w_step), style="bold yellow" if gated else "")
+        line.append("  ")
+        line.append(addr.ljust(w_addr), style="red" if addr.startswith("✗") else "cyan")
+        line.append("  ")
+        line.append((risk or "").ljust(9), style=RISK_STYLE.get(risk or "", ""))
+        line.append(why or "", style="bold red" if "WITHOUT ASKING" in (why or "") else "dim")
+        lines.append(line)
     notes = []
     approvals = [n for n in plan.nodes if isinstance(n, ApprovalNode)]
     index = plan.index()
@@ -145,7 +146,7 @@ def plan_card(plan: Plan, *, source: str | None = None, status: Mapping[str, Too
     if servers_note:
         notes.append(Text(servers_note, style="dim"))
     notes.append(Text(f"plan {plan.fingerprint[:19]}…", style="dim"))
-    return Group(title, table, Text(""), *notes)
+    return Group(title, *lines, Text(""), *notes)
 
 
 def approval_card_text(
