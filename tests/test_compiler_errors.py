@@ -26,6 +26,10 @@ CASES = [
     ("control-character", "a: time.get_current_time {}\x00\n", 1, 28, "control character (U+0000)", "remove it"),
     ("lone-carriage-return", "a: time.get_current_time {}\rb: time.get_current_time {}\n", 1, 28, "carriage return", "line endings"),
     ("no-break-space-indent", "together:\n\u00a0\u00a0a: time.get_current_time {}\n", 2, 1, "U+00A0 (NO-BREAK SPACE)", "plain space"),
+    # regression: a raw lone surrogate (only the Python API can pass one) crashed the plan encoder,
+    # and when it shared a line with a tab the error itself could not be printed
+    ("raw-lone-surrogate", "a: time.get_current_time {}\ud800\n", 1, 28, "a lone surrogate (U+D800)", "UTF-8"),
+    ("raw-lone-surrogate-after-a-tab", "\t\ud800\n", 1, 2, "a lone surrogate (U+D800)", "UTF-8"),
     ("empty-file", "", 1, 1, "the recipe is empty", "add a step"),
     ("comment-only-file", "# just a comment\n\n# and another\n", 1, 1, "the recipe is empty", "add a step"),
     ("first-line-indented", "  a: time.get_current_time {}\n", 1, 1, "first line of a recipe cannot be indented", "column 1"),
@@ -89,7 +93,7 @@ CASES = [
     ("json-missing-comma-across-lines", 'a: time.convert_time {\n  "a": 1\n  "b": 2\n}\n', 3, 3, "a `,` is missing before", "commas"),
     ("json-trailing-comma", 'a: time.convert_time {"a": 1,}\n', 1, 30, "a comma before `}`", "trailing comma"),
     ("json-single-quotes", "a: time.convert_time {'a': 1}\n", 1, 23, "strings use double quotes", "not 'text'"),
-    ("json-unquoted-key", "a: time.convert_time {a: 1}\n", 1, 23, "malformed JSON: unexpected `a`", "quoted"),
+    ("json-unquoted-key", "a: time.convert_time {a: 1}\n", 1, 23, "a key must be a quoted string, not `a`", '"key": value'),
     ("json-python-literal", 'a: time.convert_time {"a": True}\n', 1, 28, "unexpected `True`", "lower case"),
     ("json-missing-value", 'a: time.convert_time {"a": }\n', 1, 28, "a value is missing after `:`", '"key": value'),
     ("json-missing-colon", 'a: time.convert_time {"a" 1}\n', 1, 27, "expected `:` after the key", '"key": value'),
@@ -100,6 +104,7 @@ CASES = [
     ("json-never-closed", 'a: time.convert_time {"a": 1,\n  "b": 2\nb: time.get_current_time {}\n', 1, 22, "this `{` is never closed", "before line 3"),
     ("json-never-closed-at-eof", 'a: time.convert_time {"a": [1,\n  2\n', 1, 28, "this `[` is never closed", "close it with `]`"),
     ("json-duplicate-key", 'a: time.convert_time {"a": 1, "a": 2}\n', 1, 31, "duplicate key 'a'", "remove one"),
+    # regression: 1e999 compiled to null, a lone surrogate escape and very deep nesting crashed
     ("json-number-too-large", 'a: time.convert_time {"a": 1e999}\n', 1, 28, "the number 1e999 is too large", "smaller"),
     ("json-lone-surrogate", 'a: time.convert_time {"a": "\\ud800"}\n', 1, 28, "a lone surrogate \\ud800", "full pair"),
     ("json-too-deep", "a: time.convert_time {" + '"a": ' + "[" * 100 + "]" * 100 + "}\n", 1, 127, "JSON nested more than 100 levels", "at most 100"),
@@ -136,6 +141,16 @@ CASES = [
     ("duration-missing", "a: slack.slack_post_message {}\n  expires:\n", 2, 11, "a duration is missing", "15m"),
     ("unknown-option", "a: slack.slack_post_message {}\n  retries: 3\n", 2, 3, "`retries` is not a step option", "preview:, check:"),
     ("indented-next-step", "a: slack.slack_post_message {}\n  b: time.get_current_time {}\n", 2, 3, "`b` is not a step option", "own indentation"),
+    ("option-not-indented", "a: slack.slack_post_message {}\npreview: slack.slack_preview_message {}\n", 2, 1, "`preview:` is a step option, but no tool step is right above it", "indent it under"),
+    ("without-asking-not-indented", "a: slack.slack_post_message {}\nwithout asking\n", 2, 1, "`without asking` is a step option", "indent it under"),
+    ("expires-not-indented", "a: slack.slack_post_message {}\nexpires: 5m\n", 2, 1, "`expires` is a step option", "indent it under"),
+    ("question-outside-ask-me", "- post it?\n" + T, 1, 1, "a question outside `ask me:`", "`ask me:`"),
+    ("bracket-closes-nothing", 'a: time.convert_time {"a": 2}}\n', 1, 30, "this `}` closes nothing", "remove it"),
+    ("json-key-not-a-string", "a: time.convert_time {1: 2}\n", 1, 23, "a key must be a quoted string, not `1`", '"key": value'),
+    ("tool-address-non-ascii", "a: slack.pöst {}\n", 1, 4, "`slack.pöst` is not a tool address", "server.tool"),
+    ("block-name-uppercase", "together Sources:\n  a: time.get_current_time {}\n", 1, 10, "`Sources` is not a valid name", "write `sources`"),
+    ("input-name-uppercase", "inputs:\n  Repo\n" + T, 2, 3, "`Repo` is not a valid name", "write `repo`"),
+    ("not-an-option", "a: slack.slack_post_message {}\n  need: 1 of 1\n", 2, 3, "`need` is not a step option", "preview:, check:"),
     ("preview-reference-later", 'a: slack.slack_post_message {}\n  preview: slack.slack_preview_message {"text": "{b}"}\nb: time.get_current_time {}\n', 2, 51, "`b` runs later (line 3)", "move `b` before `a`"),
 ]
 
@@ -167,6 +182,7 @@ def test_bad_recipe(case_id, text, line, column, message, hint):
     assert caret.startswith("  " + " " * (column - 1) + "^"), rendered
     assert set(caret.strip()) == {"^"}, rendered
     assert lines[-1].startswith("  hint: ")
+    rendered.encode("utf-8")  # printable
 
 
 def test_invalid_utf8_in_a_file_is_positioned(tmp_path):
@@ -277,10 +293,10 @@ def test_a_step_named_needs_is_not_the_keyword():
     plan = compile_recipe(
         "needs: time.get_current_time {}\n"
         "need_more: time.get_current_time {}\n"
-        "check: time.get_current_time {}\n"
-        'b: slack.slack_search_messages {"query": "{needs.datetime} {need_more} {check}"}\n'
+        "checks: time.get_current_time {}\n"
+        'b: slack.slack_search_messages {"query": "{needs.datetime} {need_more} {checks}"}\n'
     )
-    assert plan.node("b").refs == ["check", "need_more", "needs"]
+    assert plan.node("b").refs == ["checks", "need_more", "needs"]
 
 
 def test_unicode_in_strings_and_prose():

@@ -326,3 +326,13 @@ def test_post_fanout_runs_three_branches_together():
     assert [plan.node(n).server for n in join.needs] == ["board", "recall", "proc"]
     assert [plan.node(n).args["ms"] for n in join.needs] == [412, 268, 83]
     assert all(plan.node(n).needs == [] for n in join.needs)
+
+
+def test_the_language_page_example_compiles():
+    page = (ROOT / "docs" / "recipe-language.md").read_text(encoding="utf-8")
+    example = re.search(r"```\n(.*?)```", page, re.S).group(1)
+    plan = compile_recipe(example, "docs.recipe")
+    assert plan.recipe.name == "Morning briefing"
+    gate = plan.node("approve:post")
+    assert gate.question == "post to #daily?"
+    assert plan.node("post").preview is not None and plan.node("post").check is not None

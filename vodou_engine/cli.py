@@ -71,6 +71,7 @@ def _parser() -> argparse.ArgumentParser:
         a.add_argument("step", nargs="?", help="step name (needed when several approvals wait)")
         if name == "approve":
             a.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+            a.add_argument("--fingerprint", metavar="FP", help="approve only if the question still has this fingerprint (the one on the card you read)")
         else:
             a.add_argument("--reason", help="why (kept in the audit log)")
         a.add_argument("--as", dest="actor", metavar="NAME", help="who decides (default: the OS user)")

@@ -22,6 +22,7 @@ from .parser import Source
 
 RESERVED = frozenset(
     {"recipe", "inputs", "approval", "approvers", "together", "then", "ask", "need", "expires", "of", "true", "false", "null", "write"}
+    | {"preview", "check"}  # step options: an option left unindented must not become a step
 )
 
 
@@ -79,6 +80,12 @@ class Lowerer:
         walk(recipe.items)
 
     def _declare(self, name: str, kind: str, pos: ast.Pos) -> None:
+        if name in ("preview", "check", "expires"):
+            raise self.error(
+                f"`{name}:` is a step option, but no tool step is right above it",
+                pos,
+                hint=f"indent it under the tool step it belongs to; to name a {kind} `{name}`, choose another name",
+            )
         if name in RESERVED:
             raise self.error(f"`{name}` is a reserved word and cannot name a {kind}", pos, hint="choose another name")
         prior = self.names.get(name)

@@ -611,6 +611,32 @@ def _explain(
         )
     if opened:
         return _explain_json(source, expected, got, got_type, pos, text, word, wpos, opened)
+    if got_type in ("RBRACE", "RSQB"):
+        return source.error(f"this `{text}` closes nothing", pos, hint="remove it, or check the brackets before it")
+    if got_type == "QUESTION" and "QUESTION" not in expected:
+        return source.error(
+            "a question outside `ask me:`", wpos, hint="put `ask me:` on the line before, at the same indentation"
+        )
+    if expected & _OPTIONS and got_type not in _OPTIONS:
+        name = "ask me:" if re.match(r"[ ]*ask[ ]+me\b", line_text) else word.rstrip(":")
+        return source.error(
+            f"`{name}` is not a step option" if name else f"unexpected {got} among the step's options",
+            ast.Pos(pos.line, pos.column, max(1, len(name))),
+            hint="a step's indented lines are its options: preview:, check:, expires:, without asking (or don't ask); "
+            "a next step goes at the step's own indentation",
+        )
+    option = re.match(r"([ ]*)(preview|check|expires|without[ ]+asking|don't[ ]+ask)\b", line_text)
+    misplaced = option and (
+        pos.column == len(option.group(1)) + 1
+        or "WRITE_TEXT" in expected
+        or ("COLON" in expected and option.group(2)[0] in "wd")
+    )
+    if misplaced:
+        return source.error(
+            f"`{option.group(2)}` is a step option, but no tool step is right above it",
+            ast.Pos(pos.line, len(option.group(1)) + 1, len(option.group(2))),
+            hint="indent it under the tool step it belongs to, one level deeper than the step",
+        )
     # `ask me:` and its questions
     if re.match(r"[ ]*ask[ ]+me[ ]*:[ ]*[^ #]", line_text) and pos.column > line_text.index(":") + 1:
         return source.error(
@@ -647,8 +673,10 @@ def _explain(
                 hint="choose another name" + (f"; `{name}:` alone on a line starts a block" if name in ("together", "then") else ""),
             )
     # a name that is not a name: `Post:`, `café:`
-    first = re.match(r"([ ]*)([^ :={\"#]+)[ ]*[:=]", line_text)
-    if first and not _NAME.match(first.group(2)) and pos.column <= first.end(2) + 1 and ("NAME" in expected or "COLON" in expected or "EQUAL" in expected):
+    first = re.match(r"([ ]*)([^ :={\"#]+)[ ]*(?:[:=]|$|#)", line_text) or re.match(
+        r"([ ]*(?:together|then)[ ]+)([^ :={\"#]+)[ ]*:", line_text
+    )
+    if first and not _NAME.match(first.group(2)) and pos.column <= first.end(2) + 1 and expected & {"NAME", "COLON", "EQUAL", "_NL"}:
         name = first.group(2)
         lower = name.lower()
         return source.error(
@@ -684,7 +712,9 @@ def _explain(
             )
         if got_type == "_NL":
             return source.error(
-                "this step has no action", pos, hint="write `name: server.tool {...}` or `name: write ... from {...}`"
+                "this step has no action",
+                pos,
+                hint="write `name: server.tool {...}` or `name: write ... from {...}`; blocks start with `together:` or `then:`",
             )
         if got_type == "LBRACE":
             return source.error("the tool address is missing before the arguments", pos, hint="write `name: server.tool {...}`")
@@ -707,13 +737,6 @@ def _explain(
         return source.error(
             f"expected a quoted title, not {got}", wpos if word else pos, hint='write e.g. recipe "Morning briefing"'
         )
-    if expected & _OPTIONS and got_type not in _OPTIONS:
-        return source.error(
-            f"`{word.rstrip(':')}` is not a step option" if word else f"unexpected {got} among the step's options",
-            wpos,
-            hint="a step's indented lines are its options: preview:, check:, expires:, without asking (or don't ask); "
-            "a next step goes at the step's own indentation",
-        )
     if "COLON" in expected and got_type != "COLON":
         if re.match(r"[ ]*(together|then)\b", line_text):
             return source.error(
@@ -725,6 +748,13 @@ def _explain(
             f"unexpected {got}",
             pos,
             hint="a step name is lower case ([a-z_][a-z0-9_-]*), then `:`; blocks start with `together:`, `then:` or `ask me:`",
+        )
+    glued = re.compile(r"[^ ]*$").search(line_text, 0, pos.column - 1).group() + word
+    if step_line and "." in glued and pos.column > 1 and line_text[pos.column - 2] != " " and "_NL" in expected:
+        return source.error(
+            f"`{glued}` is not a tool address",
+            ast.Pos(pos.line, pos.column - len(glued) + len(word), len(glued)),
+            hint="a tool is addressed as `server.tool` (lower-case server; tool may use - and _), e.g. `slack.slack_post_message`",
         )
     if "_NL" in expected and got_type not in ("_NL", "_DEDENT"):
         after = "after the end of the step" if step_line else "at the end of the line"
@@ -768,6 +798,10 @@ def _explain_json(
             return source.error("malformed JSON: a value is missing after `:`", pos, hint='write "key": value')
     if "COLON" in expected and "COMMA" not in expected:
         return source.error("malformed JSON: expected `:` after the key", pos, hint='write "key": value')
+    if "STRING" in expected and not expected & (_JSON_START - {"STRING"}) and got_type != "STRING":
+        return source.error(
+            f"malformed JSON: a key must be a quoted string, not {got}", wpos, hint='write "key": value'
+        )
     if got_type == "SIGNED_NUMBER" and prev.isdigit() and before.endswith("0"):
         return source.error("malformed JSON: a number cannot start with 0", pos, hint="write 1, not 01 (or quote it as text)")
     if "COMMA" in expected and got_type in _JSON_START:
@@ -789,7 +823,7 @@ def _explain_json(
 
 def _expected_text(expected: set[str]) -> str:
     labels = []
-    for name in sorted(expected):
+    for name in sorted(expected - {"$END"}):
         label = _LABELS.get(name) or (f"`{name.lower()}`" if name.isupper() and not name.startswith("_") else None)
         if label and label not in labels:
             labels.append(label)

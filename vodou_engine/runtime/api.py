@@ -22,6 +22,7 @@ from ..errors import RefusedError, UsageError
 from ..plan import ApprovalNode, Plan, QuestionNode, ToolNode, encode_plan
 from ..policy import BUILTIN_SERVER, Policy
 from .engine import Engine, Outcome, check_stored_plan
+from .faults import crashpoint
 
 
 def os_user() -> str:
@@ -116,6 +117,7 @@ async def drive_run(
     model: str | None = None,
     on_change=None,
     take_over: bool = False,
+    hub: Any = None,
 ) -> Outcome:
     """Resume a parked run from the store (any process)."""
     from ..graph.verify import verify
@@ -133,8 +135,9 @@ async def drive_run(
             hint="it will pick up any decision already made; `recipe show RUN` shows its progress",
         )
     await _in_thread(store.append_event, run_id, "resumed", data_json=msgspec.json.encode({"pid": os.getpid()}).decode())
+    crashpoint("resume")
     await _in_thread(store.mark_unknown, run_id)
-    return await _drive(run_id, plan, store=store, servers=servers, policy=policy, model=model, on_change=on_change, restore=True, run=run)
+    return await _drive(run_id, plan, store=store, servers=servers, policy=policy, model=model, hub=hub, on_change=on_change, restore=True, run=run)
 
 
 async def _drive(run_id, plan, *, store, servers, policy, model, hub=None, on_change=None, restore=False, run=None) -> Outcome:

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from ..cli import console
-from ..errors import EXIT_DECLINED, EXIT_FAILED, EXIT_OK, EXIT_PARKED, RefusedError, UsageError
+from ..errors import EXIT_DECLINED, EXIT_FAILED, EXIT_OK, EXIT_PARKED, ExpiredError, RefusedError, StaleError, UsageError
 from ..plan import JoinNode, Plan
 from .api import decide, drive_run, find_approval, os_user, start_run
 
@@ -265,7 +265,18 @@ def decide_command(args) -> int:
         if not Confirm.ask("approve exactly this?", default=False):
             console().print("nothing was decided.")
             return EXIT_DECLINED
-    decided = decide(store, approval.id, args.decision, actor=actor, reason=getattr(args, "reason", None))
+    wanted = getattr(args, "fingerprint", None)
+    if wanted and wanted != approval.fingerprint:
+        raise StaleError(
+            f"the question for `{approval.step}` is now {approval.fingerprint}, not {wanted}: it was asked again since that card; nothing was changed",
+            hint=f"read the current card (`recipe show {args.run} --audit`) and approve its fingerprint",
+        )
+    try:
+        decided = decide(store, approval.id, args.decision, actor=actor, reason=getattr(args, "reason", None))
+    except ExpiredError:
+        # Recorded as expired, so the audit log shows the question lapsed unanswered.
+        store.decide(approval.id, "expired", by="clock", reason=f"{args.decision} by {actor} came too late")
+        raise
     if args.decision == "reject":
         if store.set_run_state(args.run, "declined", expected=("parked",)):
             store.append_event(args.run, "declined", actor=actor)

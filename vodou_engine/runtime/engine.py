@@ -25,6 +25,7 @@ from ..plan import ApprovalNode, JoinNode, Plan, QuestionNode, ToolNode, WriteNo
 from ..policy import BUILTIN_SERVER
 from ..store import ApprovalRecord, NodeRecord
 from . import builtin, writer
+from .faults import crashpoint
 from .freeze import IDEMPOTENCY_FIELDS, idempotency_key, payload_fingerprint
 
 DONE_BAD = frozenset({"failed", "cancelled", "skipped", "rejected"})
@@ -229,6 +230,7 @@ class Engine:
         if ok >= j.need:
             results = {n: ("succeeded" if self.state[n] == "succeeded" else "cancelled" if self.state[n] in ("pending", "running", "waiting") else self.state[n]) for n in j.needs}
             self._drop_items(j)
+            crashpoint("quorum")
             self._set(j.id, "succeeded", output={"succeeded": [n for n, s in results.items() if s == "succeeded"], "dropped": {n: s for n, s in results.items() if s != "succeeded"}})
             self._after(j.id)
         elif bad > j.of - j.need:
@@ -269,6 +271,7 @@ class Engine:
                             await self.db(self.store.append_event, self.run_id, "effect.unasked", node_id=nid, data_json=_json.encode({"tool": node.address, "payload": args}).decode())
                     else:
                         out = await self._call(node.server, node.tool, self._render(node.args))
+                        crashpoint("reads")
                         self._set(nid, "succeeded", output=out)
                 elif isinstance(node, WriteNode):
                     await self._write(node)
@@ -359,7 +362,10 @@ class Engine:
             address = "question"
             expires_s = self.plan.options.approval_expires_s
         policy = self._policy_doc(step)
-        fp = payload_fingerprint(run_id=self.run_id, node_id=step.id if step else node.id, address=address, payload=payload, policy=policy)
+        fp = payload_fingerprint(
+            run_id=self.run_id, node_id=step.id if step else node.id, address=address, payload=payload, policy=policy,
+            observed=None if check is None else check["result"],
+        )
         now = self.clock()
         from ..cards import approval_card_text
 
@@ -380,6 +386,7 @@ class Engine:
             approvers_json=_json.encode(self.approvers).decode(),
         )
         await self.db(self.store.ask, rec)
+        crashpoint("parking")
         self._set(node.id, "waiting")
         return rec
 
@@ -418,18 +425,21 @@ class Engine:
                 if fname in (schema.get("properties") or {}):
                     args[fname] = key
                     break
+        crashpoint("executing")
         with trio.CancelScope(shield=True):  # an effect already executing is never cancelled
             try:
                 out = await self._call(node.server, node.tool, args)
             except ToolError as exc:
                 await self.db(self.store.finish_effect, self.run_id, node.id, "failed", error=str(exc))
                 raise
+            crashpoint("executed")
             await self.db(self.store.finish_effect, self.run_id, node.id, "executed", result_json=_json.encode(out).decode())
             self._set(node.id, "succeeded", output=out)
 
     def _check_untampered(self, node: ToolNode, approval: ApprovalRecord, payload: Any) -> None:
         policy = msgspec.json.decode(approval.policy_json) if approval.policy_json else self._policy_doc(node)
-        fp = payload_fingerprint(run_id=self.run_id, node_id=node.id, address=node.address, payload=payload, policy=policy)
+        observed = msgspec.json.decode(approval.check_json)["result"] if approval.check_json else None
+        fp = payload_fingerprint(run_id=self.run_id, node_id=node.id, address=node.address, payload=payload, policy=policy, observed=observed)
         if fp != approval.fingerprint:
             raise TamperedError(
                 f"the stored payload of `{node.id}` no longer matches the fingerprint that was approved ({approval.fingerprint}); nothing was executed",

@@ -16,8 +16,11 @@ IDEMPOTENCY_FIELDS = ("idempotency_key", "idempotencyKey")
 """Input-schema property names that receive the key (docs/safety.md)."""
 
 
-def payload_fingerprint(*, run_id: str, node_id: str, address: str, payload: Any, policy: Any) -> str:
+def payload_fingerprint(*, run_id: str, node_id: str, address: str, payload: Any, policy: Any, observed: Any = None) -> str:
+    """``observed`` is the ``check:`` read taken at question time: the world the person approved."""
     doc = {"run": run_id, "node": node_id, "tool": address, "payload": payload, "policy": policy}
+    if observed is not None:
+        doc["observed"] = observed
     return "sha256:" + hashlib.sha256(canonical_bytes(doc)).hexdigest()
 
 

@@ -253,6 +253,13 @@ SUPERSEDE = (
     "UPDATE approvals SET state = 'superseded', superseded_by = ?, decided_at = ? "
     "WHERE run_id = ? AND step = ? AND state = 'pending'"
 )
+# An approval already given but not yet used (a check found the world changed)
+# keeps who decided and when; it only becomes unusable.
+SUPERSEDE_APPROVED = (
+    "UPDATE approvals SET state = 'superseded', superseded_by = ? "
+    "WHERE run_id = ? AND step = ? AND state = 'approved' "
+    "AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.run_id = approvals.run_id AND e.step = approvals.step)"
+)
 DECIDE = "UPDATE approvals SET state = ?, decided_by = ?, decided_at = ?, reason = ? WHERE id = ? AND state IN "
 
 INSERT_EFFECT = (
@@ -538,7 +545,7 @@ class SqlRunStore:
     # -- approvals --------------------------------------------------------
 
     def ask(self, approval: ApprovalRecord) -> None:
-        """Open a question; any older open question for the same step is superseded."""
+        """Open a question; any older question for the same step, open or approved but unused, is superseded."""
         a = approval
         if a.state != "pending" or a.decided_by or a.decided_at is not None or a.superseded_by:
             raise ValueError("ask() takes a fresh approval: state 'pending' and no decision")
@@ -549,6 +556,9 @@ class SqlRunStore:
                 older = [r[0] for r in cur.fetchall()]
                 if older:
                     cur.execute(self._q(SUPERSEDE), (a.id, a.asked_at, a.run_id, a.step))
+                cur.execute(self._q(SUPERSEDE_APPROVED), (a.id, a.run_id, a.step))
+                if cur.rowcount:
+                    older.append("approved-but-unused")
                 cur.execute(self._q(INSERT_APPROVAL), row)
                 data = {"approval_id": a.id, "step": a.step, "fingerprint": a.fingerprint, "superseded": older}
                 self._insert_event(cur, a.run_id, "approval.asked", a.node_id, None, _json(data), a.asked_at)

@@ -1,0 +1,94 @@
+"""d. Scale: N parallel branches of 10 ms blocking work, and of no work.
+
+Engine runs (``vodou.sleep {"ms": 10}`` / ``vodou.noop {}`` in one together of
+N) alternate with the floor, a ``ThreadPoolExecutor(N)`` running N
+``time.sleep(0.01)``: once with a pool whose threads already exist (warm, the
+strict floor; trio's thread cache is warm too after the first engine run) and
+once with a fresh pool (cold, thread creation included).
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor, wait
+
+import trio
+
+from .common import Case, Config, TempDir, engine_times, open_bench_store, timed_start, together_wall
+
+SLEEP_MS = 10
+
+
+def recipe(n: int, tool: str) -> str:
+    return f'recipe "scale {n}"\ntogether wide:\n' + "".join(f"  b{i}: {tool}\n" for i in range(n))
+
+
+def _pool_once(pool: ThreadPoolExecutor, n: int) -> float:
+    t0 = time.perf_counter()
+    wait([pool.submit(time.sleep, SLEEP_MS / 1000) for _ in range(n)])
+    return time.perf_counter() - t0
+
+
+def _cold_pool(n: int) -> float:
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        wait([pool.submit(time.sleep, SLEEP_MS / 1000) for _ in range(n)])
+        wall = time.perf_counter() - t0
+    return wall
+
+
+def sizes(cfg: Config) -> tuple[int, ...]:
+    return (10, 100) if cfg.quick else (10, 100, 1000)
+
+
+def run(cfg: Config) -> Case:
+    from vodou_engine.compiler import compile_recipe
+
+    case = Case("d", "scale: N parallel branches of 10 ms blocking work, and of no work")
+    big = max(sizes(cfg))
+    with TempDir("d") as tmp:
+        store = open_bench_store(tmp / "runs.db")
+        for n in sizes(cfg):
+            sleep_plan = compile_recipe(recipe(n, f'vodou.sleep {{"ms": {SLEEP_MS}}}'))
+            noop_plan = compile_recipe(recipe(n, "vodou.noop {}"))
+            pool = ThreadPoolExecutor(max_workers=n)
+            rows: list[dict] = []
+            try:
+                _pool_once(pool, n)  # create the pool's threads
+                trio.run(timed_start, sleep_plan, store)  # warm trio's thread cache
+                trio.run(timed_start, noop_plan, store)
+                for _ in range(cfg.runs):
+                    warm = _pool_once(pool, n)
+                    cold = _cold_pool(n)
+                    wall, out = trio.run(timed_start, sleep_plan, store)
+                    assert out.state == "succeeded", out.state
+                    times = engine_times(out)
+                    tw = together_wall(sleep_plan, times, "join:wide")
+                    nwall, nout = trio.run(timed_start, noop_plan, store)
+                    assert nout.state == "succeeded", nout.state
+                    ntw = together_wall(noop_plan, engine_times(nout), "join:wide")
+                    rows.append({"warm": warm, "cold": cold, "wall": wall, "tw": tw["wall_s"], "sum": tw["sum_s"], "slowest": tw["slowest_s"], "nwall": nwall, "ntw": ntw["wall_s"]})
+                    cfg.log(f"d: N={n} sleep {wall * 1e3:.0f} ms (pool {warm * 1e3:.0f}/{cold * 1e3:.0f} ms), noop {nwall * 1e3:.1f} ms")
+            finally:
+                pool.shutdown()
+            col = lambda k: [r[k] for r in rows]  # noqa: E731
+            w = case.figure(f"sleep_{n}_run_wall_s", col("wall"), "s", f"N={n} × 10 ms: whole start_run")
+            case.figure(f"sleep_{n}_together_wall_s", col("tw"), "s", f"N={n} × 10 ms: together wall")
+            s = case.figure(f"sleep_{n}_sum_s", col("sum"), "s", f"N={n} × 10 ms: summed branch time")
+            sl = case.figure(f"sleep_{n}_slowest_s", col("slowest"), "s", f"N={n} × 10 ms: slowest branch (engine span)")
+            pw = case.figure(f"pool_{n}_warm_wall_s", col("warm"), "s", f"ThreadPoolExecutor({n}), threads exist: wall")
+            case.figure(f"pool_{n}_cold_wall_s", col("cold"), "s", f"ThreadPoolExecutor({n}), fresh: wall")
+            ratio = case.figure(f"sleep_{n}_over_pool_warm", [r["wall"] / r["warm"] for r in rows], "x", f"N={n}: engine wall / warm pool")
+            case.figure(f"sleep_{n}_over_pool_cold", [r["wall"] / r["cold"] for r in rows], "x", f"N={n}: engine wall / fresh pool")
+            nw = case.figure(f"noop_{n}_run_wall_s", col("nwall"), "s", f"N={n} no-work: whole start_run")
+            case.figure(f"noop_{n}_together_wall_s", col("ntw"), "s", f"N={n} no-work: together wall")
+            per = case.figure(f"noop_{n}_per_branch_s", [r["nwall"] / n for r in rows], "s", f"N={n} no-work: engine wall / N")
+            case.bar(f"{n}×10 ms", wall_s=w, sum_s=s, slowest_s=sl)
+            case.bar(f"pool({n})", wall_s=pw, sum_s=None, slowest_s=None)
+            if n == big:
+                case.check(f"d: {n}×10 ms / pool floor", ratio, 2.0, unit="x", what=f"engine wall over a warm ThreadPoolExecutor({n}), same run", ratio=True)
+                case.check(f"d: no-work branch (N={n})", per, 50e-6, unit="s", what="engine wall / N")
+                case.figure("thread_limit", 64, "count", "engine thread limit (Engine(thread_limit=64); start_run cannot change it)")
+                case.bar(f"{n} no-work", wall_s=nw, sum_s=None, slowest_s=None)
+        store.close()
+    return case.done()

@@ -1,0 +1,185 @@
+"""g. Park, approve, resume: the engine's cost beyond the tool call.
+
+A read step, then an approval, then a real write (``slack.slack_post_message``
+on the demo chat server). Inside one warm process with the server already up:
+
+* park: from the approval node becoming ready (its start time) to the run
+  being parked (the park transaction committed; measured by wrapping
+  ``runtime.api._park_or_wake``, which changes nothing);
+* resume: ``drive_run`` after the approval, minus the tool call's own time
+  (measured around ``hub.call``, and ToolResult.duration_s). ``drive_run``
+  takes no hub, so ``tools.hub.open_hub`` is pointed at the warm hub for the
+  call: what remains is the engine's work.
+
+And as a process: ``recipe approve RUN post --yes --json`` timed whole, minus
+the tool call (the effect's span in the store) and minus the server's start
+(measured in this process with the same config, alternating with the
+process runs). One more approve runs under ``-X importtime``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from contextlib import asynccontextmanager
+
+import trio
+
+from .common import Case, Config, TempDir, clean_env, engine_argv, importtime_summary, importtime_text, open_bench_store, timed_start
+
+RECIPE = """recipe "park and resume"
+note: vodou.echo {"value": "benchmark note"}
+ask me:
+- post the benchmark note to #daily?
+post: slack.slack_post_message {"channel": "#daily", "text": "{note}"}
+"""
+GATE = "approve:post"
+
+
+def run(cfg: Config) -> Case:
+    from vodou_engine.compiler import compile_recipe
+    from vodou_engine.planning import resolve
+    from vodou_engine.runtime import api
+    from vodou_engine.servers import demo_servers
+    from vodou_engine.tools import hub as hubmod
+
+    case = Case("g", "park, approve, resume (slack.slack_post_message behind an approval)")
+    rows: list[dict] = []
+    procs: list[dict] = []
+    with TempDir("g") as tmp:
+        demo_db = tmp / "demo.db"
+        store_path = tmp / "runs.db"
+        servers = demo_servers(demo_db)
+        store = open_bench_store(store_path)
+        base = compile_recipe(RECIPE)
+        parked_for_processes: list[str] = []
+
+        async def cycle(plan, hub, measure: bool) -> dict | None:
+            parked_at: list[float] = []
+            real_park = api._park_or_wake
+
+            def park_probe(*args):
+                woken = real_park(*args)
+                if not woken:
+                    parked_at.append(time.time())
+                return woken
+
+            api._park_or_wake = park_probe
+            try:
+                _, out = await timed_start(plan, store, servers=servers, hub=hub)
+            finally:
+                api._park_or_wake = real_park
+            returned = time.time()
+            assert out.state == "parked", out.state
+            ready = out.engine.times[GATE][0]
+            (approval,) = out.pending
+            api.decide(store, approval.id, "approve", actor="bench")
+
+            calls: list[tuple[float, float]] = []
+            real_call = hub.call
+
+            async def timed_call(*args, **kwargs):
+                t0 = time.perf_counter()
+                res = await real_call(*args, **kwargs)
+                calls.append((time.perf_counter() - t0, res.duration_s))
+                return res
+
+            @asynccontextmanager
+            async def warm_hub(servers_, names, **kwargs):
+                yield hub
+
+            hub.call = timed_call
+            real_open = hubmod.open_hub
+            hubmod.open_hub = warm_hub
+            try:
+                t0 = time.perf_counter()
+                done = await api.drive_run(out.run_id, store=store, servers=servers)
+                resume_wall = time.perf_counter() - t0
+            finally:
+                hubmod.open_hub = real_open
+                del hub.call
+            assert done.state == "succeeded", done.state
+            assert len(calls) == 1, calls
+            if not measure:
+                return None
+            return {
+                "park": parked_at[-1] - ready,
+                "park_returned": returned - ready,
+                "resume_wall": resume_wall,
+                "call": calls[0][0],
+                "call_duration_s": calls[0][1],
+                "resume": resume_wall - calls[0][0],
+                "resume_vs_duration": resume_wall - calls[0][1],
+            }
+
+        async def in_process() -> dict:
+            async with hubmod.open_hub(servers, ["slack"]) as hub:
+                _, hints = resolve(base, servers, {"slack": hub.tools("slack")})
+                plan = compile_recipe(RECIPE, hints=hints)
+                assert any(n.id == GATE for n in plan.nodes), [n.id for n in plan.nodes]
+                await cycle(plan, hub, measure=False)
+                for _ in range(cfg.runs):
+                    rows.append(await cycle(plan, hub, measure=True))
+                    cfg.log(f"g: park {rows[-1]['park'] * 1e3:.2f} ms, resume {rows[-1]['resume'] * 1e3:.2f} ms beyond the call")
+                for _ in range(cfg.runs + 2):  # for the approve processes (+ warm-up, + importtime)
+                    _, out = await timed_start(plan, store, servers=servers, hub=hub)
+                    assert out.state == "parked"
+                    parked_for_processes.append(out.run_id)
+            return {}
+
+        trio.run(in_process)
+
+        async def server_start() -> tuple[float, float]:
+            async with hubmod.open_hub(servers, ["slack"]) as hub:
+                started = hub.started_in["slack"]
+                t0 = time.perf_counter()
+            return started, time.perf_counter() - t0
+
+        env = clean_env(tmp, cfg, VODOU_STORE=str(store_path), VODOU_DEMO_DB=str(demo_db))
+
+        def approve(run_id: str, *extra: str) -> tuple[float, subprocess.CompletedProcess]:
+            argv = engine_argv("approve", run_id, "post", "--yes", "--json", "--as", "bench", cfg=cfg)
+            argv[1:1] = list(extra)
+            t0 = time.perf_counter()
+            proc = subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=180)
+            wall = time.perf_counter() - t0
+            if proc.returncode != 0:
+                raise RuntimeError(f"approve exited {proc.returncode}: {proc.stderr[-2000:]}")
+            return wall, proc
+
+        approve(parked_for_processes[0])  # warm the bytecode cache
+        for run_id in parked_for_processes[1:-1]:
+            started, closed = trio.run(server_start)
+            wall, _ = approve(run_id)
+            eff = store.get_effect(run_id, "post")
+            assert eff is not None and eff.state == "executed", eff
+            call = eff.ended_at - eff.started_at
+            procs.append({"wall": wall, "server_start": started, "hub_close": closed, "call": call, "rest": wall - started - call})
+            cfg.log(f"g: approve process {wall:.2f} s = server start {started:.2f} s + call {call * 1e3:.0f} ms + {procs[-1]['rest']:.2f} s")
+        _, proc = approve(parked_for_processes[-1], "-X", "importtime")
+        imports = importtime_summary(proc.stderr)
+        store.close()
+
+    col = lambda rs, k: [r[k] for r in rs]  # noqa: E731
+    park = case.figure("park_s", col(rows, "park"), "s", "approval node ready → run parked (committed)")
+    case.figure("park_returned_s", col(rows, "park_returned"), "s", "approval node ready → start_run returned")
+    case.figure("resume_wall_s", col(rows, "resume_wall"), "s", "drive_run after approval, whole")
+    case.figure("call_s", col(rows, "call"), "s", "the tool call, measured around hub.call")
+    resume = case.figure("resume_s", col(rows, "resume"), "s", "drive_run − the call (around hub.call)")
+    case.figure("resume_vs_duration_s", col(rows, "resume_vs_duration"), "s", "drive_run − ToolResult.duration_s")
+    pw = case.figure("approve_process_wall_s", col(procs, "wall"), "s", "`recipe approve RUN post --yes` process, whole")
+    ps = case.figure("server_start_s", col(procs, "server_start"), "s", "slack server start (in-process, same config)")
+    case.figure("hub_close_s", col(procs, "hub_close"), "s", "closing the hub (in-process; inside the process's wall too)")
+    pc = case.figure("approve_call_s", col(procs, "call"), "s", "the call inside the process (effect span in the store)")
+    rest = case.figure("approve_rest_s", col(procs, "rest"), "s", "process − server start − call")
+    case.figure("approve_imports_s", imports["total_s"], "s", "time in imports (-X importtime, one run)")
+    case.profiles["approve -X importtime"] = importtime_text(imports)
+    case.check("g: park", park, 5e-3, unit="s", what="approval node ready → run parked")
+    case.check("g: resume", resume, 5e-3, unit="s", what="drive_run − tool call, warm process")
+    case.check("g: approve process", rest, 0.35, unit="s", what="process − server start − call")
+    case.bar("approve process", wall_s=pw, sum_s=None, slowest_s=None)
+    case.bar("server start", wall_s=ps, sum_s=None, slowest_s=None)
+    case.bar("rest", wall_s=rest, sum_s=None, slowest_s=None)
+    _ = pc
+    return case.done()

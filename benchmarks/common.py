@@ -1,0 +1,222 @@
+"""Shared helpers: configuration, timing, stores, result records."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = Path(__file__).resolve().parent / "results"
+
+
+@dataclass
+class Config:
+    runs: int = 5
+    quick: bool = False
+    out: Path = DEFAULT_OUT
+    proposed: bool = False
+    # A bytecode cache outside the source tree, so subprocesses import the
+    # package the way an installed copy would (see cli_env).
+    pycache: Path | None = None
+    log: Callable[[str], None] = lambda msg: None
+
+
+def median(values: Iterable[float]) -> float:
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else float("nan")
+
+
+def spread(values: Iterable[float]) -> dict[str, float]:
+    vals = sorted(v for v in values if v is not None)
+    if not vals:
+        return {"min": float("nan"), "max": float("nan")}
+    return {"min": vals[0], "max": vals[-1]}
+
+
+class Case:
+    """What one case reports: named figures, checks against targets, bars for the chart."""
+
+    def __init__(self, letter: str, title: str):
+        self.letter = letter
+        self.title = title
+        self.figures: dict[str, dict[str, Any]] = {}
+        self.checks: list[dict[str, Any]] = []
+        self.bars: list[dict[str, Any]] = []
+        self.notes: list[str] = []
+        self.profiles: dict[str, str] = {}
+        self.started = time.perf_counter()
+        self.duration_s: float | None = None
+
+    def figure(self, key: str, samples: list[float] | float, unit: str, label: str) -> float:
+        """Record a figure; a list of samples is reported as its median with min/max."""
+        if isinstance(samples, (int, float)):
+            samples = [float(samples)]
+        samples = [float(s) for s in samples]
+        value = median(samples)
+        self.figures[key] = {"value": value, "unit": unit, "label": label, "samples": samples, **spread(samples)}
+        return value
+
+    def check(self, name: str, measured: float, limit: float, *, unit: str, what: str, ratio: bool = False) -> bool:
+        met = bool(measured <= limit)
+        self.checks.append({"name": name, "measured": measured, "limit": limit, "unit": unit, "what": what, "ratio": ratio, "met": met})
+        return met
+
+    def bar(self, label: str, *, wall_s: float, sum_s: float | None, slowest_s: float | None) -> None:
+        self.bars.append({"label": label, "wall_s": wall_s, "sum_s": sum_s, "slowest_s": slowest_s})
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+    def done(self) -> "Case":
+        self.duration_s = time.perf_counter() - self.started
+        return self
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "case": self.letter,
+            "title": self.title,
+            "figures": self.figures,
+            "checks": self.checks,
+            "bars": self.bars,
+            "notes": self.notes,
+            "profiles": self.profiles,
+            "duration_s": self.duration_s,
+        }
+
+
+class TempDir:
+    """A private directory for one case's stores and databases, removed afterwards."""
+
+    def __init__(self, prefix: str):
+        self._tmp = tempfile.TemporaryDirectory(prefix=f"vodou-bench-{prefix}-")
+        self.path = Path(self._tmp.name)
+
+    def __enter__(self) -> Path:
+        return self.path
+
+    def __exit__(self, *exc: object) -> None:
+        self._tmp.cleanup()
+
+
+def open_bench_store(path: Path):
+    from vodou_engine.store import open_store
+
+    return open_store(path)
+
+
+def engine_times(outcome) -> dict[str, tuple[float | None, float | None]]:
+    return {k: (v[0], v[1]) for k, v in outcome.engine.times.items()}
+
+
+async def timed_start(plan, store, **kwargs) -> tuple[float, Any]:
+    """start_run, timed from the call to its return (perf_counter seconds)."""
+    from vodou_engine.runtime.api import start_run
+
+    kwargs.setdefault("servers", None)
+    kwargs.setdefault("actor", "bench")
+    t0 = time.perf_counter()
+    outcome = await start_run(plan, store=store, **kwargs)
+    return time.perf_counter() - t0, outcome
+
+
+def together_wall(plan, times, join_id: str) -> dict[str, float]:
+    """One together's figures from engine node times.
+
+    ``wall_s`` runs from the first branch's start to the moment the join was
+    decided (so it includes dispatch and the join itself); ``span_s`` is
+    together_stats' wall (first start to last branch end).
+    """
+    from vodou_engine.runtime.commands import together_stats
+
+    stats = {s["join"]: s for s in together_stats(plan, times)}[join_id]
+    join = next(n for n in plan.nodes if n.id == join_id)
+    starts = [times[m][0] for item in join.members for m in item if times.get(m, (None,))[0] is not None]
+    decided = times[join_id][1]
+    return {
+        "wall_s": decided - min(starts),
+        "span_s": stats["wall_s"],
+        "sum_s": stats["sum_s"],
+        "slowest_s": stats["slowest_s"],
+        "slowest": stats["slowest"],
+    }
+
+
+def clean_env(tmp: Path, cfg: Config, **extra: str) -> dict[str, str]:
+    """An environment for engine subprocesses: no VODOU_* or XDG_* leaking in from the caller."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VODOU_") and k not in ("XDG_CONFIG_HOME", "XDG_DATA_HOME")}
+    env.update(XDG_CONFIG_HOME=str(tmp / "config"), XDG_DATA_HOME=str(tmp / "data"), COLUMNS="120")
+    if cfg.pycache is not None:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(cfg.pycache)
+    if cfg.proposed:
+        env["VODOU_BENCH_PROPOSED"] = "1"
+    env.update(extra)
+    return env
+
+
+def engine_argv(*args: str, cfg: Config) -> list[str]:
+    """``python -m vodou_engine ...``, or with --proposed a launcher that applies the proposed changes first."""
+    if cfg.proposed:
+        return [sys.executable, "-m", "benchmarks.launch", *args]
+    return [sys.executable, "-m", "vodou_engine", *args]
+
+
+def fmt_s(seconds: float) -> str:
+    if seconds != seconds:  # nan
+        return "n/a"
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds * 1e6:.0f} µs"
+
+
+def fmt_value(value: float, unit: str) -> str:
+    if unit == "s":
+        return fmt_s(value)
+    if unit == "x":
+        return f"{value:.3f}×"
+    if unit == "count":
+        return f"{value:.0f}"
+    return f"{value:.4g} {unit}"
+
+
+def importtime_summary(stderr: str, top: int = 12) -> dict[str, Any]:
+    """Digest ``python -X importtime`` output: total, the slowest top-level imports, self time per package."""
+    entries = []
+    for line in stderr.splitlines():
+        if not line.startswith("import time:") or "self [us]" in line:
+            continue
+        parts = line[len("import time:"):].split("|")
+        if len(parts) != 3:
+            continue
+        self_us, cum_us, raw = int(parts[0]), int(parts[1]), parts[2]
+        name = raw.strip()
+        depth = (len(raw) - len(raw.lstrip()) - 1) // 2
+        entries.append((name, depth, self_us, cum_us))
+    tops = sorted((e for e in entries if e[1] == 0), key=lambda e: -e[3])
+    by_pkg: dict[str, int] = {}
+    for name, _, self_us, _ in entries:
+        root = name.split(".")[0]
+        by_pkg[root] = by_pkg.get(root, 0) + self_us
+    return {
+        "total_s": sum(e[3] for e in entries if e[1] == 0) / 1e6,
+        "modules": len(entries),
+        "top_level": [{"module": n, "cumulative_s": c / 1e6} for n, _, _, c in tops[:top]],
+        "self_by_package": [{"package": p, "self_s": s / 1e6} for p, s in sorted(by_pkg.items(), key=lambda kv: -kv[1])[:top]],
+    }
+
+
+def importtime_text(summary: dict[str, Any]) -> str:
+    lines = [f"{summary['modules']} modules imported, {summary['total_s'] * 1e3:.0f} ms in imports"]
+    lines.append("slowest top-level imports (cumulative):")
+    lines += [f"  {e['cumulative_s'] * 1e3:7.1f} ms  {e['module']}" for e in summary["top_level"]]
+    lines.append("own import time by package (self, summed):")
+    lines += [f"  {e['self_s'] * 1e3:7.1f} ms  {e['package']}" for e in summary["self_by_package"]]
+    return "\n".join(lines)
