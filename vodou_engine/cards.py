@@ -95,7 +95,7 @@ def plan_rows(plan: Plan, status: Mapping[str, ToolStatus] | None = None, writer
                     rows.append((d + 1, None, f"↳ {what}", raddr, ref.risk, ref.risk_source, False))
         elif isinstance(node, WriteNode):
             src = f" from {', '.join(node.inputs)}" if node.inputs else ""
-            rows.append((d, None, node.id, f"write{src}", "read", f'"{node.prompt}" ({writer})', False))
+            rows.append((d, None, node.id, f"write{src}", "text", f'"{node.prompt}" ({writer}); no effect outside', False))
         elif isinstance(node, QuestionNode):
             rows.append((d, "ask", f'"{node.text}" — the run stops here until you answer yes', None, None, None, False))
     return rows
