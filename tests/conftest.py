@@ -33,13 +33,14 @@ class Cli:
         self.store = tmp / "runs.db"
         self.demo_db = tmp / "demo.db"
         self.env = {
-            k: v for k, v in os.environ.items() if not k.startswith("VODOU_") and k not in ("XDG_CONFIG_HOME", "XDG_DATA_HOME")
+            k: v for k, v in os.environ.items() if not k.startswith("VODOU_") and k not in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME")
         }
         self.env.update(
             VODOU_STORE=str(self.store),
             VODOU_DEMO_DB=str(self.demo_db),
             XDG_CONFIG_HOME=str(tmp / "config"),
             XDG_DATA_HOME=str(tmp / "data"),
+            XDG_CACHE_HOME=str(tmp / "cache"),
             COLUMNS="200",
         )
 

@@ -149,7 +149,7 @@ def cmd_compile(args) -> int:
     from .compiler import load_source
     from .plan import encode_plan
 
-    plan, _ = load_source(args.file, policy=_policy(args), refresh=True)
+    plan, _ = load_source(args.file, policy=_policy(args), refresh=True, memo=True)
     _write(encode_plan(plan), args.output)
     return 0
 
@@ -158,7 +158,7 @@ def cmd_plan(args) -> int:
     from .compiler import load_source
 
     policy = _policy(args)
-    plan, text = load_source(args.file, policy=policy)
+    plan, text = load_source(args.file, policy=policy, memo=True)
     status = None
     note = "offline: servers not started, tool names not checked"
     if not args.offline:

@@ -103,9 +103,18 @@ def looks_like_plan(path: str, data: bytes) -> bool:
 
 
 def load_source(
-    path: str, *, policy: Policy | None = None, hints: Mapping[str, Hints | None] | None = None, refresh: bool = False
+    path: str,
+    *,
+    policy: Policy | None = None,
+    hints: Mapping[str, Hints | None] | None = None,
+    refresh: bool = False,
+    memo: bool = False,
 ) -> tuple[Plan, str | None]:
-    """A recipe or an actions.json, from a file: (plan, recipe text or None)."""
+    """A recipe or an actions.json, from a file: (plan, recipe text or None).
+
+    ``memo`` lets a recipe's verified plan come from the compile memo
+    (compiler/cache.py); only the card and ``compile`` use it, never ``run``.
+    """
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
@@ -117,5 +126,14 @@ def load_source(
     if looks_like_plan(path, data):
         return load_plan(data, path, policy=policy, refresh=refresh), None
     text = decode_utf8(data, path)
+    if memo and not hints:
+        from . import cache
+
+        k = cache.key(text, path, (policy or Policy()).digest)
+        plan = cache.get(k)
+        if plan is None:
+            plan = compile_recipe(text, path, policy=policy)
+            cache.put(k, plan)
+        return plan, text
     plan = compile_recipe(text, path, policy=policy, hints=hints)
     return plan, text

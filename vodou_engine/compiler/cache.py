@@ -1,0 +1,87 @@
+"""A content-addressed memo of verified compiles, so the card comes up fast.
+
+Compiling needs lark and verifying needs networkx, about 0.4 s of imports on
+a small machine before any work. The result only depends on the recipe
+bytes, its path, the policy and the compiler itself, so a verified plan is
+kept under a key made of exactly those; any change is a miss.
+
+Only ``recipe plan`` and ``recipe compile`` read it. ``recipe run`` always
+compiles and verifies from scratch, and every actions.json is verified
+whenever it is loaded, so the memo can make the card fast but can never let
+an unverified plan run. ``VODOU_NO_CACHE=1`` turns it off.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from ..plan import Plan, compute_fingerprint, decode_plan, encode_plan
+
+_COMPILER_FILES = (
+    "compiler/grammar.lark",
+    "compiler/parser.py",
+    "compiler/lower.py",
+    "compiler/template.py",
+    "compiler/__init__.py",
+    "graph/gate.py",
+    "graph/verify.py",
+    "policy.py",
+    "plan.py",
+)
+
+
+def _dir() -> Path | None:
+    if os.environ.get("VODOU_NO_CACHE"):
+        return None
+    base = os.environ.get("XDG_CACHE_HOME")
+    root = Path(base) if base and os.path.isabs(base) else Path.home() / ".cache"
+    return root / "vodou" / "plans"
+
+
+def _compiler_stamp() -> bytes:
+    pkg = Path(__file__).resolve().parent.parent
+    parts = []
+    for rel in _COMPILER_FILES:
+        try:
+            st = (pkg / rel).stat()
+        except OSError:
+            st = None
+        parts.append(f"{rel}:{st.st_size}:{st.st_mtime_ns}" if st else f"{rel}:-")
+    return "\n".join(parts).encode()
+
+
+def key(text: str, path: str | None, policy_digest: str) -> str:
+    h = hashlib.sha256()
+    for part in (_compiler_stamp(), (path or "").encode(), policy_digest.encode(), text.encode("utf-8")):
+        h.update(len(part).to_bytes(8, "big"))
+        h.update(part)
+    return h.hexdigest()
+
+
+def get(k: str) -> Plan | None:
+    d = _dir()
+    if d is None:
+        return None
+    try:
+        data = (d / f"{k}.json").read_bytes()
+        plan = decode_plan(data)
+    except Exception:
+        return None  # a missing or damaged memo is only a miss
+    if compute_fingerprint(plan) != plan.fingerprint:
+        return None
+    return plan
+
+
+def put(k: str, plan: Plan) -> None:
+    d = _dir()
+    if d is None:
+        return
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        tmp = d / f"{k}.{os.getpid()}.tmp"
+        tmp.write_bytes(encode_plan(plan))
+        os.replace(tmp, d / f"{k}.json")
+    except OSError:
+        pass  # a read-only home only costs speed
