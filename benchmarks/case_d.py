@@ -4,7 +4,10 @@ Engine runs (``vodou.sleep {"ms": 10}`` / ``vodou.noop {}`` in one together of
 N) alternate with the floor, a ``ThreadPoolExecutor(N)`` running N
 ``time.sleep(0.01)``: once with a pool whose threads already exist (warm, the
 strict floor; trio's thread cache is warm too after the first engine run) and
-once with a fresh pool (cold, thread creation included).
+once with a fresh pool (cold, thread creation included). Bare trio runs (N ×
+``trio.to_thread.run_sync`` in a nursery, no engine) show what trio's own
+thread hand-off costs. A branch's engine span includes waiting for one of
+the engine's 64 thread slots, so the summed branch time grows with N.
 """
 
 from __future__ import annotations
@@ -37,6 +40,16 @@ def _cold_pool(n: int) -> float:
     return wall
 
 
+async def _bare_trio(n: int, limit: int) -> float:
+    """N × trio.to_thread.run_sync(time.sleep) in a nursery: trio's own floor, no engine."""
+    limiter = trio.CapacityLimiter(limit)
+    t0 = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for _ in range(n):
+            nursery.start_soon(lambda: trio.to_thread.run_sync(time.sleep, SLEEP_MS / 1000, limiter=limiter))
+    return time.perf_counter() - t0
+
+
 def sizes(cfg: Config) -> tuple[int, ...]:
     return (10, 100) if cfg.quick else (10, 100, 1000)
 
@@ -60,6 +73,8 @@ def run(cfg: Config) -> Case:
                 for _ in range(cfg.runs):
                     warm = _pool_once(pool, n)
                     cold = _cold_pool(n)
+                    bare64 = trio.run(_bare_trio, n, 64)
+                    baren = trio.run(_bare_trio, n, n)
                     wall, out = trio.run(timed_start, sleep_plan, store)
                     assert out.state == "succeeded", out.state
                     times = engine_times(out)
@@ -67,7 +82,7 @@ def run(cfg: Config) -> Case:
                     nwall, nout = trio.run(timed_start, noop_plan, store)
                     assert nout.state == "succeeded", nout.state
                     ntw = together_wall(noop_plan, engine_times(nout), "join:wide")
-                    rows.append({"warm": warm, "cold": cold, "wall": wall, "tw": tw["wall_s"], "sum": tw["sum_s"], "slowest": tw["slowest_s"], "nwall": nwall, "ntw": ntw["wall_s"]})
+                    rows.append({"bare64": bare64, "baren": baren, "warm": warm, "cold": cold, "wall": wall, "tw": tw["wall_s"], "sum": tw["sum_s"], "slowest": tw["slowest_s"], "nwall": nwall, "ntw": ntw["wall_s"]})
                     cfg.log(f"d: N={n} sleep {wall * 1e3:.0f} ms (pool {warm * 1e3:.0f}/{cold * 1e3:.0f} ms), noop {nwall * 1e3:.1f} ms")
             finally:
                 pool.shutdown()
@@ -78,12 +93,18 @@ def run(cfg: Config) -> Case:
             sl = case.figure(f"sleep_{n}_slowest_s", col("slowest"), "s", f"N={n} × 10 ms: slowest branch (engine span)")
             pw = case.figure(f"pool_{n}_warm_wall_s", col("warm"), "s", f"ThreadPoolExecutor({n}), threads exist: wall")
             case.figure(f"pool_{n}_cold_wall_s", col("cold"), "s", f"ThreadPoolExecutor({n}), fresh: wall")
+            b64 = case.figure(f"bare_trio_{n}_limit64_s", col("bare64"), "s", f"bare trio: {n} × to_thread.run_sync, limiter 64 (no engine)")
+            case.figure(f"bare_trio_{n}_limit{n}_s", col("baren"), "s", f"bare trio: {n} × to_thread.run_sync, limiter {n} (no engine)")
+            case.figure(f"bare_trio_{n}_limit64_over_pool_warm", [r["bare64"] / r["warm"] for r in rows], "x", f"N={n}: bare trio (64) / warm pool")
+            case.figure(f"bare_trio_{n}_limit{n}_over_pool_warm", [r["baren"] / r["warm"] for r in rows], "x", f"N={n}: bare trio ({n}) / warm pool")
+            case.figure(f"sleep_{n}_over_bare_trio64", [r["wall"] / r["bare64"] for r in rows], "x", f"N={n}: engine wall / bare trio with the same limit (64)")
             ratio = case.figure(f"sleep_{n}_over_pool_warm", [r["wall"] / r["warm"] for r in rows], "x", f"N={n}: engine wall / warm pool")
             case.figure(f"sleep_{n}_over_pool_cold", [r["wall"] / r["cold"] for r in rows], "x", f"N={n}: engine wall / fresh pool")
             nw = case.figure(f"noop_{n}_run_wall_s", col("nwall"), "s", f"N={n} no-work: whole start_run")
             case.figure(f"noop_{n}_together_wall_s", col("ntw"), "s", f"N={n} no-work: together wall")
             per = case.figure(f"noop_{n}_per_branch_s", [r["nwall"] / n for r in rows], "s", f"N={n} no-work: engine wall / N")
             case.bar(f"{n}×10 ms", wall_s=w, sum_s=s, slowest_s=sl)
+            case.bar(f"bare trio({n}, 64)", wall_s=b64, sum_s=None, slowest_s=None)
             case.bar(f"pool({n})", wall_s=pw, sum_s=None, slowest_s=None)
             if n == big:
                 case.check(f"d: {n}×10 ms / pool floor", ratio, 2.0, unit="x", what=f"engine wall over a warm ThreadPoolExecutor({n}), same run", ratio=True)

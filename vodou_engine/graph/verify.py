@@ -49,7 +49,16 @@ def verify(plan: Plan, policy: Policy | None = None, *, path: str | None = None)
     """Build and check the graph; raise PlanError naming what is wrong."""
     g = build_graph(plan, path=path)
     index = g.graph["index"]
-    if not nx.is_directed_acyclic_graph(g):
+    # Acyclic: the compiler emits nodes in an order where needs come first;
+    # checking that is linear. Only a hand-made order needs the full search.
+    seen: set[str] = set()
+    ordered = True
+    for node in plan.nodes:
+        if any(need not in seen for need in node.needs):
+            ordered = False
+            break
+        seen.add(node.id)
+    if not ordered and not nx.is_directed_acyclic_graph(g):
         cycle = " -> ".join(u for u, _ in nx.find_cycle(g))
         raise PlanError(f"the plan has a cycle: {cycle}", path=path, hint="needs must point to earlier nodes only")
     for node in plan.nodes:
@@ -71,9 +80,10 @@ def verify(plan: Plan, policy: Policy | None = None, *, path: str | None = None)
             if not isinstance(target, ToolNode):
                 raise _err(PlanError, f"approval `{node.id}` guards `{node.step}`, which is not a tool step", node, "recompile the recipe", path)
             gates.setdefault(node.step, []).append(node)
-    effects = [n for n in plan.nodes if isinstance(n, ToolNode) and n.effectful and not n.without_asking]
-    idom = nx.immediate_dominators(g, ROOT) if effects else {}
-    for node in effects:
+    idom: dict[str, str] | None = None
+    for node in plan.nodes:
+        if not (isinstance(node, ToolNode) and node.effectful and not node.without_asking):
+            continue
         mine = gates.get(node.id, [])
         if len(mine) != 1:
             raise _err(
@@ -86,6 +96,10 @@ def verify(plan: Plan, policy: Policy | None = None, *, path: str | None = None)
                 path,
             )
         gate = mine[0].id
+        if node.needs == [gate]:
+            continue  # its only way in is the gate: dominated by definition
+        if idom is None:
+            idom = nx.immediate_dominators(g, ROOT)
         dom = node.id
         while dom != ROOT and dom != gate:
             dom = idom[dom]
