@@ -24,8 +24,6 @@ RECIPE = ROOT / "recipes" / "morning-briefing.recipe"
 
 def command(cfg: Config) -> list[str]:
     script = Path(sys.executable).with_name("recipe")
-    if cfg.proposed:
-        return [sys.executable, "-m", "benchmarks.launch"]
     if script.exists():
         return [str(script)]
     return [sys.executable, "-m", "vodou_engine"]
@@ -57,8 +55,6 @@ def run(cfg: Config) -> Case:
         uncached["PYTHONDONTWRITEBYTECODE"] = os.environ.get("PYTHONDONTWRITEBYTECODE", "")
         if not uncached["PYTHONDONTWRITEBYTECODE"]:
             uncached.pop("PYTHONDONTWRITEBYTECODE")
-        if cfg.proposed:
-            cached["PYTHONPATH"] = uncached["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
         for key, (args, limit, label) in commands.items():
             _time(base + args, cached, tmp)  # writes the bytecode cache
             warm, cold = [], []
@@ -72,7 +68,7 @@ def run(cfg: Config) -> Case:
             case.bar(key.replace("_", " "), wall_s=w, sum_s=None, slowest_s=None)
             if w > limit:
                 env = dict(cached)
-                proc = subprocess.run([sys.executable, "-X", "importtime", *(base[1:] if base[0] == sys.executable else ["-m", "vodou_engine"]), *args], env=env, cwd=tmp, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120)
+                proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "vodou_engine", *args], env=env, cwd=tmp, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120)
                 summary = importtime_summary(proc.stderr)
                 case.figure(f"{key}_imports_s", summary["total_s"], "s", f"{label}: time in imports (-X importtime, one run)")
                 case.profiles[f"{label} -X importtime"] = importtime_text(summary)

@@ -7,7 +7,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -20,9 +20,8 @@ class Config:
     runs: int = 5
     quick: bool = False
     out: Path = DEFAULT_OUT
-    proposed: bool = False
     # A bytecode cache outside the source tree, so subprocesses import the
-    # package the way an installed copy would (see cli_env).
+    # package the way an installed copy would (see clean_env).
     pycache: Path | None = None
     log: Callable[[str], None] = lambda msg: None
 
@@ -50,6 +49,7 @@ class Case:
         self.bars: list[dict[str, Any]] = []
         self.notes: list[str] = []
         self.profiles: dict[str, str] = {}
+        self.extra_json: dict[str, Any] = {}
         self.started = time.perf_counter()
         self.duration_s: float | None = None
 
@@ -87,6 +87,7 @@ class Case:
             "notes": self.notes,
             "profiles": self.profiles,
             "duration_s": self.duration_s,
+            **self.extra_json,
         }
 
 
@@ -154,16 +155,12 @@ def clean_env(tmp: Path, cfg: Config, **extra: str) -> dict[str, str]:
     if cfg.pycache is not None:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = str(cfg.pycache)
-    if cfg.proposed:
-        env["VODOU_BENCH_PROPOSED"] = "1"
     env.update(extra)
     return env
 
 
 def engine_argv(*args: str, cfg: Config) -> list[str]:
-    """``python -m vodou_engine ...``, or with --proposed a launcher that applies the proposed changes first."""
-    if cfg.proposed:
-        return [sys.executable, "-m", "benchmarks.launch", *args]
+    """``python -m vodou_engine ...``: whichever vodou_engine this interpreter imports (PYTHONPATH first)."""
     return [sys.executable, "-m", "vodou_engine", *args]
 
 

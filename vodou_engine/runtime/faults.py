@@ -15,8 +15,25 @@ import os
 import signal
 
 _AT = os.environ.get("VODOU_CRASH_AT")
+_RAISE_AT: str | None = None
+
+
+class SimulatedCrash(BaseException):
+    """Raised instead of a kill when a test asks for an in-process crash.
+
+    A BaseException, so no ``except Exception`` in the engine can swallow it;
+    it unwinds the run without any of the engine's own bookkeeping.
+    """
+
+
+def simulate(name: str | None) -> None:
+    """In-process crash at ``name`` (None: off), for property tests."""
+    global _RAISE_AT
+    _RAISE_AT = name
 
 
 def crashpoint(name: str) -> None:
     if _AT is not None and _AT == name:
         os.kill(os.getpid(), signal.SIGKILL)
+    if _RAISE_AT is not None and _RAISE_AT == name:
+        raise SimulatedCrash(name)

@@ -1,0 +1,105 @@
+"""``python -m benchmarks``: run the cases, print the table and chart, write results.
+
+Options: ``--quick`` (fewer runs, smaller N), ``--runs N`` (default 5; medians
+over N runs), ``--only a,e`` (case letters), ``--out DIR`` (default
+benchmarks/results; RESULTS.md goes next to it for the default directory,
+inside it otherwise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import tempfile
+import time
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .common import DEFAULT_OUT, Config
+
+CASES = {
+    "a": "post's case: 412/268/83 ms blocking branches",
+    "b": "the same on three MCP stdio servers",
+    "c": "baselines: blocking nursery, trio threads, ThreadPoolExecutor",
+    "d": "scale: 10 / 100 / 1,000 parallel branches",
+    "e": "chain of 1,000 no-work steps",
+    "f": "quorum 2 of 3: join delay, process exit",
+    "g": "park, approve, resume",
+    "h": "compile speed: 100 / 1,000 / 10,000 steps",
+    "i": "CLI cold start",
+    "p": "proposed engine changes vs shipped (same run)",
+}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description="Benchmarks for vodou_engine.", epilog="cases: " + "; ".join(f"{k} = {v}" for k, v in CASES.items()))
+    p.add_argument("--quick", action="store_true", help="3 runs (unless --runs) and smaller N; for the smoke test")
+    p.add_argument("--runs", type=int, default=None, help="runs per figure; figures are medians (default 5, 3 with --quick)")
+    p.add_argument("--only", default=None, metavar="CASES", help="comma-separated case letters, e.g. a,e (default: all)")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR", help="where results.json and chart.svg go (default benchmarks/results)")
+    p.add_argument("--json-only", action="store_true", help=argparse.SUPPRESS)  # used by case p for its sub-runs
+    args = p.parse_args(argv)
+    letters = list(CASES) if args.only is None else [x.strip().lower() for x in args.only.split(",") if x.strip()]
+    unknown = [x for x in letters if x not in CASES]
+    if unknown:
+        p.error(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(CASES)}")
+    args.letters = letters
+    if args.runs is None:
+        args.runs = 3 if args.quick else 5
+    if args.runs < 1:
+        p.error("--runs must be at least 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from rich.console import Console
+
+    from . import report
+
+    console = Console(stderr=args.json_only, highlight=False)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = max(console.width, 130)
+    out: Path = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    md_path = out.parent / "RESULTS.md" if out == DEFAULT_OUT.resolve() else out / "RESULTS.md"
+    load_before = report.load_average()
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="vodou-bench-pyc-") as pycache:
+        cfg = Config(runs=args.runs, quick=args.quick, out=out, pycache=Path(pycache), log=lambda msg: console.print(f"[dim]{msg}[/]", markup=True, highlight=False))
+        cases: dict[str, dict] = {}
+        for letter in args.letters:
+            console.print(f"[bold]{letter}[/] {CASES[letter]} …")
+            t0 = time.perf_counter()
+            try:
+                module = importlib.import_module(f"benchmarks.case_{letter}")
+                cases[letter] = module.run(cfg).to_json()
+            except Exception:  # one broken case must not lose the others' figures
+                tb = traceback.format_exc()
+                console.print(f"[red]case {letter} failed[/]\n{tb}", markup=True, highlight=False)
+                cases[letter] = {"case": letter, "title": CASES[letter], "figures": {}, "checks": [], "bars": [], "notes": [], "profiles": {}, "error": tb, "duration_s": time.perf_counter() - t0}
+    results = {
+        "generated": datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds"),
+        "command": "python -m benchmarks" + (" " + " ".join(argv if argv is not None else sys.argv[1:]) if (argv or sys.argv[1:]) else ""),
+        "machine": report.machine_info(),
+        "options": {"runs": args.runs, "quick": args.quick, "only": args.letters},
+        "load_before": load_before,
+        "load_after": report.load_average(),
+        "duration_s": time.perf_counter() - started,
+        "cases": cases,
+        "paths": {"json": str(out / "results.json"), "svg": str(out / "chart.svg"), "md": str(md_path)},
+    }
+    results["checks"] = report.all_checks(results)
+    report.write_json(results, out / "results.json")
+    report.write_svg(results, out / "chart.svg")
+    if not args.json_only:
+        report.write_markdown(results, md_path, out / "chart.svg")
+        report.print_terminal(results, console)
+    return 1 if any(c.get("error") for c in cases.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
