@@ -220,11 +220,6 @@ def test_an_unknown_format_string_is_refused_by_name(cli):
     no_traceback(res)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="plan.decode_plan checks `format` only after the typed decode, so a future format "
-    "with new fields or node kinds is reported as 'unknown field' instead of 'unsupported format'",
-)
 def test_a_future_format_with_new_fields_is_refused_as_unsupported(cli):
     path = cli.tmp / "future.json"
     path.write_text(json.dumps({"format": "vodou.actions/2", "recipe": {"name": "x", "source_sha256": ""}, "triggers": []}))
@@ -232,21 +227,12 @@ def test_a_future_format_with_new_fields_is_refused_as_unsupported(cli):
     assert "unsupported format 'vodou.actions/2'" in res.err
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cli._write does not catch OSError: `compile -o` into a missing directory prints a traceback and exits 1",
-)
 def test_compile_into_a_missing_directory_is_exit_2(cli):
     res = cli("compile", MORNING, "-o", cli.tmp / "no" / "such" / "dir" / "actions.json")
     no_traceback(res)
     assert res.code == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="graph.verify errors for a loaded actions.json print the recipe's line:col after the JSON "
-    "file's name (`actions.json:11:3`), pointing at the wrong place in the JSON file",
-)
 def test_an_actions_json_error_does_not_cite_recipe_positions_as_json_positions(cli):
     path = edit(compiled(cli), drop_post_approval, refingerprint=True)
     res = cli("plan", "--offline", path, expect=2)
@@ -417,11 +403,6 @@ def _node_output(cli: Cli, run_id: str, node: str):
     return json.loads(record.output_json)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runtime.engine.Engine._write takes only node outputs: a recipe input named in "
-    "`write ... from {topic}` is reported to the writer as missing",
-)
 def test_a_write_step_receives_the_recipe_inputs_it_names(cli):
     path = cli.tmp / "note.recipe"
     path.write_text('inputs:\n  topic = "release"\n\nnote: write a note from {topic}\n')
@@ -430,11 +411,6 @@ def test_a_write_step_receives_the_recipe_inputs_it_names(cli):
     assert "release" in text and "missing: topic" not in text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="`run --model M` is not stored with the run: after `approve` (or `resume`) the remaining "
-    "write steps use $VODOU_MODEL or the offline writer instead of M",
-)
 def test_the_model_chosen_at_run_is_kept_after_an_approval(cli):
     pytest.importorskip("llm_echo")
     path = cli.tmp / "later.recipe"

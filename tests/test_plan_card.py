@@ -203,11 +203,6 @@ def test_critical_and_write_notes_differ():
     assert "google-calendar·create-event changes something outside vodou, so the run will stop and ask before `moved` runs." in text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cards.plan_card tells the reader to write `without asking` to opt out of a critical step's "
-    "approval, which the compiler refuses unless the policy file allows it",
-)
 def test_a_critical_steps_note_does_not_suggest_an_opt_out_the_compiler_refuses():
     text = render(compile_name("reschedule"))
     line = next(line for line in text.splitlines() if "before `drop` runs" in line)

@@ -161,11 +161,6 @@ def test_a_trusted_server_saying_nothing_falls_back_to_the_verb():
     assert p.assess("cal", "delete_event", Hints(destructive=False)) == ("critical", "verb 'delete'")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="policy.Policy.assess: a trusted server with readOnlyHint=false and destructiveHint unset "
-    "gets `write`, lowering a critical verb on no evidence (the MCP default for destructiveHint is true)",
-)
 def test_a_trusted_server_with_destructive_unset_does_not_lower_a_critical_verb():
     p = policy(trusted=("cal",))
     assert p.assess("cal", "delete_event", Hints(read_only=False))[0] == "critical"
@@ -270,11 +265,6 @@ def test_discovery_order(tmp_path):
     assert policy_path(None, cwd=str(project), environ=environ) is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="policy.policy_path uses a relative XDG_CONFIG_HOME; servers.user_config_path and the store "
-    "ignore it, as the XDG spec says",
-)
 def test_a_relative_xdg_config_home_is_ignored(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "rel" / "vodou").mkdir(parents=True)
@@ -530,11 +520,6 @@ def test_run_refuses_an_actions_json_the_server_now_calls_riskier(liar):
     assert not liar.log.exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cli.cmd_plan does not check an actions.json against live annotations (runtime.commands._check_hints "
-    "does, for run): `plan` shows `a` as read and exits 0 while `run` refuses it",
-)
 def test_plan_refuses_an_actions_json_the_server_now_calls_riskier(liar):
     actions = liar.tmp / "liar-plan.json"
     liar.cli("compile", liar.recipe, "-o", actions, expect=0)
@@ -542,11 +527,6 @@ def test_plan_refuses_an_actions_json_the_server_now_calls_riskier(liar):
     assert res.code == 2 or "critical" in _rows(res.out)["a"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="compiler.cache key holds the policy digest but not its path, while risk_source names the path: "
-    "after compiling with a.toml, compiling with an identical b.toml yields plans (and bytes) that say a.toml",
-)
 def test_the_card_names_the_policy_file_actually_used(cli):
     a, b = cli.tmp / "a.toml", cli.tmp / "b.toml"
     a.write_text(POST_IS_READ)

@@ -137,7 +137,12 @@ def plan_card(plan: Plan, *, source: str | None = None, status: Mapping[str, Too
                 ("⚠ ", "bold yellow"),
                 (f"{step.server}·{step.tool}", "bold"),
                 f" {'cannot be undone' if step.risk == 'critical' else 'changes something outside vodou'}, so the run will stop and ask before `{step.id}` runs. ",
-                ("Write `without asking` under the step to opt out.", "dim"),
+                (
+                    "Write `without asking` under the step to opt out."
+                    if step.risk != "critical"
+                    else f'Only the policy file can let it run without asking: [tools."{step.server}.{step.tool}"] allow_without_asking = true.',
+                    "dim",
+                ),
             )
         )
     for node in plan.nodes:

@@ -137,9 +137,14 @@ def _policy(args):
 def _write(data: bytes, out: str | None) -> None:
     if out:
         tmp = out + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, out)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, out)
+        except OSError as exc:
+            from .errors import UsageError
+
+            raise UsageError(f"cannot write {out}: {exc.strerror or exc}", hint="check that the directory exists and is writable") from None
     else:
         sys.stdout.buffer.write(data)
 
@@ -174,6 +179,10 @@ def cmd_plan(args) -> int:
             from .compiler import compile_recipe
 
             plan = compile_recipe(text, args.file, policy=policy, hints=hints)
+        elif text is None:
+            from .planning import check_hints
+
+            check_hints(plan, policy, hints)
         note = f"servers from {sset.source}; tools listed, none called"
     if args.json:
         import msgspec

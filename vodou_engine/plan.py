@@ -176,6 +176,15 @@ _encoder = msgspec.json.Encoder(order="deterministic")
 _decoder = msgspec.json.Decoder(Plan)
 
 
+class _Head(msgspec.Struct):
+    """Just the format string, read before anything else is trusted."""
+
+    format: str = ""
+
+
+_head_decoder = msgspec.json.Decoder(_Head)
+
+
 def canonical_bytes(obj: Any) -> bytes:
     """Compact, deterministic JSON: the bytes fingerprints are taken over."""
     return _encoder.encode(obj)
@@ -202,6 +211,16 @@ def decode_plan(data: bytes | str, *, path: str | None = None) -> Plan:
     """Decode actions.json into a Plan, turning schema errors into PlanError."""
     from .errors import PlanError
 
+    try:
+        head = _head_decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        head = None
+    if head is not None and head.format != FORMAT:
+        raise PlanError(
+            f"unsupported format {head.format!r}; this engine reads {FORMAT!r}",
+            path=path,
+            hint="recompile the recipe with this version of the engine",
+        )
     try:
         plan = _decoder.decode(data)
     except msgspec.ValidationError as exc:

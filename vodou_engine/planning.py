@@ -73,5 +73,20 @@ async def list_tools(servers: Mapping[str, object], names: list[str]) -> tuple[d
         return {n: hub.tools(n) for n in wanted}, {}
 
 
+def check_hints(plan: Plan, policy, hints: Mapping[str, Hints | None]) -> None:
+    """An actions.json cannot claim a lower risk than its live server now declares."""
+    from .errors import UsageError
+    from .plan import RISK_ORDER
+
+    for n in plan.nodes:
+        if isinstance(n, ToolNode) and n.address in hints:
+            risk, source = policy.assess(n.server, n.tool, hints[n.address])
+            if RISK_ORDER[risk] > RISK_ORDER[n.risk]:
+                raise UsageError(
+                    f"step `{n.id}`: {n.address} is {risk} ({source}), but the plan says {n.risk}; nothing was run",
+                    hint="recompile the recipe so the gate matches the tool",
+                )
+
+
 def missing(status: Mapping[str, ToolStatus]) -> list[str]:
     return [k for k, v in status.items() if not v.exists]

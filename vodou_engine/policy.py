@@ -116,7 +116,7 @@ class Policy:
                 return "critical", "destructiveHint (trusted server)"
             if hints.read_only is True:
                 return "read", "readOnlyHint (trusted server)"
-            if hints.read_only is False:
+            if hints.read_only is False and (hints.destructive is False or verb_risk(tool)[0] != "critical"):
                 return "write", "readOnlyHint=false (trusted server)"
         risk, source = verb_risk(tool)
         if hints is not None:
@@ -152,7 +152,8 @@ def policy_path(explicit: str | None = None, *, cwd: str | None = None, environ:
     local = Path(cwd or os.getcwd()) / "vodou-policy.toml"
     if local.is_file():
         return str(local)
-    base = env.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    xdg = env.get("XDG_CONFIG_HOME", "")
+    base = xdg if os.path.isabs(xdg) else os.path.join(env.get("HOME") or os.path.expanduser("~"), ".config")
     user = Path(base) / "vodou" / "policy.toml"
     if user.is_file():
         return str(user)

@@ -85,7 +85,14 @@ def load_plan(data: bytes | str, path: str | None = None, *, policy: Policy | No
     from ..graph.verify import verify
 
     plan = decode_plan(data, path=path)
-    verify(plan, policy or Policy(), path=path)
+    try:
+        verify(plan, policy or Policy(), path=path)
+    except PlanError as exc:
+        # Node positions are places in the recipe it came from, not in this JSON.
+        if exc.line is not None:
+            exc.message += f" (recipe line {exc.line}, column {exc.column})"
+            exc.line = exc.column = None
+        raise
     expected = compute_fingerprint(plan)
     if refresh:
         return with_fingerprint(plan)
@@ -129,7 +136,8 @@ def load_source(
     if memo and not hints:
         from . import cache
 
-        k = cache.key(text, path, (policy or Policy()).digest)
+        p = policy or Policy()
+        k = cache.key(text, path, f"{p.digest}:{p.source}")
         plan = cache.get(k)
         if plan is None:
             plan = compile_recipe(text, path, policy=policy)

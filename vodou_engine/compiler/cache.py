@@ -21,6 +21,7 @@ from ..plan import Plan, compute_fingerprint, decode_plan, encode_plan
 
 _COMPILER_FILES = (
     "compiler/grammar.lark",
+    "compiler/ast.py",
     "compiler/parser.py",
     "compiler/lower.py",
     "compiler/template.py",

@@ -104,7 +104,8 @@ async def start_run(
         started_by=actor,
         state="running",
     )
-    await _in_thread(store.append_event, run_id, "started", actor=actor, data_json=msgspec.json.encode({"pid": os.getpid()}).decode())
+    model = model or plan.options.model or os.environ.get("VODOU_MODEL")
+    await _in_thread(store.append_event, run_id, "started", actor=actor, data_json=msgspec.json.encode({"pid": os.getpid(), "model": model}).decode())
     return await _drive(run_id, plan, store=store, servers=servers, policy=policy, model=model, hub=hub, on_change=on_change)
 
 
@@ -137,6 +138,10 @@ async def drive_run(
     await _in_thread(store.append_event, run_id, "resumed", data_json=msgspec.json.encode({"pid": os.getpid()}).decode())
     crashpoint("resume")
     await _in_thread(store.mark_unknown, run_id)
+    if model is None:  # write steps after a park use the model the run was started with
+        started = [e for e in await _in_thread(store.events, run_id) if e.kind == "started"]
+        if started:
+            model = msgspec.json.decode(started[0].data_json or "{}").get("model")
     return await _drive(run_id, plan, store=store, servers=servers, policy=policy, model=model, hub=hub, on_change=on_change, restore=True, run=run)
 
 

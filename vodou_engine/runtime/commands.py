@@ -192,7 +192,7 @@ def run_command(args) -> int:
     store = _store(args)
 
     async def main():
-        from ..planning import missing, resolve
+        from ..planning import check_hints, missing, resolve
         from .api import servers_needed
 
         needed = servers_needed(plan)
@@ -218,7 +218,7 @@ def run_command(args) -> int:
             if text is not None:
                 final = compile_recipe(text, args.file, policy=policy, hints=hints)
             else:
-                _check_hints(plan, policy, hints)
+                check_hints(plan, policy, hints)
             return await start_run(final, store=store, servers=servers, inputs=inputs, actor=args.actor, recipe_path=None if text is None else args.file, policy=policy, model=args.model, hub=hub, on_change=progress.change)
 
     progress = Progress(plan, enabled=sys.stderr.isatty() and not args.json)
@@ -231,20 +231,6 @@ def run_command(args) -> int:
         outcome = trio.run(lambda: drive_run(outcome.run_id, store=store, servers=servers, policy=policy, model=args.model))
         code = _report(args, outcome, plan)
     return code
-
-
-def _check_hints(plan: Plan, policy, hints) -> None:
-    """An actions.json cannot run a tool whose server now says it is riskier."""
-    from ..plan import RISK_ORDER, ToolNode
-
-    for n in plan.nodes:
-        if isinstance(n, ToolNode) and n.address in hints:
-            risk, source = policy.assess(n.server, n.tool, hints[n.address])
-            if RISK_ORDER[risk] > RISK_ORDER[n.risk]:
-                raise UsageError(
-                    f"step `{n.id}`: {n.address} is {risk} ({source}), but the plan says {n.risk}; nothing was run",
-                    hint="recompile the recipe so the gate matches the tool",
-                )
 
 
 def decide_command(args) -> int:
@@ -263,8 +249,8 @@ def decide_command(args) -> int:
         from rich.prompt import Confirm
 
         if not Confirm.ask("approve exactly this?", default=False):
-            console().print("nothing was decided.")
-            return EXIT_DECLINED
+            console().print("nothing was decided; the run is still parked.")
+            return EXIT_PARKED
     wanted = getattr(args, "fingerprint", None)
     if wanted and wanted != approval.fingerprint:
         raise StaleError(

@@ -263,12 +263,7 @@ class Engine:
                     if node.effectful and not node.without_asking:
                         await self._effect(node)
                     elif node.effectful:
-                        # Opted out of asking, still an effect: once started, it finishes.
-                        args = self._render(node.args)
-                        with trio.CancelScope(shield=True):
-                            out = await self._call(node.server, node.tool, args)
-                            self._set(nid, "succeeded", output=out)
-                            await self.db(self.store.append_event, self.run_id, "effect.unasked", node_id=nid, data_json=_json.encode({"tool": node.address, "payload": args}).decode())
+                        await self._unasked(node)
                     else:
                         out = await self._call(node.server, node.tool, self._render(node.args))
                         crashpoint("reads")
@@ -310,7 +305,12 @@ class Engine:
         return result.value
 
     async def _write(self, node: WriteNode) -> None:
-        present = {n: self.outputs[n] for n in node.inputs if self.state.get(n) == "succeeded"}
+        present = {}
+        for n in node.inputs:
+            if self.state.get(n) == "succeeded":
+                present[n] = self.outputs[n]
+            elif n not in self.state and n in self.inputs:
+                present[n] = self.inputs[n]
         missing = [n for n in node.inputs if n not in present]
         if self.model:
             text = await trio.to_thread.run_sync(writer.with_model, self.model, node.prompt, present, missing, limiter=self.threads, abandon_on_cancel=True)
@@ -412,14 +412,32 @@ class Engine:
         key = idempotency_key(self.run_id, node.id, approval.fingerprint)
         won = await self.db(self.store.begin_effect, self.run_id, node.id, approval_id=approval.id, fingerprint=approval.fingerprint, idempotency_key=key, payload_json=approval.payload_json)
         if not won:
-            eff = await self.db(self.store.get_effect, self.run_id, node.id)
-            if eff is not None and eff.state == "executed":
-                self._set(node.id, "succeeded", output=msgspec.json.decode(eff.result_json) if eff.result_json else None)
-            else:
-                self._set(node.id, "unknown" if eff is None or eff.state in ("executing", "unknown") else "failed", error="the effect was claimed by another process")
+            await self._claimed_elsewhere(node)
             return
+        await self._execute(node, payload, key)
+
+    async def _unasked(self, node: ToolNode) -> None:
+        """An effect the plan lets run without asking: still claimed once, keyed, shielded."""
+        payload = self._render(node.args)
+        fp = payload_fingerprint(run_id=self.run_id, node_id=node.id, address=node.address, payload=payload, policy=self._policy_doc(node))
+        key = idempotency_key(self.run_id, node.id, fp)
+        won = await self.db(self.store.begin_unasked_effect, self.run_id, node.id, fingerprint=fp, idempotency_key=key, payload_json=_json.encode(payload).decode())
+        if not won:
+            await self._claimed_elsewhere(node)
+            return
+        await self._execute(node, payload, key)
+
+    async def _claimed_elsewhere(self, node: ToolNode) -> None:
+        eff = await self.db(self.store.get_effect, self.run_id, node.id)
+        if eff is not None and eff.state == "executed":
+            self._set(node.id, "succeeded", output=msgspec.json.decode(eff.result_json) if eff.result_json else None)
+        else:
+            self._set(node.id, "unknown" if eff is None or eff.state in ("executing", "unknown") else "failed", error="the effect was claimed by another process")
+
+    async def _execute(self, node: ToolNode, payload: Any, key: str) -> None:
+        """Call an effect that this process alone has claimed; record how it ended."""
         args = dict(payload) if isinstance(payload, dict) else payload
-        if self.hub is not None and node.server != BUILTIN_SERVER:
+        if self.hub is not None and node.server != BUILTIN_SERVER and isinstance(args, dict):
             schema = self.hub.tool(node.server, node.tool).input_schema or {}
             for fname in IDEMPOTENCY_FIELDS:
                 if fname in (schema.get("properties") or {}):

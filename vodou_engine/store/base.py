@@ -691,6 +691,27 @@ class SqlRunStore:
             cur.execute(self._q(INSERT_EFFECT), params)
             return cur.rowcount == 1
 
+    def begin_unasked_effect(
+        self,
+        run_id: str,
+        step: str,
+        *,
+        fingerprint: str,
+        idempotency_key: str,
+        payload_json: Any,
+        now: float | None = None,
+    ) -> bool:
+        """Claim the one execution of a step the plan marks ``without asking``.
+
+        The same once-only claim as ``begin_effect`` (so a crash mid-call is
+        found ``executing`` and becomes ``unknown``), with no approval to check:
+        the plan's verification already allowed the opt-out.
+        """
+        params = (run_id, step, None, fingerprint, idempotency_key, _text(payload_json), _now(now))
+        with self._write() as cur:
+            cur.execute(self._q(INSERT_EFFECT), params)
+            return cur.rowcount == 1
+
     def _check_approved(self, a: ApprovalRecord, run_id: str, step: str, fingerprint: str) -> None:
         if (a.run_id, a.step) != (run_id, step):
             raise RefusedError(

@@ -92,6 +92,17 @@ class RunStore(Protocol):
         now: float | None = None,
     ) -> bool: ...
 
+    def begin_unasked_effect(
+        self,
+        run_id: str,
+        step: str,
+        *,
+        fingerprint: str,
+        idempotency_key: str,
+        payload_json: Json,
+        now: float | None = None,
+    ) -> bool: ...
+
     def finish_effect(
         self,
         run_id: str,

@@ -84,7 +84,7 @@ class ApprovalRecord(Struct, frozen=True):
 class EffectRecord(Struct, frozen=True):
     run_id: str
     step: str
-    approval_id: str
+    approval_id: str | None
     fingerprint: str
     idempotency_key: str
     state: str

@@ -63,7 +63,7 @@ CREATE UNIQUE INDEX approvals_one_pending ON approvals (run_id, step) WHERE stat
 CREATE TABLE effects (
     run_id          TEXT NOT NULL REFERENCES runs (id),
     step            TEXT NOT NULL,
-    approval_id     TEXT NOT NULL REFERENCES approvals (id),
+    approval_id     TEXT REFERENCES approvals (id),  -- NULL: the plan says `without asking`
     fingerprint     TEXT NOT NULL,
     idempotency_key TEXT NOT NULL UNIQUE,
     state           TEXT NOT NULL,
