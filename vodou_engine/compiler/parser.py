@@ -137,9 +137,15 @@ def _pos(tok: Token, width: int | None = None) -> ast.Pos:
     return ast.Pos(tok.line, tok.column, width if width is not None else max(1, len(tok)))
 
 
+_FLAT_PART = re.compile(r'"(?:[^"\\\n]|\\.)*"|[^\s{}\[\]:,"]+|[{}\[\]:,]')
+_LITERALS = {"true": True, "false": False, "null": None}
 _WRITE_FROM = re.compile(r"^(?:(?P<prompt>.*?)\s+)?from\s*\{(?P<inputs>[^{}]*)\}\s*$", re.S)
 _NAME = re.compile(r"[a-z_][a-z0-9_-]*\Z")
 _SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class _Seq(list):
+    """A statement or item list being built by a left-recursive rule."""
 
 
 class _Build(Transformer):
@@ -234,13 +240,26 @@ class _Build(Transformer):
         return seconds
 
     # --- blocks -------------------------------------------------------------
+    def stmts(self, children):
+        return self._append(children)
+
+    def items(self, children):
+        return self._append(children)
+
+    @staticmethod
+    def _append(children):
+        if len(children) == 2 and type(children[0]) is _Seq:
+            children[0].append(children[1])
+            return children[0]
+        return _Seq(children)
+
     def together(self, children):
-        name, *items = children
-        return self._block("together", name, items)
+        name, items = children
+        return self._block("together", name, list(items))
 
     def then(self, children):
-        name, *items = children
-        return self._block("then", name, items)
+        name, items = children
+        return self._block("then", name, list(items))
 
     def _block(self, kind, name, items):
         first = items[0]
@@ -266,10 +285,57 @@ class _Build(Transformer):
         server, tool = str(addr).split(".", 1)
         if args is None:
             args = {}
-            args_pos = None
-        else:
-            args_pos = None
-        return ast.ToolCall(server, tool, args, _pos(addr), args_pos)
+        elif isinstance(args, Token):  # JSON_FLAT
+            args = self._flat_json(args)
+        return ast.ToolCall(server, tool, args, _pos(addr), None)
+
+    def _flat_json(self, tok: Token) -> dict:
+        """Build a one-line JSON object from its token, through the same handlers.
+
+        The JSON_FLAT regex has already checked the shape (an object of
+        scalars and arrays of scalars), so a plain scan of its parts is
+        enough; strings and numbers go through ``json_string`` and
+        ``json_number`` so errors and positions match the general rules.
+        """
+        raw = str(tok)
+        out: dict[str, Any] = {}
+        key = None
+        array: list | None = None
+        for m in _FLAT_PART.finditer(raw):
+            part = m.group()
+            if part in "{}:,":
+                continue
+            if part == "[":
+                array = []
+                continue
+            if part == "]":
+                out[key] = array
+                key, array = None, None
+                continue
+            if part[0] == '"' and "\\" not in part:
+                value = ast.JStr(part[1:-1])  # no escapes: the text is the value
+                value.pos = ast.Pos(tok.line, tok.column + m.start(), len(part))
+                value.raw = part
+            elif part[0] == '"':
+                value = self.json_string([Token("STRING", part, line=tok.line, column=tok.column + m.start())])
+            elif part.isdigit():
+                value = int(part)
+            elif part in _LITERALS:
+                value = _LITERALS[part]
+            else:
+                value = self.json_number([Token("SIGNED_NUMBER", part, line=tok.line, column=tok.column + m.start())])
+            if array is not None:
+                array.append(value)
+            elif key is None:
+                if value in out:
+                    raise self.source.error(
+                        f"duplicate key {str(value)!r} in JSON object", value.pos, hint="each key may appear once; remove one of them"
+                    )
+                key = value
+            else:
+                out[str(key)] = value
+                key = None
+        return out
 
     def step(self, children):
         name, action, *options = children
@@ -333,7 +399,7 @@ class _Build(Transformer):
 
     def start(self, children):
         recipe = ast.Recipe()
-        for child in children:
+        for child in (children[-1] or ()) if children else ():
             if isinstance(child, tuple):
                 kind, value, pos = child
                 recipe.headers.append((kind, pos))
@@ -513,7 +579,7 @@ _LABELS = {
 }
 
 _OPTIONS = {"PREVIEW", "CHECK", "EXPIRES", "WITHOUT_ASKING"}
-_JSON_START = {"STRING", "SIGNED_NUMBER", "LBRACE", "LSQB", "TRUE", "FALSE", "NULL"}
+_JSON_START = {"STRING", "SIGNED_NUMBER", "LBRACE", "JSON_FLAT", "LSQB", "TRUE", "FALSE", "NULL"}
 _STEP_LINE = re.compile(r"[ ]*([a-z_][a-z0-9_-]*)[ ]*:")
 _ACTION = re.compile(r"[A-Za-z0-9_-]+\.|write\b")
 
@@ -716,7 +782,7 @@ def _explain(
                 pos,
                 hint="write `name: server.tool {...}` or `name: write ... from {...}`; blocks start with `together:` or `then:`",
             )
-        if got_type == "LBRACE":
+        if got_type in ("LBRACE", "JSON_FLAT"):
             return source.error("the tool address is missing before the arguments", pos, hint="write `name: server.tool {...}`")
         return source.error(
             f"`{word}` is not a tool address",
