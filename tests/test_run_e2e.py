@@ -189,6 +189,17 @@ def test_write_uses_a_model_through_llm(cli, tmp_path):
     assert "the facts" in text and "offline writer" not in text
 
 
+def test_a_recipe_can_name_its_model(cli, tmp_path):
+    pytest.importorskip("llm_echo")
+    recipe = tmp_path / "named.recipe"
+    recipe.write_text('model: echo\nsrc: vodou.echo {"value": "the facts"}\nnote: write a summary from {src}\n')
+    cli("run", recipe, "--json", expect=0)
+    import sqlite3
+
+    (out,) = sqlite3.connect(cli.store).execute("SELECT output_json FROM nodes WHERE node_id='note'").fetchone()
+    assert "the facts" in json.loads(out) and "offline writer" not in json.loads(out)
+
+
 def test_an_executing_effect_is_not_cancelled_by_the_quorum(cli, tmp_path):
     servers = cli.servers_file(
         {

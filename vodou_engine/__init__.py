@@ -1,1 +1,67 @@
-"""vodou_engine: recipes compiled to verified, approval-gated tool graphs."""
+"""vodou_engine: recipes compiled to verified, approval-gated tool graphs.
+
+The public API. Names load on first use, so ``import vodou_engine`` stays
+cheap (the MCP SDK alone costs about a second to import).
+
+    plan = vodou_engine.compile_recipe(text, path="x.recipe")
+    graph = vodou_engine.verify(plan)
+    outcome = trio.run(lambda: vodou_engine.start_run(plan, store=vodou_engine.open_store(), servers=...))
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    # compile and load
+    "compile_recipe": "vodou_engine.compiler",
+    "load_plan": "vodou_engine.compiler",
+    "load_source": "vodou_engine.compiler",
+    "Plan": "vodou_engine.plan",
+    "encode_plan": "vodou_engine.plan",
+    "decode_plan": "vodou_engine.plan",
+    "json_schema": "vodou_engine.plan",
+    # graph and policy
+    "verify": "vodou_engine.graph.verify",
+    "build_graph": "vodou_engine.graph.verify",
+    "Policy": "vodou_engine.policy",
+    "load_policy": "vodou_engine.policy",
+    # servers, store, runtime
+    "load_servers": "vodou_engine.servers",
+    "ServerConfig": "vodou_engine.servers",
+    "open_store": "vodou_engine.store",
+    "start_run": "vodou_engine.runtime.api",
+    "drive_run": "vodou_engine.runtime.api",
+    "decide": "vodou_engine.runtime.api",
+    "find_approval": "vodou_engine.runtime.api",
+    "Outcome": "vodou_engine.runtime.engine",
+    # cards
+    "plan_card": "vodou_engine.cards",
+    "mermaid": "vodou_engine.cards",
+    # errors
+    "VodouError": "vodou_engine.errors",
+    "RecipeError": "vodou_engine.errors",
+    "PlanError": "vodou_engine.errors",
+    "UnguardedEffectError": "vodou_engine.errors",
+    "RefusedError": "vodou_engine.errors",
+    "StoreError": "vodou_engine.errors",
+    "ToolError": "vodou_engine.errors",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'vodou_engine' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

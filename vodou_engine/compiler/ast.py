@@ -97,5 +97,6 @@ class Recipe:
     inputs: list[InputDecl] = field(default_factory=list)
     expires: tuple[int, Pos] | None = None
     approvers: tuple[list[str], Pos] | None = None
+    model: tuple[str, Pos] | None = None
     items: list[Any] = field(default_factory=list)
     headers: list[tuple[str, Pos]] = field(default_factory=list)

@@ -21,7 +21,7 @@ from . import ast, template
 from .parser import Source
 
 RESERVED = frozenset(
-    {"recipe", "inputs", "approval", "approvers", "together", "then", "ask", "need", "expires", "of", "true", "false", "null", "write"}
+    {"recipe", "inputs", "approval", "approvers", "together", "then", "ask", "need", "expires", "of", "true", "false", "null", "write", "model"}
     | {"preview", "check"}  # step options: an option left unindented must not become a step
 )
 
@@ -193,6 +193,7 @@ class Lowerer:
         options = Options(
             approval_expires_s=recipe.expires[0] if recipe.expires else 900,
             approvers=list(recipe.approvers[0]) if recipe.approvers else [],
+            model=recipe.model[0] if recipe.model else None,
         )
         return Lowered(self.nodes, inputs, options, recipe.title[0] if recipe.title else None)
 

@@ -227,6 +227,10 @@ class _Build(Transformer):
         (tok,) = children
         return ("expires", self._duration(tok), _pos(tok))
 
+    def recipe_model(self, children):
+        (tok,) = children
+        return ("model", str(tok), _pos(tok))
+
     def approvers(self, children):
         return ("approvers", [str(c) for c in children], _pos(children[0]))
 
@@ -411,6 +415,9 @@ class _Build(Transformer):
                 elif kind == "expires":
                     self._once(recipe.expires, "approval expires", pos)
                     recipe.expires = (value, pos)
+                elif kind == "model":
+                    self._once(recipe.model, "model", pos)
+                    recipe.model = (value, pos)
                 elif kind == "approvers":
                     self._once(recipe.approvers, "approvers", pos)
                     recipe.approvers = (value, pos)

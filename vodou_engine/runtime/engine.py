@@ -397,7 +397,8 @@ class Engine:
         if approval is None or approval.state != "approved":
             raise TamperedError(f"step `{node.id}` has no approval on record; nothing was executed")
         payload = msgspec.json.decode(approval.payload_json)
-        self._check_untampered(node, approval, payload)
+        recipe_now = await trio.to_thread.run_sync(_file_sha, self.recipe_path) if self.recipe_path else None
+        self._check_untampered(node, approval, payload, recipe_now)
         if node.check is not None and approval.check_json:
             before = msgspec.json.decode(approval.check_json)
             now_seen = await self._call(node.check.server, node.check.tool, before["args"])
@@ -454,7 +455,7 @@ class Engine:
             await self.db(self.store.finish_effect, self.run_id, node.id, "executed", result_json=_json.encode(out).decode())
             self._set(node.id, "succeeded", output=out)
 
-    def _check_untampered(self, node: ToolNode, approval: ApprovalRecord, payload: Any) -> None:
+    def _check_untampered(self, node: ToolNode, approval: ApprovalRecord, payload: Any, recipe_now: str | None) -> None:
         policy = msgspec.json.decode(approval.policy_json) if approval.policy_json else self._policy_doc(node)
         observed = msgspec.json.decode(approval.check_json)["result"] if approval.check_json else None
         fp = payload_fingerprint(run_id=self.run_id, node_id=node.id, address=node.address, payload=payload, policy=policy, observed=observed)
@@ -468,16 +469,19 @@ class Engine:
                 f"the risk judgement of `{node.id}` changed since the question (policy or plan edited); nothing was executed",
                 hint="start a new run so the question is asked under the current policy",
             )
-        if self.recipe_path:
-            try:
-                now = sha256_hex(Path(self.recipe_path).read_bytes())
-            except OSError:
-                now = None
-            if now is not None and now != self.plan.recipe.source_sha256:
-                raise TamperedError(
-                    f"the recipe file {self.recipe_path} changed after the question; `{node.id}` was not executed",
-                    hint="start a new run from the edited recipe, or restore the file",
-                )
+        if recipe_now is not None and recipe_now != self.plan.recipe.source_sha256:
+            raise TamperedError(
+                f"the recipe file {self.recipe_path} changed after the question; `{node.id}` was not executed",
+                hint="start a new run from the edited recipe, or restore the file",
+            )
+
+
+def _file_sha(path: str) -> str | None:
+    """The recipe file's hash now; a file that is gone cannot be compared."""
+    try:
+        return sha256_hex(Path(path).read_bytes())
+    except OSError:
+        return None
 
 
 def check_stored_plan(plan_json: str, fingerprint: str) -> Plan:
