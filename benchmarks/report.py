@@ -82,6 +82,16 @@ def all_bars(results: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def bar_scale(bar: dict[str, Any], bars: list[dict[str, Any]]) -> float:
+    """A group with several series is scaled to its own largest value; single bars of
+    one case (a breakdown, a baseline) share a scale, so they compare with each other."""
+    values = [bar.get(key) for key, *_ in SERIES if bar.get(key) is not None]
+    if len(values) > 1:
+        return max(values) or 1.0
+    singles = [b["wall_s"] for b in bars if b["case"] == bar["case"] and all(b.get(k) is None for k in ("sum_s", "slowest_s"))]
+    return max(singles) or 1.0
+
+
 def limit_text(c: dict[str, Any]) -> str:
     return "≤ " + fmt_value(c["limit"], c["unit"])
 
@@ -156,16 +166,17 @@ def print_terminal(results: dict[str, Any], console) -> None:
 def _print_bars(results: dict[str, Any], console) -> None:
     from rich.text import Text
 
-    console.print("[bold]bar chart[/] (each group scaled to its own largest value)")
+    console.print("[bold]bar chart[/] (a group of three is scaled to its largest value; single bars share a scale within their case)")
     legend = Text("  ")
     for _, name, _, style in SERIES:
         legend.append("██ ", style=style)
         legend.append(name + "   ")
     console.print(legend)
     width = max(20, min(60, console.width - 40))
-    for b in all_bars(results):
+    bars = all_bars(results)
+    for b in bars:
         values = [(name, b.get(key), style) for key, name, _, style in SERIES if b.get(key) is not None]
-        top = max(v for _, v, _ in values) or 1.0
+        top = bar_scale(b, bars)
         console.print(Text(f"{b['case']}  {b['label']}", style="bold"))
         for name, v, style in values:
             line = Text(f"    {name:<16}")
@@ -205,7 +216,7 @@ def write_svg(results: dict[str, Any], path: Path) -> None:
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="DejaVu Sans, Helvetica, Arial, sans-serif" font-size="12">',
         f'<rect width="{width}" height="{height}" fill="#ffffff"/>',
         '<text x="16" y="24" font-size="16" font-weight="bold">vodou_engine benchmarks: wall-clock, summed branch time, slowest branch</text>',
-        f'<text x="16" y="42" fill="#555">{escape(results["generated"])} · {m["nproc"]} cores, {escape(m["cpu_model"])} · Python {m["python"]} · medians of {results["options"]["runs"]} runs · each group scaled to its largest value</text>',
+        f'<text x="16" y="42" fill="#555">{escape(results["generated"])} · {m["nproc"]} cores, {escape(m["cpu_model"])} · Python {m["python"]} · medians of {results["options"]["runs"]} runs · groups of three scaled to their largest value, single bars to their case</text>',
     ]
     x = 16
     for _, name, colour, _ in SERIES:
@@ -215,7 +226,7 @@ def write_svg(results: dict[str, Any], path: Path) -> None:
     y = top
     for b in bars:
         values = [(key, name, colour, b.get(key)) for key, name, colour, _ in SERIES if b.get(key) is not None]
-        peak = max(v for *_, v in values) or 1.0
+        peak = bar_scale(b, bars)
         label = f"{b['case']}  {b['label']}"
         out.append(f'<text x="{left - 10}" y="{y + bar_h - 3}" text-anchor="end" font-weight="bold">{escape(label)}</text>')
         for key, name, colour, v in values:

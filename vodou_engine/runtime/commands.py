@@ -169,8 +169,7 @@ def _ask_inline(store, outcome, args) -> bool:
     from rich.prompt import Confirm
 
     decided = False
-    for a in outcome.pending:
-        console().print(a.card_text, markup=False, soft_wrap=True)
+    for a in outcome.pending:  # its card was just printed by _report
         yes = Confirm.ask(f"run {a.step}?", default=False)
         decide(store, a.id, "approve" if yes else "reject", actor=getattr(args, "actor", None) or os_user())
         decided = True
