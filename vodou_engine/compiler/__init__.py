@@ -33,7 +33,8 @@ def decode_utf8(data: bytes, path: str | None) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        start = data.rfind(b"\n", 0, exc.start) + 1
+        col = len(data[start : exc.start].decode("utf-8", "replace")) + 1  # in characters, like every other column
         text = data.split(b"\n")[line - 1].decode("utf-8", "replace")
         raise RecipeError(
             f"invalid UTF-8 (byte 0x{data[exc.start]:02x})",
