@@ -25,6 +25,19 @@ from .engine import Engine, Outcome, check_stored_plan
 from .faults import crashpoint
 
 
+DEFAULT_THREADS = 256
+"""Blocking steps (built-ins, model writes) in flight at once per run; ``VODOU_THREADS`` overrides."""
+
+
+def thread_limit(given: int | None = None) -> int:
+    if given:
+        return given
+    try:
+        return max(1, int(os.environ.get("VODOU_THREADS", "")))
+    except ValueError:
+        return DEFAULT_THREADS
+
+
 def os_user() -> str:
     try:
         return getpass.getuser()
@@ -87,26 +100,35 @@ async def start_run(
     hub: Any = None,
     on_change=None,
     run_id: str | None = None,
+    threads: int | None = None,
 ) -> Outcome:
     """Store a new run of a verified plan and drive it until it ends or parks."""
     values = resolve_inputs(plan, inputs or {})
     run_id = run_id or new_run_id()
     actor = actor or os_user()
-    await _in_thread(
-        store.create_run,
-        run_id,
-        recipe_name=plan.recipe.name,
-        recipe_path=os.path.abspath(recipe_path) if recipe_path else None,
-        source_sha256=plan.recipe.source_sha256,
-        plan_json=encode_plan(plan).decode(),
-        plan_fingerprint=plan.fingerprint,
-        inputs_json=msgspec.json.encode(values).decode(),
-        started_by=actor,
-        state="running",
-    )
     model = model or plan.options.model or os.environ.get("VODOU_MODEL")
-    await _in_thread(store.append_event, run_id, "started", actor=actor, data_json=msgspec.json.encode({"pid": os.getpid(), "model": model}).decode())
-    return await _drive(run_id, plan, store=store, servers=servers, policy=policy, model=model, hub=hub, on_change=on_change)
+    plan_json = encode_plan(plan).decode()
+    started = msgspec.json.encode({"pid": os.getpid(), "model": model}).decode()
+
+    def create():
+        # one thread hop and one transaction: the run and its first event
+        with store.transaction():
+            store.create_run(
+                run_id,
+                recipe_name=plan.recipe.name,
+                recipe_path=os.path.abspath(recipe_path) if recipe_path else None,
+                source_sha256=plan.recipe.source_sha256,
+                plan_json=plan_json,
+                plan_fingerprint=plan.fingerprint,
+                inputs_json=msgspec.json.encode(values).decode(),
+                started_by=actor,
+                state="running",
+            )
+            store.append_event(run_id, "started", actor=actor, data_json=started)
+        return store.get_run(run_id)
+
+    run = await _in_thread(create)
+    return await _drive(run_id, plan, store=store, servers=servers, policy=policy, model=model, hub=hub, on_change=on_change, run=run, threads=threads)
 
 
 async def drive_run(
@@ -119,6 +141,7 @@ async def drive_run(
     on_change=None,
     take_over: bool = False,
     hub: Any = None,
+    threads: int | None = None,
 ) -> Outcome:
     """Resume a parked run from the store (any process)."""
     from ..graph.verify import verify
@@ -129,23 +152,38 @@ async def drive_run(
     plan = check_stored_plan(run.plan_json, run.plan_fingerprint)
     verify(plan, policy or Policy())
     expected = ("parked", "running") if take_over else ("parked",)
-    won = await _in_thread(store.set_run_state, run_id, "running", expected=expected)
+    resumed = msgspec.json.encode({"pid": os.getpid()}).decode()
+
+    def claim() -> bool:
+        with store.transaction():
+            if not store.set_run_state(run_id, "running", expected=expected):
+                return False
+            store.append_event(run_id, "resumed", data_json=resumed)
+        return True
+
+    won = await _in_thread(claim)
     if not won:
         raise RefusedError(
             f"run {run_id} is being driven by another process right now; nothing else was done",
             hint="it will pick up any decision already made; `recipe show RUN` shows its progress",
         )
-    await _in_thread(store.append_event, run_id, "resumed", data_json=msgspec.json.encode({"pid": os.getpid()}).decode())
     crashpoint("resume")
-    await _in_thread(store.mark_unknown, run_id)
-    if model is None:  # write steps after a park use the model the run was started with
-        started = [e for e in await _in_thread(store.events, run_id) if e.kind == "started"]
-        if started:
-            model = msgspec.json.decode(started[0].data_json or "{}").get("model")
-    return await _drive(run_id, plan, store=store, servers=servers, policy=policy, model=model, hub=hub, on_change=on_change, restore=True, run=run)
+    want_model = model is None
+
+    def load():
+        # one thread hop: settle effects caught mid-flight, then read what the run holds
+        store.mark_unknown(run_id)
+        started = [e for e in store.events(run_id) if e.kind == "started"] if want_model else []
+        return store.get_nodes(run_id), {e.step: e for e in store.effects(run_id)}, started
+
+    nodes, effects, started = await _in_thread(load)
+    if started:  # write steps after a park use the model the run was started with
+        model = msgspec.json.decode(started[0].data_json or "{}").get("model")
+    return await _drive(run_id, plan, store=store, servers=servers, policy=policy, model=model, hub=hub, on_change=on_change, restore=(nodes, effects), run=run, threads=threads)
 
 
-async def _drive(run_id, plan, *, store, servers, policy, model, hub=None, on_change=None, restore=False, run=None) -> Outcome:
+async def _drive(run_id, plan, *, store, servers, policy, model, hub=None, on_change=None, restore=None, run=None, threads=None) -> Outcome:
+    """``restore``: (nodes, effects) of a resumed run, already read from the store."""
     from contextlib import AsyncExitStack
 
     policy = policy or Policy()
@@ -160,12 +198,11 @@ async def _drive(run_id, plan, *, store, servers, policy, model, hub=None, on_ch
         approvers=list(plan.options.approvers) or [run.started_by],
         recipe_path=run.recipe_path,
         on_change=on_change,
+        thread_limit=thread_limit(threads),
     )
     engine.inputs = msgspec.json.decode(run.inputs_json)
     if restore:
-        nodes = await _in_thread(store.get_nodes, run_id)
-        effects = {e.step: e for e in await _in_thread(store.effects, run_id)}
-        engine.restore(nodes, effects)
+        engine.restore(*restore)
     async with AsyncExitStack() as stack:
         needed = servers_needed(plan, lambda nid: engine.state[nid] == "succeeded")
         if hub is None and needed:
@@ -186,11 +223,16 @@ async def _drive(run_id, plan, *, store, servers, policy, model, hub=None, on_ch
                 break
             for nid in woken:
                 engine.state[nid] = "pending"
-    if verdict != "parked":
-        err = next((f"{k}: {v}" for k, v in engine.errors.items() if engine.state[k] == "failed"), None) if verdict == "failed" else None
-        await _in_thread(store.set_run_state, run_id, verdict, expected=("running",), error=err)
-        await _in_thread(store.append_event, run_id, verdict)
-    pending = await _in_thread(store.pending_approvals, run_id)
+    err = next((f"{k}: {v}" for k, v in engine.errors.items() if engine.state[k] == "failed"), None) if verdict == "failed" else None
+
+    def finish():
+        if verdict != "parked":
+            with store.transaction():
+                store.set_run_state(run_id, verdict, expected=("running",), error=err)
+                store.append_event(run_id, verdict)
+        return store.pending_approvals(run_id)
+
+    pending = await _in_thread(finish)
     outcome = Outcome(run_id, verdict, pending, None)
     outcome.engine = engine
     return outcome

@@ -28,6 +28,10 @@ from . import builtin, writer
 from .faults import crashpoint
 from .freeze import IDEMPOTENCY_FIELDS, idempotency_key, payload_fingerprint
 
+# Node states are written at most this often while a run moves: a burst of
+# state changes becomes one transaction and one thread hop instead of many.
+# (Approvals and effects are still written before the engine moves on.)
+FLUSH_EVERY_S = 0.005
 DONE_BAD = frozenset({"failed", "cancelled", "skipped", "rejected"})
 TERMINAL = DONE_BAD | {"succeeded"}
 _json = msgspec.json.Encoder(order="deterministic")
@@ -86,6 +90,14 @@ class Engine:
                 for i, item in enumerate(n.members):
                     for m in item:
                         self.member_of.setdefault(m, []).append((n.id, i))
+        # Per join, how many of its items have succeeded / ended badly: kept up to
+        # date by _set so a join of N items costs O(1) per item, not O(N).
+        self.joins_of: dict[str, list[str]] = {}
+        for n in plan.nodes:
+            if isinstance(n, JoinNode):
+                for need in n.needs:
+                    self.joins_of.setdefault(need, []).append(n.id)
+        self.tally: dict[str, list[int]] = {}
         self.absorbed: set[str] = set()
         self.scopes: dict[str, trio.CancelScope] = {}
         self.dirty: dict[str, None] = {}
@@ -95,6 +107,8 @@ class Engine:
     # --- store access: one worker thread, node states batched ahead of each call
     async def db(self, fn: Callable, *args, **kwargs) -> Any:
         batch = self._take_dirty()
+        if fn is None and not batch:
+            return None  # nothing to write: no thread hop
         try:
             return await trio.to_thread.run_sync(self._db_sync, batch, fn, args, kwargs, limiter=self.db_limiter)
         except trio.Cancelled:
@@ -123,12 +137,17 @@ class Engine:
     async def _flusher(self) -> None:
         while True:
             await self.flush_wanted.wait()
+            await trio.sleep(FLUSH_EVERY_S)
             self.flush_wanted = trio.Event()
             if self.dirty:
                 await self.db(None)
 
     def _set(self, nid: str, state: str, *, output: Any = None, error: str | None = None) -> None:
+        prev = self.state[nid]
         self.state[nid] = state
+        if nid in self.joins_of and prev != state:
+            self._count(nid, prev, -1)
+            self._count(nid, state, 1)
         now = self.clock()
         t = self.times[nid]
         if state == "running":
@@ -145,6 +164,20 @@ class Engine:
         self.flush_wanted.set()
         if self.on_change is not None:
             self.on_change(nid, state)
+
+    def _count(self, nid: str, state: str, step: int) -> None:
+        slot = 0 if state == "succeeded" else 1 if state in DONE_BAD else None
+        if slot is not None:
+            for j in self.joins_of[nid]:
+                self.tally[j][slot] += step
+
+    def _recount(self) -> None:
+        """Tallies from scratch: states may have been set directly (restore, wake-up)."""
+        self.tally = {}
+        for n in self.plan.nodes:
+            if isinstance(n, JoinNode):
+                states = [self.state[x] for x in n.needs]
+                self.tally[n.id] = [states.count("succeeded"), sum(1 for st in states if st in DONE_BAD)]
 
     # --- loading a run back from the store -----------------------------------------
     def restore(self, nodes: dict[str, NodeRecord], effects: dict[str, Any]) -> None:
@@ -182,6 +215,7 @@ class Engine:
     # --- the scheduler ---------------------------------------------------------------
     async def drive(self) -> str:
         """Run every node that can run; return 'done' or 'parked'."""
+        self._recount()
         async with trio.open_nursery() as outer:
             outer.start_soon(self._flusher)
             async with trio.open_nursery() as work:
@@ -225,8 +259,7 @@ class Engine:
             self._try_start(s)
 
     def _eval_join(self, j: JoinNode) -> None:
-        ok = sum(1 for n in j.needs if self.state[n] == "succeeded")
-        bad = sum(1 for n in j.needs if self.state[n] in DONE_BAD)
+        ok, bad = self.tally[j.id]
         if ok >= j.need:
             results = {n: ("succeeded" if self.state[n] == "succeeded" else "cancelled" if self.state[n] in ("pending", "running", "waiting") else self.state[n]) for n in j.needs}
             self._drop_items(j)
