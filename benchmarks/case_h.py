@@ -1,21 +1,20 @@
 """h. Compile speed: compile + verify of generated recipes of 100, 1,000 and 10,000 steps.
 
 The generated recipe mixes what real ones hold: sequential tool steps with
-JSON arguments and references to earlier steps, a few ``together`` blocks
-with ``need: K of N`` (one nested), ``write`` steps, and effects that get
-approval gates (``slack.slack_post_message``). ``compile_recipe`` parses,
+JSON arguments and references to earlier steps (most arguments a flat
+one-line object; about one tool step in 20 has nested JSON and one in 20
+spans several lines), a ``together`` with ``need: 2 of 3`` and a nested
+sequence every 25 blocks, ``write`` steps, and effects that get approval
+gates and previews (``slack.slack_post_message``). ``compile_recipe`` parses,
 lowers, assesses risk, inserts approvals, verifies the graph and
 fingerprints the plan; all of it is timed.
 """
 
 from __future__ import annotations
 
-import cProfile
-import io
-import pstats
 import time
 
-from .common import Case, Config
+from .common import Case, Config, profile_text
 
 
 def generate(steps: int) -> str:
@@ -55,10 +54,13 @@ def generate(steps: int) -> str:
             last = f"s{b}_post"
         else:
             ref = f"{{{last}}}" if last else "start"
-            out += [
-                f's{b}_get: gmail.get_contact {{"email": "person{b}@example.com", "note": "after {ref}", "tags": ["a", "b", {b}], "deep": {{"x": [1, 2, {{"y": null}}]}}}}',
-                f's{b}_use: vodou.echo {{"value": "{{s{b}_get.email}} / {{topic}}"}}',
-            ]
+            if b % 10 == 3:  # nested JSON
+                get = [f's{b}_get: gmail.get_contact {{"email": "person{b}@example.com", "note": "after {ref}", "filter": {{"tags": ["a", "b"], "since": {{"days": {b % 7 + 1}}}}}}}']
+            elif b % 10 == 7:  # JSON over several lines
+                get = [f"s{b}_get: gmail.get_contact {{", f'    "email": "person{b}@example.com",', f'    "note": "after {ref}"', "  }"]
+            else:  # a flat one-line object: most arguments
+                get = [f's{b}_get: gmail.get_contact {{"email": "person{b}@example.com", "note": "after {ref}", "tags": ["a", "b", {b}], "limit": 5, "strict": false}}']
+            out += [*get, f's{b}_use: vodou.echo {{"value": "{{s{b}_get.email}} / {{topic}}"}}']
             n += 2
             last = f"s{b}_use"
     return "\n".join(out) + "\n"
@@ -87,18 +89,5 @@ def run(cfg: Config) -> Case:
         if size == 10_000:  # the target is for 10,000 steps; --quick stops at 1,000
             met = case.check(f"h: compile {size} steps", wall, 1.0, unit="s", what="compile + verify, median")
             if not met:
-                case.profiles[f"compile {size} steps (cProfile, by own time)"] = _profile(compile_recipe, text)
+                case.profiles[f"compile {size} steps (cProfile, by own time)"] = profile_text(lambda: compile_recipe(text))
     return case.done()
-
-
-def _profile(fn, *args) -> str:
-    prof = cProfile.Profile()
-    prof.enable()
-    fn(*args)
-    prof.disable()
-    buf = io.StringIO()
-    stats = pstats.Stats(prof, stream=buf).sort_stats("tottime")
-    stats.print_stats(14)
-    lines = [ln for ln in buf.getvalue().splitlines() if ln.strip()]
-    start = next((i for i, ln in enumerate(lines) if ln.lstrip().startswith("ncalls")), 0)
-    return "\n".join(ln.replace(str(__import__("sys").prefix), "<venv>") for ln in lines[start:])

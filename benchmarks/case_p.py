@@ -1,6 +1,6 @@
 """p. The proposed engine changes, measured against the shipped engine in the same run.
 
-The diffs in ``benchmarks/proposed/`` are applied (with ``patch``) to a
+The diffs in ``benchmarks/proposed/`` are applied (with ``git apply``) to a
 temporary copy of ``vodou_engine``; the cases they touch then run twice as
 subprocesses of this benchmark, once against the shipped package and once
 with the copy first on ``PYTHONPATH`` (the subprocesses they start, such as
@@ -31,21 +31,41 @@ EXTRA = (
     ("g", "approve_process_wall_s"),
     ("g", "approve_imports_s"),
     ("h", "compile_10000_s"),
-    ("i", "plan_offline_imports_s"),
+    ("i", "plan_offline_compiling_imports_s"),
 )
 
 
-def build_copy(dest: Path) -> tuple[Path, list[str], list[str]]:
-    """A patched copy of vodou_engine under ``dest``; returns (root, applied, failed)."""
-    shutil.copytree(ROOT / "vodou_engine", dest / "vodou_engine", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+def _patch(root: Path, diff: Path, *extra: str) -> bool:
+    """``git apply`` (it needs no repository): strict, and all hunks or none."""
+    argv = ["git", "apply", "-p1", *extra, str(diff)]
+    return subprocess.run(argv, cwd=root, capture_output=True, text=True).returncode == 0
+
+
+def build_copy(dest: Path) -> tuple[Path, list[str], list[str], list[str]]:
+    """A patched copy of vodou_engine under ``dest``: (root, applied, already in the tree, failed)."""
+    diffs = sorted(PROPOSED.glob("*.diff"))
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    # Which diffs the tree already has: undo them newest first on a scratch copy
+    # (a later diff may touch lines next to an earlier one).
+    present: list[str] = []
+    scratch = dest / "scratch"
+    shutil.copytree(ROOT / "vodou_engine", scratch / "vodou_engine", ignore=ignore)
+    for diff in reversed(diffs):
+        if _patch(scratch, diff, "--reverse", "--check") and _patch(scratch, diff, "--reverse"):
+            present.append(diff.stem)
+    shutil.rmtree(scratch)
+    present.reverse()
+    shutil.copytree(ROOT / "vodou_engine", dest / "vodou_engine", ignore=ignore)
     applied, failed = [], []
-    for diff in sorted(PROPOSED.glob("*.diff")):
-        base = ["patch", "-p1", "--batch", "--forward", "--silent", "-d", str(dest), "-i", str(diff)]
+    for diff in diffs:
+        if diff.stem in present:
+            continue
         # all or nothing: a diff that no longer fits the tree is left out whole
-        ok = subprocess.run([*base, "--dry-run"], capture_output=True, text=True).returncode == 0
-        ok = ok and subprocess.run(base, capture_output=True, text=True).returncode == 0
-        (applied if ok else failed).append(diff.stem)
-    return dest, applied, failed
+        if _patch(dest, diff, "--check") and _patch(dest, diff):
+            applied.append(diff.stem)
+        else:
+            failed.append(diff.stem)
+    return dest, applied, present, failed
 
 
 def _run_cases(cfg: Config, out: Path, pythonpath: str, cases: tuple[str, ...], log_prefix: str) -> dict:
@@ -54,7 +74,9 @@ def _run_cases(cfg: Config, out: Path, pythonpath: str, cases: tuple[str, ...], 
     argv = [sys.executable, "-m", "benchmarks", "--only", ",".join(cases), "--runs", str(cfg.runs), "--out", str(out), "--json-only"]
     if cfg.quick:
         argv.append("--quick")
-    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # Not the repository as the working directory: `python -m` puts it ahead of
+    # PYTHONPATH, and its vodou_engine would shadow the patched copy.
+    proc = subprocess.Popen(argv, cwd=out.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     for line in proc.stdout:
         cfg.log(f"{log_prefix}{line.rstrip()}")
@@ -67,9 +89,16 @@ def run(cfg: Config) -> Case:
     case = Case("p", "proposed engine changes (benchmarks/proposed/*.diff) vs the shipped engine, same run")
     cases = tuple(c for c in CASES if not cfg.quick or c in ("d", "e"))
     with TempDir("p") as tmp:
-        root, applied, failed = build_copy(tmp / "patched")
-        shipped = _run_cases(cfg, tmp / "shipped-out", str(ROOT), cases, "p[shipped] ")
-        proposed = _run_cases(cfg, tmp / "proposed-out", f"{root}{os.pathsep}{ROOT}", cases, "p[diffs]   ")
+        root, applied, present, failed = build_copy(tmp / "patched")
+        if not applied:
+            case.note("Every proposed diff is already in the tree or no longer applies; nothing to compare.")
+            case.extra_json = {"applied": applied, "present": present, "failed": failed, "comparison": []}
+            return case.done()
+        shipped = _run_cases(cfg, tmp / "shipped-out", str(ROOT), cases, "p/shipped: ")
+        proposed = _run_cases(cfg, tmp / "proposed-out", f"{root}{os.pathsep}{ROOT}", cases, "p/diffs:   ")
+        used = (shipped["machine"]["vodou_engine_file"], proposed["machine"]["vodou_engine_file"])
+        if not used[1].startswith(str(root)) or used[0].startswith(str(root)):
+            raise RuntimeError(f"the variants did not import the intended packages: shipped {used[0]}, with the diffs {used[1]}")
     comparison = []
     for letter in cases:
         a = shipped["cases"].get(letter, {})
@@ -95,7 +124,9 @@ def run(cfg: Config) -> Case:
         fb = proposed["cases"].get(letter, {}).get("figures", {}).get(key)
         if fa and fb and fa["value"]:
             extra.append({"label": fa["label"], "shipped_text": fmt_value(fa["value"], fa["unit"]), "proposed_text": fmt_value(fb["value"], fb["unit"]), "ratio": fb["value"] / fa["value"]})
-    case.extra_json = {"comparison": comparison, "extra": extra, "applied": applied, "failed": failed, "cases": list(cases), "runs": cfg.runs, "shipped": shipped["cases"], "proposed": proposed["cases"]}
+    case.extra_json = {"packages": {"shipped": used[0], "with_diffs": used[1]}, "comparison": comparison, "extra": extra, "applied": applied, "present": present, "failed": failed, "cases": list(cases), "runs": cfg.runs, "shipped": shipped["cases"], "proposed": proposed["cases"]}
+    if present:
+        case.note(f"Already in the tree (so in both columns): {', '.join(present)}.")
     if failed:
         case.note(f"These diffs did not apply to the current tree: {', '.join(failed)}.")
     return case.done()

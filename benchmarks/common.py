@@ -150,8 +150,8 @@ def together_wall(plan, times, join_id: str) -> dict[str, float]:
 
 def clean_env(tmp: Path, cfg: Config, **extra: str) -> dict[str, str]:
     """An environment for engine subprocesses: no VODOU_* or XDG_* leaking in from the caller."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VODOU_") and k not in ("XDG_CONFIG_HOME", "XDG_DATA_HOME")}
-    env.update(XDG_CONFIG_HOME=str(tmp / "config"), XDG_DATA_HOME=str(tmp / "data"), COLUMNS="120")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VODOU_") and k not in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME")}
+    env.update(XDG_CONFIG_HOME=str(tmp / "config"), XDG_DATA_HOME=str(tmp / "data"), XDG_CACHE_HOME=str(tmp / "cache"), COLUMNS="120")
     if cfg.pycache is not None:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = str(cfg.pycache)
@@ -217,3 +217,23 @@ def importtime_text(summary: dict[str, Any]) -> str:
     lines.append("own import time by package (self, summed):")
     lines += [f"  {e['self_s'] * 1e3:7.1f} ms  {e['package']}" for e in summary["self_by_package"]]
     return "\n".join(lines)
+
+
+def profile_text(fn: Callable[[], Any], top: int = 14) -> str:
+    """cProfile one call (this thread only), the functions with the most own time."""
+    import cProfile
+    import io
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        fn()
+    finally:
+        prof.disable()
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(top)
+    lines = [ln for ln in buf.getvalue().splitlines() if ln.strip()]
+    start = next((i for i, ln in enumerate(lines) if ln.lstrip().startswith("ncalls")), 0)
+    head = next((ln.strip() for ln in lines if "function calls" in ln), "")
+    return "\n".join([head, *lines[start:]]).replace(sys.prefix, "<venv>").replace(str(ROOT) + "/", "")

@@ -43,7 +43,10 @@ def machine_info() -> dict[str, Any]:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         usable = os.cpu_count()
+    import vodou_engine
+
     return {
+        "vodou_engine_file": vodou_engine.__file__,
         "nproc": usable,
         "cpu_count": os.cpu_count(),
         "cpu_model": cpu_model(),
@@ -51,7 +54,24 @@ def machine_info() -> dict[str, Any]:
         "implementation": platform.python_implementation(),
         "platform": platform.platform(),
         "packages": versions,
+        "tree": source_tree(),
     }
+
+
+def source_tree() -> dict[str, Any]:
+    """The commit measured, and engine files changed since it (others edit the tree as it runs)."""
+    import subprocess
+
+    from .common import ROOT
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.rstrip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    modified = [line[3:] for line in git("status", "--porcelain", "--", "vodou_engine").splitlines() if line.strip()]
+    return {"commit": git("rev-parse", "--short", "HEAD").strip() or None, "modified": modified}
 
 
 def load_average() -> list[float] | None:
@@ -288,6 +308,7 @@ def write_markdown(results: dict[str, Any], path: Path, chart: Path) -> None:
         "| packages | " + ", ".join(f"{k} {v}" for k, v in pk.items() if v) + " |",
         f"| load average (1, 5, 15 min) | {results.get('load_before')} before, {results.get('load_after')} after |",
         f"| runs per figure | {results['options']['runs']}{' (--quick)' if results['options']['quick'] else ''} |",
+        f"| source measured | commit {m['tree']['commit']}" + (f", with uncommitted changes to {', '.join(m['tree']['modified'])}" if m["tree"]["modified"] else "") + " |",
         "",
     ]
     load = (results.get("load_before") or [0])[0]
@@ -317,7 +338,8 @@ def write_markdown(results: dict[str, Any], path: Path, chart: Path) -> None:
             "",
             "The diffs in `benchmarks/proposed/` were applied to a temporary copy of `vodou_engine`, and cases",
             f"{', '.join(p['cases'])} ran against the shipped package and against the copy, one after the other, in this run",
-            f"({p['runs']} runs each). Applied: {', '.join(p['applied']) or 'none'}."
+            f"({p['runs']} runs each). Applied to the copy: {', '.join(p['applied']) or 'none'}."
+            + (f" Already in the tree, so in both columns: {', '.join(p['present'])}." if p.get("present") else "")
             + (f" Did not apply: {', '.join(p['failed'])}." if p.get("failed") else ""),
             "",
             "| target | limit | shipped | with the diffs | with ÷ shipped | met (shipped → with the diffs) |",

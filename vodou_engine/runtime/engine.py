@@ -12,6 +12,7 @@ moves past it.
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -32,6 +33,9 @@ from .freeze import IDEMPOTENCY_FIELDS, idempotency_key, payload_fingerprint
 # state changes becomes one transaction and one thread hop instead of many.
 # (Approvals and effects are still written before the engine moves on.)
 FLUSH_EVERY_S = 0.005
+# Steps that cannot wait (non-blocking built-ins) run in one shared task, at
+# most this many in a row before it lets the other tasks in.
+INLINE_BUDGET = 256
 DONE_BAD = frozenset({"failed", "cancelled", "skipped", "rejected"})
 TERMINAL = DONE_BAD | {"succeeded"}
 _json = msgspec.json.Encoder(order="deterministic")
@@ -99,6 +103,8 @@ class Engine:
                     self.joins_of.setdefault(need, []).append(n.id)
         self.tally: dict[str, list[int]] = {}
         self.absorbed: set[str] = set()
+        self.ready: deque = deque()
+        self.draining = False
         self.scopes: dict[str, trio.CancelScope] = {}
         self.dirty: dict[str, None] = {}
         self.flush_wanted = trio.Event()
@@ -252,7 +258,42 @@ class Engine:
             return
         if all(s == "succeeded" for s in needs):
             self.state[nid] = "running"
-            self.work.start_soon(self._run, node)
+            if _inline(node):
+                # started like any other ready node, but by one shared task
+                self.ready.append(node)
+                if not self.draining:
+                    self.draining = True
+                    self.work.start_soon(self._drain)
+            else:
+                self.work.start_soon(self._run, node)
+
+    async def _drain(self) -> None:
+        """Run queued inline steps in order, in this one task: their successors queue up
+        behind them (a loop, no task and no thread per step), and every INLINE_BUDGET
+        steps it lets the other tasks in."""
+        try:
+            while True:
+                for _ in range(INLINE_BUDGET):
+                    if not self.ready:
+                        return
+                    self._run_inline(self.ready.popleft())
+                await trio.lowlevel.checkpoint()
+        finally:
+            self.draining = False
+
+    def _run_inline(self, node: ToolNode) -> None:
+        nid = node.id
+        if nid in self.absorbed:  # dropped by a quorum while queued
+            self._set(nid, "cancelled", error="dropped by a quorum")
+        else:
+            self._set(nid, "running")
+            try:
+                out = builtin.TOOLS[node.tool][0](self._render(node.args))
+                crashpoint("reads")
+                self._set(nid, "succeeded", output=out)
+            except (ToolError, template.MissingValue, VodouError) as exc:
+                self._set(nid, "failed", error=str(exc))
+        self._after(nid)
 
     def _after(self, nid: str) -> None:
         for s in self.succ[nid]:
@@ -515,6 +556,11 @@ def _file_sha(path: str) -> str | None:
         return sha256_hex(Path(path).read_bytes())
     except OSError:
         return None
+
+
+def _inline(node) -> bool:
+    """A read-only built-in that never blocks (noop, echo): nothing to wait for."""
+    return isinstance(node, ToolNode) and node.server == BUILTIN_SERVER and not node.effectful and not builtin.TOOLS[node.tool][1]
 
 
 def check_stored_plan(plan_json: str, fingerprint: str) -> Plan:
