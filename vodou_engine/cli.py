@@ -180,7 +180,7 @@ def cmd_plan(args) -> int:
         from .servers import load_servers
 
         sset = load_servers(args.servers)
-        tools, _ = trio.run(list_tools, sset.servers, servers_of(plan))
+        tools = trio.run(list_tools, sset.servers, servers_of(plan))
         status, hints = resolve(plan, sset.servers, tools)
         if text is not None and hints:
             from .compiler import compile_recipe

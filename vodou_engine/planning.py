@@ -61,16 +61,15 @@ def resolve(plan: Plan, configured: Mapping[str, object], tools: Mapping[str, Ma
     return status, hints
 
 
-async def list_tools(servers: Mapping[str, object], names: list[str]) -> tuple[dict[str, dict], dict[str, str]]:
+async def list_tools(servers: Mapping[str, object], names: list[str]) -> dict[str, dict]:
     """Start the configured ones of ``names`` in parallel; list tools; close them."""
-    from .errors import ToolError
     from .tools.hub import open_hub
 
     wanted = [n for n in names if n in servers]
     if not wanted:
-        return {}, {}
+        return {}
     async with open_hub(servers, wanted) as hub:
-        return {n: hub.tools(n) for n in wanted}, {}
+        return {n: hub.tools(n) for n in wanted}
 
 
 def check_hints(plan: Plan, policy, hints: Mapping[str, Hints | None]) -> None:

@@ -204,11 +204,8 @@ class Lowerer:
 
     def _sequence(self, items: list, uid: int, needs: list[str], path: tuple[_Frame, ...]) -> list[str]:
         index = 0
-        pending_need: ast.Need | None = None
         for i, item in enumerate(items):
             if isinstance(item, ast.Need):
-                if i == 0 and pending_need is not None:
-                    continue  # consumed by the together before this then:
                 raise self.error(
                     "`need:` belongs inside a `together` block, or first in the `then:` right after one",
                     item.pos,

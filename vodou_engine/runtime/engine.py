@@ -88,12 +88,6 @@ class Engine:
         for n in plan.nodes:
             for need in n.needs:
                 self.succ[need].append(n.id)
-        self.member_of: dict[str, list[tuple[str, int]]] = {}
-        for n in plan.nodes:
-            if isinstance(n, JoinNode):
-                for i, item in enumerate(n.members):
-                    for m in item:
-                        self.member_of.setdefault(m, []).append((n.id, i))
         # Per join, how many of its items have succeeded / ended badly: kept up to
         # date by _set so a join of N items costs O(1) per item, not O(N).
         self.joins_of: dict[str, list[str]] = {}
