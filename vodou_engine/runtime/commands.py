@@ -178,6 +178,19 @@ def _ask_inline(store, outcome, args) -> bool:
     return decided
 
 
+def _answer_inline(args, store, outcome, plan: Plan, resume) -> int:
+    """Report; then, on a terminal, ask each waiting question here and drive on."""
+    import trio
+
+    code = _report(args, outcome, plan)
+    while outcome.state == "parked" and outcome.pending and _interactive(args):
+        if not _ask_inline(store, outcome, args):
+            break
+        outcome = trio.run(resume)
+        code = _report(args, outcome, plan)
+    return code
+
+
 def run_command(args) -> int:
     import trio
 
@@ -223,13 +236,7 @@ def run_command(args) -> int:
     progress = Progress(plan, enabled=sys.stderr.isatty() and not args.json)
     with progress:
         outcome = trio.run(main)
-    code = _report(args, outcome, plan)
-    while outcome.state == "parked" and outcome.pending and _interactive(args):
-        if not _ask_inline(store, outcome, args):
-            break
-        outcome = trio.run(lambda: drive_run(outcome.run_id, store=store, servers=servers, policy=policy, model=args.model))
-        code = _report(args, outcome, plan)
-    return code
+    return _answer_inline(args, store, outcome, plan, lambda: drive_run(outcome.run_id, store=store, servers=servers, policy=policy, model=args.model))
 
 
 def decide_command(args) -> int:
@@ -284,13 +291,7 @@ def decide_command(args) -> int:
     from .engine import check_stored_plan
 
     plan = check_stored_plan(run.plan_json, run.plan_fingerprint)
-    code = _report(args, outcome, plan)
-    while outcome.state == "parked" and outcome.pending and _interactive(args):
-        if not _ask_inline(store, outcome, args):
-            break
-        outcome = trio.run(lambda: drive_run(args.run, store=store, servers=servers, policy=policy))
-        code = _report(args, outcome, plan)
-    return code
+    return _answer_inline(args, store, outcome, plan, lambda: drive_run(args.run, store=store, servers=servers, policy=policy))
 
 
 def _owner_alive(store, run_id: str) -> bool:
