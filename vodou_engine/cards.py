@@ -37,31 +37,20 @@ def groups(plan: Plan) -> tuple[dict[str, list[str]], dict[str, int]]:
 def plan_rows(plan: Plan, status: Mapping[str, ToolStatus] | None = None, writer: str = "offline writer") -> list[tuple]:
     """Rows of (indent, label, step, address, risk, why, gated) in execution order."""
     status = status or {}
-    index = plan.index()
     approvals = {n.step: n for n in plan.nodes if isinstance(n, ApprovalNode)}
     inside, depth = groups(plan)
     rows: list[tuple] = []
-    opened: set[str] = set()
-    first_member = {}
-    for node in plan.nodes:
-        if isinstance(node, JoinNode):
-            for item in node.members:
-                for m in item:
-                    first_member.setdefault(node.id, m)
-                    break
-                break
     # a together header goes right before its first member node
     headers: dict[str, list[JoinNode]] = {}
-    for jid, m in first_member.items():
-        headers.setdefault(m, []).append(index[jid])
+    for node in plan.nodes:
+        if isinstance(node, JoinNode) and node.members and node.members[0]:
+            headers.setdefault(node.members[0][0], []).append(node)
     after_join = False
     for node in plan.nodes:
         d = depth.get(node.id, 0)
         for join in sorted(headers.get(node.id, []), key=lambda j: depth.get(j.id, 0)):
-            if join.id not in opened:
-                opened.add(join.id)
-                name = f" {join.block}" if join.block else ""
-                rows.append((depth.get(join.id, 0), "together" + name, "they don't need each other, so they run at the same time", None, None, None, False))
+            name = f" {join.block}" if join.block else ""
+            rows.append((depth.get(join.id, 0), "together" + name, "they don't need each other, so they run at the same time", None, None, None, False))
         if isinstance(node, JoinNode):
             rule = f"needs {node.need} of {node.of}" if node.need < node.of else f"waits for all {node.of}"
             extra = "; the rest are cancelled" if node.need < node.of else ""

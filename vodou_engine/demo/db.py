@@ -92,20 +92,8 @@ MailSummary = TypedDict(
         "date": str,
     },
 )
-MailMessage = TypedDict(
-    "MailMessage",
-    {
-        "id": str,
-        "threadId": str,
-        "from": str,
-        "to": str,
-        "subject": str,
-        "snippet": str,
-        "labelIds": list[str],
-        "date": str,
-        "body": str,
-    },
-)
+class MailMessage(MailSummary):
+    body: str
 
 
 class Contact(TypedDict):
