@@ -19,7 +19,7 @@ from typing import Any, Callable
 import msgspec
 
 from ..errors import RefusedError, UsageError
-from ..plan import ApprovalNode, Plan, QuestionNode, ToolNode, encode_plan
+from ..plan import Plan, ToolNode, encode_plan
 from ..policy import BUILTIN_SERVER, Policy
 from .engine import Engine, Outcome, check_stored_plan
 from .faults import crashpoint

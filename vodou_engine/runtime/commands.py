@@ -11,7 +11,6 @@ import os
 import sys
 from typing import Any
 
-import msgspec
 
 from ..cli import console
 from ..errors import EXIT_DECLINED, EXIT_FAILED, EXIT_OK, EXIT_PARKED, ExpiredError, RefusedError, StaleError, UsageError
@@ -178,6 +177,14 @@ def _ask_inline(store, outcome, args) -> bool:
     return decided
 
 
+def _plan_of(outcome, run) -> Plan:
+    """The plan the drive already checked; a run that had already ended was not driven."""
+    from .engine import check_stored_plan
+
+    engine = getattr(outcome, "engine", None)
+    return engine.plan if engine is not None else check_stored_plan(run.plan_json, run.plan_fingerprint)
+
+
 def _answer_inline(args, store, outcome, plan: Plan, resume) -> int:
     """Report; then, on a terminal, ask each waiting question here and drive on."""
     import trio
@@ -288,10 +295,7 @@ def decide_command(args) -> int:
             console().print(f"run {args.run} is being driven by another process; it will execute this approval.")
             return EXIT_OK
         raise
-    from .engine import check_stored_plan
-
-    plan = check_stored_plan(run.plan_json, run.plan_fingerprint)
-    return _answer_inline(args, store, outcome, plan, lambda: drive_run(args.run, store=store, servers=servers, policy=policy))
+    return _answer_inline(args, store, outcome, _plan_of(outcome, run), lambda: drive_run(args.run, store=store, servers=servers, policy=policy))
 
 
 def _owner_alive(store, run_id: str) -> bool:
@@ -312,7 +316,6 @@ def resume_command(args) -> int:
     import trio
 
     from ..policy import load_policy
-    from .engine import check_stored_plan
 
     store = _store(args)
     run = store.get_run(args.run)
@@ -320,7 +323,7 @@ def resume_command(args) -> int:
     policy = load_policy(args.policy)
     servers = _servers(args)
     outcome = trio.run(lambda: drive_run(args.run, store=store, servers=servers, policy=policy, take_over=take_over))
-    return _report(args, outcome, check_stored_plan(run.plan_json, run.plan_fingerprint))
+    return _report(args, outcome, _plan_of(outcome, run))
 
 
 def runs_command(args) -> int:
