@@ -447,3 +447,64 @@ def test_exception_in_body_is_not_wrapped(servers):
 
     with pytest.raises(KeyError, match="mine"):
         trio.run(main)
+
+
+def test_server_environment_matches_the_sdk():
+    """The hub spawns servers itself; they must inherit what the SDK's own spawn would give them."""
+    from mcp.client.stdio import get_default_environment
+
+    from vodou_engine.tools.stdio import default_environment
+
+    assert default_environment() == get_default_environment()
+
+
+def test_hub_handed_over_before_servers_answer_then_closed_mid_start(servers):
+    """``wait=False``: the processes exist when the hub is handed over; leaving before they
+    answer abandons the starts and leaves no process behind."""
+    seen = {}
+
+    async def main():
+        before = children()
+        with trio.fail_after(SAFETY):
+            async with open_hub(servers, ["mute", "time"], wait=False) as hub:
+                seen["pids"] = children() - before
+                # "mute" never answers initialize, so nothing can be ready yet.
+                seen["ready"] = hub._server("mute").ready.is_set()
+        seen["left"] = children() - before
+
+    trio.run(main)
+    assert len(seen["pids"]) == 2
+    assert seen["ready"] is False
+    assert not seen["left"]
+    assert_all_gone(seen["pids"])
+
+
+def test_wait_ready_reports_a_failed_start_and_stops_the_rest(servers):
+    seen = {}
+
+    async def main():
+        before = children()
+        with trio.fail_after(SAFETY):
+            async with open_hub(servers, ["time", "crasher", "mute"], wait=False) as hub:
+                with pytest.raises(ServerStartError) as info:
+                    await hub.wait_ready()
+                seen["error"] = str(info.value)
+                with pytest.raises(ServerStartError, match="crasher"):
+                    await hub.call("crasher", "anything", {})
+        seen["left"] = children() - before
+
+    trio.run(main)
+    assert "'crasher' failed to start" in seen["error"]
+    assert "config file unreadable: /etc/x" in seen["error"]
+    assert "'mute'" not in seen["error"]  # abandoned, not failed
+    assert not seen["left"]
+
+
+def test_calls_on_a_hub_not_yet_ready_wait_for_the_server(servers):
+    async def main():
+        with trio.fail_after(SAFETY):
+            async with open_hub(servers, ["time"], wait=False) as hub:
+                result = await hub.call("time", "get_current_time", {"timezone": "UTC"})
+                return result.value["timezone"], hub.started_in["time"] > 0
+
+    assert trio.run(main) == ("UTC", True)

@@ -143,43 +143,75 @@ async def drive_run(
     hub: Any = None,
     threads: int | None = None,
 ) -> Outcome:
-    """Resume a parked run from the store (any process)."""
+    """Resume a parked run from the store (any process).
+
+    The servers the rest of the run needs are spawned first, before the plan
+    is verified and before the MCP SDK is imported: they boot on another core
+    while this process does its own checks, so a resume costs the slower of
+    the two rather than their sum. A resume that is then refused stops them
+    unused; nothing is called before the claim.
+    """
+    from contextlib import AsyncExitStack
+
     from ..graph.verify import verify
 
-    run = await _in_thread(store.get_run, run_id)
+    def first_look():
+        return store.get_run(run_id), store.get_nodes(run_id)
+
+    run, before = await _in_thread(first_look)
     if run.state in ("succeeded", "failed", "declined", "cancelled"):
         return Outcome(run_id, run.state, [], run.error)
     plan = check_stored_plan(run.plan_json, run.plan_fingerprint)
-    verify(plan, policy or Policy())
-    expected = ("parked", "running") if take_over else ("parked",)
-    resumed = msgspec.json.encode({"pid": os.getpid()}).decode()
+    async with AsyncExitStack() as stack:
+        if hub is None:
+            done = {nid for nid, n in before.items() if n.state == "succeeded"}
+            hub = await _early_hub(stack, plan, servers, done)
+        verify(plan, policy or Policy())
+        expected = ("parked", "running") if take_over else ("parked",)
+        resumed = msgspec.json.encode({"pid": os.getpid()}).decode()
 
-    def claim() -> bool:
-        with store.transaction():
-            if not store.set_run_state(run_id, "running", expected=expected):
-                return False
-            store.append_event(run_id, "resumed", data_json=resumed)
-        return True
+        def claim() -> bool:
+            with store.transaction():
+                if not store.set_run_state(run_id, "running", expected=expected):
+                    return False
+                store.append_event(run_id, "resumed", data_json=resumed)
+            return True
 
-    won = await _in_thread(claim)
-    if not won:
-        raise RefusedError(
-            f"run {run_id} is being driven by another process right now; nothing else was done",
-            hint="it will pick up any decision already made; `recipe show RUN` shows its progress",
-        )
-    crashpoint("resume")
-    want_model = model is None
+        won = await _in_thread(claim)
+        if not won:
+            raise RefusedError(
+                f"run {run_id} is being driven by another process right now; nothing else was done",
+                hint="it will pick up any decision already made; `recipe show RUN` shows its progress",
+            )
+        crashpoint("resume")
+        want_model = model is None
 
-    def load():
-        # one thread hop: settle effects caught mid-flight, then read what the run holds
-        store.mark_unknown(run_id)
-        started = [e for e in store.events(run_id) if e.kind == "started"] if want_model else []
-        return store.get_nodes(run_id), {e.step: e for e in store.effects(run_id)}, started
+        def load():
+            # one thread hop: settle effects caught mid-flight, then read what the run holds
+            store.mark_unknown(run_id)
+            started = [e for e in store.events(run_id) if e.kind == "started"] if want_model else []
+            return store.get_nodes(run_id), {e.step: e for e in store.effects(run_id)}, started
 
-    nodes, effects, started = await _in_thread(load)
-    if started:  # write steps after a park use the model the run was started with
-        model = msgspec.json.decode(started[0].data_json or "{}").get("model")
-    return await _drive(run_id, plan, store=store, servers=servers, policy=policy, model=model, hub=hub, on_change=on_change, restore=(nodes, effects), run=run, threads=threads)
+        nodes, effects, started = await _in_thread(load)
+        if started:  # write steps after a park use the model the run was started with
+            model = msgspec.json.decode(started[0].data_json or "{}").get("model")
+        if hub is not None:
+            await hub.wait_ready()
+        return await _drive(run_id, plan, store=store, servers=servers, policy=policy, model=model, hub=hub, on_change=on_change, restore=(nodes, effects), run=run, threads=threads)
+
+
+async def _early_hub(stack, plan: Plan, servers: dict | None, done: set[str]):
+    """Spawn the servers the unfinished steps need, without waiting for them to answer."""
+    needed = servers_needed(plan, done.__contains__)
+    if not needed:
+        return None
+    from ..servers import unknown_server_error
+    from ..tools.hub import open_hub
+
+    for name in needed:
+        if servers is None or name not in servers:
+            raise unknown_server_error(name, servers or {})
+    return await stack.enter_async_context(open_hub(servers, needed, wait=False))
 
 
 async def _drive(run_id, plan, *, store, servers, policy, model, hub=None, on_change=None, restore=None, run=None, threads=None) -> Outcome:
@@ -204,15 +236,10 @@ async def _drive(run_id, plan, *, store, servers, policy, model, hub=None, on_ch
     if restore:
         engine.restore(*restore)
     async with AsyncExitStack() as stack:
-        needed = servers_needed(plan, lambda nid: engine.state[nid] == "succeeded")
-        if hub is None and needed:
-            from ..servers import unknown_server_error
-            from ..tools.hub import open_hub
-
-            for name in needed:
-                if servers is None or name not in servers:
-                    raise unknown_server_error(name, servers or {})
-            hub = await stack.enter_async_context(open_hub(servers, needed))
+        if hub is None:
+            hub = await _early_hub(stack, plan, servers, {nid for nid, st in engine.state.items() if st == "succeeded"})
+            if hub is not None:
+                await hub.wait_ready()
         engine.hub = hub
         while True:
             verdict = await engine.drive()

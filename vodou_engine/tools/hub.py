@@ -4,20 +4,23 @@ Each server named by a run is started once, all of them in parallel, and
 kept until the run ends; steps then call tools over the open sessions.
 
 Every session is entered and exited by its own owner task. The SDK's
-``ClientSession`` and ``stdio_client`` open task groups on enter; leaving
-them from any other task unwinds the wrong cancel scope and corrupts the
-nursery stack, so the hub only ever *asks* an owner to close (an event) and
-lets the owner do it.
+``ClientSession`` opens a task group on enter; leaving it from any other
+task unwinds the wrong cancel scope and corrupts the nursery stack, so the
+hub only ever *asks* an owner to close (an event), or cancels the owner's
+own scope while a start is still in progress, and lets the owner do it.
 
-The MCP SDK costs about a second to import, so it is imported inside the
-functions that start servers and call tools, never at module level: commands
-that only compile or inspect recipes must not pay for it.
+The MCP SDK costs about a second to import. It is imported inside the
+functions that start servers and call tools, never at module level, so
+commands that only compile or inspect recipes do not pay for it; and it is
+imported after the server processes are spawned (``tools/stdio.py``), so
+its import overlaps the servers' own start.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
@@ -85,7 +88,7 @@ class ToolResult(msgspec.Struct):
 
 
 class _Server:
-    """A running server; callers only read it, its owner task alone closes it."""
+    """A server from spawn to exit; callers only read it, its owner task alone closes it."""
 
     def __init__(self, name: str, config: ServerConfig, stderr: IO[bytes]):
         self.name = name
@@ -93,6 +96,11 @@ class _Server:
         self.stderr = stderr
         self.session: ClientSession | None = None
         self.tools: dict[str, ToolInfo] = {}
+        self.ready = trio.Event()
+        """Set once the session is usable, or once starting it has failed (``start_error``)."""
+        self.start_error: ServerStartError | None = None
+        self.owner_scope = trio.CancelScope()
+        """Cancelled to abandon a start still in progress; a ready session is closed by request instead."""
         self.close_requested = trio.Event()
         self.failure: str | None = None
         self.closed = False
@@ -260,6 +268,10 @@ class Hub:
         from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
         srv = self._server(server)
+        if not srv.ready.is_set():  # a hub opened with wait=False
+            await srv.ready.wait()
+        if srv.start_error is not None:
+            raise srv.start_error
         if tool not in srv.tools:
             raise self._unknown_tool(srv, tool)
         if self._closed or srv.closed or srv.session is None:
@@ -322,8 +334,11 @@ class Hub:
         return ToolError(message)
 
     def _start_error(self, name: str, config: ServerConfig, stderr: IO[bytes], exc: BaseException) -> ServerStartError:
-        from mcp.shared.exceptions import MCPError
-        from mcp_types import CONNECTION_CLOSED
+        # Only a start that got as far as the handshake has loaded the SDK; a spawn
+        # that failed must not pay a second to import it just to word the error.
+        sdk = sys.modules.get("mcp.shared.exceptions")
+        MCPError = getattr(sdk, "MCPError", ()) if sdk else ()
+        CONNECTION_CLOSED = getattr(sys.modules.get("mcp_types"), "CONNECTION_CLOSED", None)
 
         leaves = _leaves(exc)
         cause = leaves[0]
@@ -360,84 +375,108 @@ class Hub:
         err.server = name  # type: ignore[attr-defined]
         return err
 
-    async def _own(self, name: str, config: ServerConfig, *, task_status: trio.TaskStatus[_Server]) -> None:
-        """Enters and leaves the server's session in this one task (see the module docstring)."""
+    async def _own(self, name: str, config: ServerConfig, spawned: trio.Event) -> None:
+        """Spawns, connects and finally closes one server, all in this task (see the module docstring).
+
+        ``spawned`` is set once the process exists (or could not be made), before the
+        SDK is imported, so a caller can go on with its own work while the server boots.
+        """
         import tempfile
 
-        from mcp.client.session import ClientSession
-        from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
+        from . import stdio
 
-        params = StdioServerParameters(
-            command=config.command,
-            args=list(config.args),
-            # The SDK passes a minimal environment on purpose; the file's env goes on top.
-            env=get_default_environment() | dict(config.env),
-            cwd=config.cwd,
-        )
         with tempfile.TemporaryFile(prefix=f"vodou-{name}-", suffix=".stderr") as stderr:
             srv = _Server(name, config, stderr)
+            # Registered at once, so closing the hub reaches a start still in progress.
+            self._servers[name] = srv
             clock = time.perf_counter()
-            handed_out = False
             try:
-                async with stdio_client(params, errlog=stderr) as (read, write):  # type: ignore[arg-type]
-                    async with ClientSession(read, write, client_info=_client_info()) as session:
-                        with trio.fail_after(self._start_timeout):
-                            await session.initialize()
-                            tools = await _list_all_tools(session)
-                        srv.session = session
-                        srv.tools = {t.name: _tool_info(t) for t in tools}
-                        self.started_in[name] = time.perf_counter() - clock
-                        handed_out = True
-                        # Registered here, not by the starter: a starter cancelled right
-                        # after the hand-off must not leave a session nobody will close.
-                        self._servers[name] = srv
-                        task_status.started(srv)
-                        await srv.close_requested.wait()
+                with srv.owner_scope:
+                    try:
+                        process = await stdio.spawn(config, stderr)
+                    finally:
+                        spawned.set()
+                    async with stdio.session_streams(process) as (read, write):
+                        from mcp.client.session import ClientSession
+
+                        async with ClientSession(read, write, client_info=_client_info()) as session:
+                            with trio.fail_after(self._start_timeout):
+                                await session.initialize()
+                                tools = await _list_all_tools(session)
+                            srv.session = session
+                            srv.tools = {t.name: _tool_info(t) for t in tools}
+                            self.started_in[name] = time.perf_counter() - clock
+                            srv.ready.set()
+                            await srv.close_requested.wait()
             except BaseException as exc:
+                if not srv.ready.is_set():
+                    if _is_cancellation(exc) or isinstance(exc, KeyboardInterrupt):
+                        raise
+                    srv.start_error = self._start_error(name, config, stderr, exc)
+                    srv.start_error.__cause__ = _leaves(exc)[0]
+                    return
                 if _is_cancellation(exc) or isinstance(exc, KeyboardInterrupt):
                     raise
-                if not handed_out:
-                    raise self._start_error(name, config, stderr, exc) from _leaves(exc)[0]
                 # After start a crashed session must not take the whole run down:
                 # remember why, and let the next call to this server say so.
                 srv.failure = f"{type(_leaves(exc)[0]).__name__}: {_leaves(exc)[0]}"
                 logger.warning("MCP server %r session ended with an error: %s", name, srv.failure)
             finally:
                 srv.closed = True
+                srv.ready.set()  # nobody waits forever on a server that is gone
 
-    async def _start_all(self, owners: trio.Nursery) -> None:
-        failures: list[ServerStartError] = []
+    async def _spawn_all(self, owners: trio.Nursery) -> None:
+        """Start every owner and return once every process exists: the handshakes go on behind."""
+        events = []
+        for name in self._names:
+            spawned = trio.Event()
+            events.append(spawned)
+            owners.start_soon(self._own, name, self._configs[name], spawned)
+        for spawned in events:
+            await spawned.wait()
 
-        async with trio.open_nursery() as starting:
+    async def wait_ready(self) -> None:
+        """Wait until every server answers, or raise ServerStartError for those that failed.
 
-            async def start_one(name: str) -> None:
-                try:
-                    await owners.start(self._own, name, self._configs[name])
-                except BaseException as exc:
-                    found = [leaf for leaf in _leaves(exc) if isinstance(leaf, ServerStartError)]
-                    if not found:
-                        raise
-                    failures.extend(found)
-                    # Stop the others' starts now rather than wait out their handshakes.
-                    starting.cancel_scope.cancel()
+        When one fails the others' starts are abandoned at once rather than
+        waited out; the hub is then closed and cannot be used.
+        """
+        with trio.CancelScope() as watching:
+            async with trio.open_nursery() as waiting:
 
-            for name in self._names:
-                starting.start_soon(start_one, name)
+                async def watch(srv: _Server) -> None:
+                    await srv.ready.wait()
+                    if srv.start_error is not None:
+                        self._request_close()
+                        watching.cancel()
 
-        if failures:
-            if len(failures) == 1:
-                raise failures[0]
-            err = ServerStartError(
-                f"{len(failures)} MCP servers failed to start:\n" + "\n".join(f.message for f in failures),
-                hint=failures[0].hint,
-            )
-            err.server = getattr(failures[0], "server", None)  # type: ignore[attr-defined]
-            raise err
+                for srv in list(self._servers.values()):
+                    waiting.start_soon(watch, srv)
+        failures = [srv.start_error for srv in self._servers.values() if srv.start_error is not None]
+        if not failures:
+            if self._closed:
+                raise ToolError("the MCP hub was closed before its servers were ready")
+            return
+        # Let the abandoned starts finish unwinding (their processes stopped) before reporting.
+        for srv in self._servers.values():
+            if not srv.closed:
+                await srv.ready.wait()
+        if len(failures) == 1:
+            raise failures[0]
+        err = ServerStartError(
+            f"{len(failures)} MCP servers failed to start:\n" + "\n".join(f.message for f in failures),
+            hint=failures[0].hint,
+        )
+        err.server = getattr(failures[0], "server", None)  # type: ignore[attr-defined]
+        raise err
 
     def _request_close(self) -> None:
         self._closed = True
         for srv in self._servers.values():
-            srv.close_requested.set()
+            if srv.ready.is_set():
+                srv.close_requested.set()
+            else:
+                srv.owner_scope.cancel()
 
 
 @asynccontextmanager
@@ -446,13 +485,17 @@ async def open_hub(
     names: Iterable[str],
     *,
     start_timeout: float = DEFAULT_START_TIMEOUT,
+    wait: bool = True,
 ) -> AsyncIterator[Hub]:
     """Start the named servers (each once, in parallel) and close them all on exit.
 
     Raises ServerConfigError before anything starts if a name is not
     configured, and ServerStartError if any server fails to start; servers
-    that did start are closed first. On exit every session is closed by its
-    owner and every server process has ended.
+    that did start are closed first. With ``wait=False`` the hub is handed
+    over as soon as the processes exist, and ``await hub.wait_ready()`` is
+    where that error surfaces: the caller's own work then overlaps the
+    servers' start. On exit every session is closed by its owner and every
+    server process has ended.
     """
     wanted = list(dict.fromkeys(names))
     for name in wanted:
@@ -463,7 +506,9 @@ async def open_hub(
     error: BaseException | None = None
     async with trio.open_nursery() as owners:
         try:
-            await hub._start_all(owners)
+            await hub._spawn_all(owners)
+            if wait:
+                await hub.wait_ready()
             yield hub
         except GeneratorExit:  # pragma: no cover - generator finalized without aclose
             hub._request_close()
