@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +53,13 @@ def verbs_in(tool: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(tool)]
 
 
+@lru_cache(maxsize=4096)
 def verb_risk(tool: str) -> tuple[Risk, str]:
-    """Risk from the words of a tool's name; the strongest verb wins."""
+    """Risk from the words of a tool's name; the strongest verb wins.
+
+    Cached: a recipe calls the same few tools over and over, and the verdict
+    depends on the name alone (a policy file or hints are applied on top).
+    """
     best: tuple[Risk, str] | None = None
     for word in verbs_in(tool):
         if word in CRITICAL_VERBS:

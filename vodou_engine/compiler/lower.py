@@ -67,17 +67,19 @@ class Lowerer:
     def _declare_all(self, recipe: ast.Recipe) -> None:
         for decl in recipe.inputs:
             self._declare(decl.name, "input", decl.pos)
+        self._declare_items(recipe.items)
 
-        def walk(items):
-            for item in items:
-                if isinstance(item, ast.Step):
-                    self._declare(item.name, "step", item.pos)
-                elif isinstance(item, ast.Block):
-                    if item.name:
-                        self._declare(item.name, "block", item.name_pos)
-                    walk(item.items)
-
-        walk(recipe.items)
+    def _declare_items(self, items: list) -> None:
+        # A method, not a nested function: a recursive closure is a reference
+        # cycle, and it would keep the whole lowering alive until the cyclic
+        # collector runs, which a compile switches off.
+        for item in items:
+            if isinstance(item, ast.Step):
+                self._declare(item.name, "step", item.pos)
+            elif isinstance(item, ast.Block):
+                if item.name:
+                    self._declare(item.name, "block", item.name_pos)
+                self._declare_items(item.items)
 
     def _declare(self, name: str, kind: str, pos: ast.Pos) -> None:
         if name in ("preview", "check", "expires"):
