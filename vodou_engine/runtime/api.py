@@ -14,6 +14,7 @@ import getpass
 import os
 import secrets
 import time
+from contextlib import asynccontextmanager
 from typing import Any, Callable
 
 import msgspec
@@ -164,58 +165,72 @@ async def drive_run(
     plan = check_stored_plan(run.plan_json, run.plan_fingerprint)
     async with AsyncExitStack() as stack:
         if hub is None:
-            done = {nid for nid, n in before.items() if n.state == "succeeded"}
-            hub = await _early_hub(stack, plan, servers, done)
+            hub = await stack.enter_async_context(open_run_servers(store, run, servers, plan=plan, nodes=before))
         verify(plan, policy or Policy())
         expected = ("parked", "running") if take_over else ("parked",)
         resumed = msgspec.json.encode({"pid": os.getpid()}).decode()
 
-        def claim() -> bool:
+        want_model = model is None
+
+        def claim_and_load():
+            # One thread hop: take the run, settle effects caught mid-flight, then
+            # read what the run holds (its approvals too, for the first gate checks).
             with store.transaction():
                 if not store.set_run_state(run_id, "running", expected=expected):
-                    return False
+                    return None
                 store.append_event(run_id, "resumed", data_json=resumed)
-            return True
+            crashpoint("resume")
+            store.mark_unknown(run_id)
+            started = [e for e in store.events(run_id) if e.kind == "started"] if want_model else []
+            return store.get_nodes(run_id), {e.step: e for e in store.effects(run_id)}, store.approvals(run_id), started
 
-        won = await _in_thread(claim)
-        if not won:
+        loaded = await _in_thread(claim_and_load)
+        if loaded is None:
             raise RefusedError(
                 f"run {run_id} is being driven by another process right now; nothing else was done",
                 hint="it will pick up any decision already made; `recipe show RUN` shows its progress",
             )
-        crashpoint("resume")
-        want_model = model is None
-
-        def load():
-            # one thread hop: settle effects caught mid-flight, then read what the run holds
-            store.mark_unknown(run_id)
-            started = [e for e in store.events(run_id) if e.kind == "started"] if want_model else []
-            return store.get_nodes(run_id), {e.step: e for e in store.effects(run_id)}, started
-
-        nodes, effects, started = await _in_thread(load)
+        nodes, effects, approvals, started = loaded
         if started:  # write steps after a park use the model the run was started with
             model = msgspec.json.decode(started[0].data_json or "{}").get("model")
         if hub is not None:
             await hub.wait_ready()
-        return await _drive(run_id, plan, store=store, servers=servers, policy=policy, model=model, hub=hub, on_change=on_change, restore=(nodes, effects), run=run, threads=threads)
+        return await _drive(run_id, plan, store=store, servers=servers, policy=policy, model=model, hub=hub, on_change=on_change, restore=(nodes, effects, approvals), run=run, threads=threads)
 
 
-async def _early_hub(stack, plan: Plan, servers: dict | None, done: set[str]):
-    """Spawn the servers the unfinished steps need, without waiting for them to answer."""
-    needed = servers_needed(plan, done.__contains__)
+@asynccontextmanager
+async def open_run_servers(store, run, servers: dict | None, *, plan: Plan | None = None, nodes: dict | None = None):
+    """Spawn the servers a parked run's unfinished steps need, without waiting for them.
+
+    Yields the hub (None when no server is needed); ``drive_run(hub=...)``
+    waits for it to be ready only when it must call a tool, so whatever the
+    caller does meanwhile overlaps the servers' start.
+    """
+    if plan is None:
+        plan = check_stored_plan(run.plan_json, run.plan_fingerprint)
+    if nodes is None:
+        nodes = await _in_thread(store.get_nodes, run.id)
+    needed = servers_needed(plan, {nid for nid, n in nodes.items() if n.state == "succeeded"}.__contains__)
     if not needed:
-        return None
-    from ..servers import unknown_server_error
+        yield None
+        return
     from ..tools.hub import open_hub
+
+    _require_configured(needed, servers)
+    async with open_hub(servers, needed, wait=False) as hub:
+        yield hub
+
+
+def _require_configured(needed: list[str], servers: dict | None) -> None:
+    from ..servers import unknown_server_error
 
     for name in needed:
         if servers is None or name not in servers:
             raise unknown_server_error(name, servers or {})
-    return await stack.enter_async_context(open_hub(servers, needed, wait=False))
 
 
 async def _drive(run_id, plan, *, store, servers, policy, model, hub=None, on_change=None, restore=None, run=None, threads=None) -> Outcome:
-    """``restore``: (nodes, effects) of a resumed run, already read from the store."""
+    """``restore``: (nodes, effects, approvals) of a resumed run, already read from the store."""
     from contextlib import AsyncExitStack
 
     policy = policy or Policy()
@@ -236,25 +251,31 @@ async def _drive(run_id, plan, *, store, servers, policy, model, hub=None, on_ch
     if restore:
         engine.restore(*restore)
     async with AsyncExitStack() as stack:
-        if hub is None:
-            hub = await _early_hub(stack, plan, servers, {nid for nid, st in engine.state.items() if st == "succeeded"})
-            if hub is not None:
-                await hub.wait_ready()
+        needed = servers_needed(plan, lambda nid: engine.state[nid] == "succeeded")
+        if hub is None and needed:
+            from ..tools.hub import open_hub
+
+            _require_configured(needed, servers)
+            hub = await stack.enter_async_context(open_hub(servers, needed))
         engine.hub = hub
         while True:
             verdict = await engine.drive()
             if verdict != "parked":
                 break
-            woken = await _in_thread(_park_or_wake, store, run_id, engine)
+            woken = await _in_thread(_park_or_wake, store, run_id, engine, engine.take_unsaved())
             if not woken:
                 break
+            engine.approvals_seen = None  # decisions arrived: read them afresh
             for nid in woken:
                 engine.state[nid] = "pending"
     err = next((f"{k}: {v}" for k, v in engine.errors.items() if engine.state[k] == "failed"), None) if verdict == "failed" else None
 
+    unsaved = engine.take_unsaved()
+
     def finish():
-        if verdict != "parked":
-            with store.transaction():
+        with store.transaction():
+            store.save_nodes(run_id, unsaved)
+            if verdict != "parked":
                 store.set_run_state(run_id, verdict, expected=("running",), error=err)
                 store.append_event(run_id, verdict)
         return store.pending_approvals(run_id)
@@ -265,10 +286,11 @@ async def _drive(run_id, plan, *, store, servers, policy, model, hub=None, on_ch
     return outcome
 
 
-def _park_or_wake(store, run_id: str, engine: Engine) -> list[str]:
-    """In one transaction: park, unless a waiting gate was decided meanwhile."""
+def _park_or_wake(store, run_id: str, engine: Engine, unsaved: list) -> list[str]:
+    """In one transaction: save the last node states and park, unless a waiting gate was decided meanwhile."""
     waiting = [nid for nid, s in engine.state.items() if s == "waiting"]
     with store.transaction():
+        store.save_nodes(run_id, unsaved)
         latest: dict[str, Any] = {}
         for a in store.approvals(run_id):
             if a.node_id in waiting and (a.node_id not in latest or a.asked_at > latest[a.node_id].asked_at):

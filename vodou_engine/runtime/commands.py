@@ -15,7 +15,7 @@ from typing import Any
 from ..cli import console
 from ..errors import EXIT_DECLINED, EXIT_FAILED, EXIT_OK, EXIT_PARKED, ExpiredError, RefusedError, StaleError, UsageError
 from ..plan import JoinNode, Plan
-from .api import decide, drive_run, find_approval, os_user, start_run
+from .api import decide, drive_run, find_approval, open_run_servers, os_user, start_run
 
 EXIT_FOR = {"succeeded": EXIT_OK, "failed": EXIT_FAILED, "parked": EXIT_PARKED, "declined": EXIT_DECLINED, "cancelled": EXIT_FAILED}
 
@@ -249,11 +249,40 @@ def run_command(args) -> int:
 def decide_command(args) -> int:
     import trio
 
-    from ..policy import load_policy
-
     store = _store(args)
     actor = args.actor or os_user()
     run, approval = find_approval(store, args.run, args.step)
+    if args.decision == "reject":
+        return _reject(args, store, approval, actor)
+    from ..policy import load_policy
+
+    policy = load_policy(args.policy)
+    servers = _servers(args)
+
+    async def approve_and_drive():
+        # The servers the rest of the run needs are spawned before anything else:
+        # they boot while the card is shown, the person answers, the decision is
+        # stored and the run is checked. A refusal on the way stops them unused.
+        async with open_run_servers(store, run, servers) as hub:
+            decided = await trio.to_thread.run_sync(_approve, args, store, approval, actor)
+            if decided is None:
+                return EXIT_PARKED
+            try:
+                return await drive_run(args.run, store=store, servers=servers, policy=policy, hub=hub)
+            except RefusedError as exc:
+                if "being driven" in str(exc):
+                    console().print(f"run {args.run} is being driven by another process; it will execute this approval.")
+                    return EXIT_OK
+                raise
+
+    outcome = trio.run(approve_and_drive)
+    if isinstance(outcome, int):  # an exit code: nothing was driven here
+        return outcome
+    return _answer_inline(args, store, outcome, _plan_of(outcome, run), lambda: drive_run(args.run, store=store, servers=servers, policy=policy))
+
+
+def _show_card_and_check(args, approval) -> bool:
+    """Print the card; for an approval, get the person's yes. False: nothing is to be decided."""
     if not args.json:
         console().print(approval.card_text, markup=False, soft_wrap=True)
     if args.decision == "approve" and not args.yes:
@@ -263,39 +292,45 @@ def decide_command(args) -> int:
 
         if not Confirm.ask("approve exactly this?", default=False):
             console().print("nothing was decided; the run is still parked.")
-            return EXIT_PARKED
+            return False
     wanted = getattr(args, "fingerprint", None)
     if wanted and wanted != approval.fingerprint:
         raise StaleError(
             f"the question for `{approval.step}` is now {approval.fingerprint}, not {wanted}: it was asked again since that card; nothing was changed",
             hint=f"read the current card (`recipe show {args.run} --audit`) and approve its fingerprint",
         )
+    return True
+
+
+def _record(args, store, approval, actor):
     try:
-        decided = decide(store, approval.id, args.decision, actor=actor, reason=getattr(args, "reason", None))
+        return decide(store, approval.id, args.decision, actor=actor, reason=getattr(args, "reason", None))
     except ExpiredError:
         # Recorded as expired, so the audit log shows the question lapsed unanswered.
         store.decide(approval.id, "expired", by="clock", reason=f"{args.decision} by {actor} came too late")
         raise
-    if args.decision == "reject":
-        if store.set_run_state(args.run, "declined", expected=("parked",)):
-            store.append_event(args.run, "declined", actor=actor)
-        if args.json:
-            sys.stdout.write(json.dumps({"run": args.run, "state": "declined", "step": decided.step}) + "\n")
-        else:
-            console().print(f"rejected {decided.step}; run {args.run} is declined and nothing more runs.", style="yellow")
-        return EXIT_DECLINED
+
+
+def _approve(args, store, approval, actor):
+    """Runs on a worker thread: it prompts and writes to the store. None: the person said no."""
+    if not _show_card_and_check(args, approval):
+        return None
+    decided = _record(args, store, approval, actor)
     if not args.json:
         console().print(f"approved {decided.step} ({decided.fingerprint[:19]}…) as {actor}.", style="green")
-    policy = load_policy(args.policy)
-    servers = _servers(args)
-    try:
-        outcome = trio.run(lambda: drive_run(args.run, store=store, servers=servers, policy=policy))
-    except RefusedError as exc:
-        if "being driven" in str(exc):
-            console().print(f"run {args.run} is being driven by another process; it will execute this approval.")
-            return EXIT_OK
-        raise
-    return _answer_inline(args, store, outcome, _plan_of(outcome, run), lambda: drive_run(args.run, store=store, servers=servers, policy=policy))
+    return decided
+
+
+def _reject(args, store, approval, actor) -> int:
+    _show_card_and_check(args, approval)
+    decided = _record(args, store, approval, actor)
+    if store.set_run_state(args.run, "declined", expected=("parked",)):
+        store.append_event(args.run, "declined", actor=actor)
+    if args.json:
+        sys.stdout.write(json.dumps({"run": args.run, "state": "declined", "step": decided.step}) + "\n")
+    else:
+        console().print(f"rejected {decided.step}; run {args.run} is declined and nothing more runs.", style="yellow")
+    return EXIT_DECLINED
 
 
 def _owner_alive(store, run_id: str) -> bool:

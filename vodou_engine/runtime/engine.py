@@ -103,6 +103,11 @@ class Engine:
         self.dirty: dict[str, None] = {}
         self.flush_wanted = trio.Event()
         self.inputs: dict[str, Any] = {}
+        self.approvals_seen: list[ApprovalRecord] | None = None
+        """The run's approvals as read in the hop that resumed it; dropped as soon as
+        this process writes one or wakes for new decisions, so it is never stale.
+        It only saves thread hops: the store re-checks the approval when an effect
+        is claimed."""
 
     # --- store access: one worker thread, node states batched ahead of each call
     async def db(self, fn: Callable, *args, **kwargs) -> Any:
@@ -180,7 +185,8 @@ class Engine:
                 self.tally[n.id] = [states.count("succeeded"), sum(1 for st in states if st in DONE_BAD)]
 
     # --- loading a run back from the store -----------------------------------------
-    def restore(self, nodes: dict[str, NodeRecord], effects: dict[str, Any]) -> None:
+    def restore(self, nodes: dict[str, NodeRecord], effects: dict[str, Any], approvals: list[ApprovalRecord] | None = None) -> None:
+        self.approvals_seen = approvals
         dec = msgspec.json.Decoder()
         for nid, rec in nodes.items():
             if nid not in self.state:
@@ -214,7 +220,12 @@ class Engine:
 
     # --- the scheduler ---------------------------------------------------------------
     async def drive(self) -> str:
-        """Run every node that can run; return 'done' or 'parked'."""
+        """Run every node that can run; return the verdict.
+
+        The last node states are left unsaved on purpose: the caller writes them
+        (``take_unsaved``) in the same transaction that parks or ends the run,
+        one thread hop instead of two.
+        """
         self._recount()
         async with trio.open_nursery() as outer:
             outer.start_soon(self._flusher)
@@ -224,8 +235,11 @@ class Engine:
                     if self.state[n.id] == "pending":
                         self._try_start(n.id)
             outer.cancel_scope.cancel()
-        await self.db(None)
         return self.verdict()
+
+    def take_unsaved(self) -> list[NodeRecord]:
+        """Node states not yet written; the caller must now write them."""
+        return self._take_dirty()
 
     def verdict(self) -> str:
         states = self.state
@@ -393,7 +407,10 @@ class Engine:
         return {"risk": step.risk, "source": step.risk_source, "policy": self.policy_digest}
 
     async def _latest(self, gate_id: str) -> ApprovalRecord | None:
-        rows = [a for a in await self.db(self.store.approvals, self.run_id) if a.node_id == gate_id]
+        seen = self.approvals_seen
+        if seen is None:
+            seen = await self.db(self.store.approvals, self.run_id)
+        rows = [a for a in seen if a.node_id == gate_id]
         return max(rows, key=lambda a: a.asked_at) if rows else None
 
     async def _gate(self, node) -> None:
@@ -408,6 +425,7 @@ class Engine:
             if latest.expires_at is None or latest.expires_at > self.clock():
                 self._set(node.id, "waiting")
                 return
+            self.approvals_seen = None
             await self.db(self.store.decide, latest.id, "expired", by="clock")
         await self.ask(node)
 
@@ -453,6 +471,7 @@ class Engine:
             expires_at=now + expires_s,
             approvers_json=_json.encode(self.approvers).decode(),
         )
+        self.approvals_seen = None
         await self.db(self.store.ask, rec)
         crashpoint("parking")
         self._set(node.id, "waiting")
