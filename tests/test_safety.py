@@ -7,6 +7,7 @@ channel history), never in the engine's bookkeeping.
 from __future__ import annotations
 
 import hashlib
+import os
 import json
 import sqlite3
 import time
@@ -62,6 +63,21 @@ def park(cli, recipe, *extra, env=None) -> dict:
     return res.json()
 
 
+def demo_server_pids(demo_db) -> list[int]:
+    """Live processes serving this test's demo world (found by the VODOU_DEMO_DB they were given)."""
+    marker = f"VODOU_DEMO_DB={demo_db}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    if marker in f.read().split(b"\0"):
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
 def approvals(cli, run: str) -> list[dict]:
     return cli("show", run, "--json", expect=0).json()["approvals"]
 
@@ -84,6 +100,8 @@ def test_preview_is_on_the_card_and_a_changed_check_asks_again(cli, tmp_path):
     assert card["state"] == "pending"
     shown = cli("approve", first["run"], "post", "--fingerprint", "sha256:" + "0" * 64, "--yes")
     assert shown.code == 5 and "asked again" in shown.err  # a card nobody saw cannot be approved
+    # approve spawned the chat server before checking; the refusal stopped it again
+    assert demo_server_pids(cli.demo_db) == []
     assert "preview:" in shown.out and '"after"' in shown.out and "hello team" in shown.out
     # previews and checks are reads: nothing was posted by asking
     assert posts(cli) == []
