@@ -441,6 +441,8 @@ class Hub:
         When one fails the others' starts are abandoned at once rather than
         waited out; the hub is then closed and cannot be used.
         """
+        if all(srv.ready.is_set() and srv.start_error is None for srv in self._servers.values()) and not self._closed:
+            return
         with trio.CancelScope() as watching:
             async with trio.open_nursery() as waiting:
 
