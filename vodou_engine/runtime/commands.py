@@ -264,7 +264,9 @@ def decide_command(args) -> int:
         # they boot while the card is shown, the person answers, the decision is
         # stored and the run is checked. A refusal on the way stops them unused.
         async with open_run_servers(store, run, servers) as hub:
-            decided = await trio.to_thread.run_sync(_approve, args, store, approval, actor)
+            # Abandonable, so Ctrl-C at the prompt interrupts at once; a decision
+            # already written stays written (the run stays parked, `resume` goes on).
+            decided = await trio.to_thread.run_sync(_approve, args, store, approval, actor, abandon_on_cancel=True)
             if decided is None:
                 return EXIT_PARKED
             try:
