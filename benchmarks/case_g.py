@@ -15,7 +15,13 @@ on the demo chat server). Inside one warm process with the server already up:
 And as a process: ``recipe approve RUN post --yes --json`` timed whole, minus
 the tool call (the effect's span in the store) and minus the server's start
 (measured in this process with the same config, alternating with the
-process runs). One more approve runs under ``-X importtime``.
+process runs, so it is the server's own boot with no client import beside
+it). One more approve runs under ``-X importtime``.
+
+``recipe approve`` spawns the server before it imports the MCP SDK, so the
+SDK's import (about as long as the server's boot: both import the same
+package) runs on the other core while the server starts; the import shows in
+the remainder only where it outlasts the server's start.
 """
 
 from __future__ import annotations
