@@ -32,11 +32,13 @@ class JStr(str):
 
 @dataclass(slots=True)
 class ToolCall:
+    """``flat`` is the one-line JSON token when ``args`` holds plain values without positions."""
+
     server: str
     tool: str
     args: dict[str, Any]
     pos: Pos
-    args_pos: Pos | None
+    flat: Any = None
 
 
 @dataclass(slots=True)

@@ -16,9 +16,10 @@ import difflib
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import RecipeError
 from ..plan import Input, JoinNode, Options, QuestionNode, ToolNode, ToolRef, Where, WriteNode
 from . import ast, template
-from .parser import Source
+from .parser import Source, positioned_args
 
 RESERVED = frozenset(
     {"recipe", "inputs", "approval", "approvers", "together", "then", "ask", "need", "expires", "of", "true", "false", "null", "write", "model"}
@@ -166,6 +167,8 @@ class Lowerer:
             for v in value:
                 self._walk_json(v, here, me, fallback, names)
         elif isinstance(value, str):
+            if "{" not in value and "}" not in value:
+                return  # no reference, no brace to complain about
             pos = getattr(value, "pos", None) or fallback
             raw = getattr(value, "raw", None)
 
@@ -379,8 +382,17 @@ class Lowerer:
     def _call_args(self, call: ast.ToolCall, path, me: str) -> tuple[dict, list[str]]:
         if not isinstance(call.args, dict):
             raise self.error("tool arguments must be a JSON object `{...}`", call.pos, hint='write e.g. {"query": "x"}')
-        refs = self._check_template_refs(call.args, path, me, fallback=call.pos)
-        return _plain(call.args), refs
+        if call.flat is None:
+            refs = self._check_template_refs(call.args, path, me, fallback=call.pos)
+            return _plain(call.args), refs
+        # Plain values without positions: check them as they are, and only
+        # if that fails, check them again with positions, for the error.
+        try:
+            refs = self._check_template_refs(call.args, path, me, fallback=call.pos)
+        except RecipeError:
+            self._check_template_refs(positioned_args(call, self.source), path, me, fallback=call.pos)
+            raise
+        return call.args, refs
 
 
 def _raw_column(raw: str, offset: int) -> int | None:

@@ -18,6 +18,7 @@ from typing import Any, Iterator
 from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 from lark.indenter import Indenter
+from lark.lexer import ContextualLexer, PatternStr, UnlessCallback
 
 from ..errors import RecipeError
 from . import ast
@@ -115,6 +116,98 @@ class _Indenter(Indenter):
             raise _BadDedent(token, indent, self.indent_level[-1])
 
 
+class _Lexer(ContextualLexer):
+    """lark's contextual lexer, with the work around each match done in one loop.
+
+    The terminals, the choice of terminals per parser state and the tokens
+    are lark's own: this reuses the scanner lark builds for each state. Only
+    the bookkeeping per token (line and column, keyword lookup, ignored
+    spaces) is inlined; lark spends several calls per token on it, which was
+    a third of the compile time of a big recipe. Anything unusual (no match,
+    a state lark would handle with callbacks) goes back to lark's own code,
+    so every lexing error is raised exactly as lark raises it.
+    """
+
+    __future_interface__ = 2
+
+    def __init__(self, conf):
+        # lark gives a custom lexer only its configuration; the per-state
+        # lexers need the parse table, which comes with the first parse.
+        self._conf = conf
+        self._tables: dict[int, tuple] | None = None
+
+    def _setup(self, parse_table) -> None:
+        states = {idx: list(t.keys()) for idx, t in parse_table.states.items()}
+        always = self._conf.postlex.always_accept if self._conf.postlex else ()
+        ContextualLexer.__init__(self, self._conf, states, always_accept=always)
+        self._tables = {}
+
+    def _table(self, state: int) -> tuple:
+        lexer = self.lexers[state]
+        mres = lexer.scanner._mres  # builds lexer.callback too
+        keywords = {}
+        simple = len(mres) == 1
+        for type_, callback in lexer.callback.items():
+            terms = callback.scanner.terminals if isinstance(callback, UnlessCallback) else ()
+            if terms and all(isinstance(t.pattern, PatternStr) and not t.pattern.flags for t in terms):
+                keywords[type_] = {t.pattern.value: t.name for t in terms}
+            else:
+                simple = False
+        table = (mres[0].match if simple else None, keywords, lexer.newline_types, lexer.ignore_types)
+        self._tables[state] = table
+        return table
+
+    def lex(self, lexer_state, parser_state):
+        if self._tables is None:
+            self._setup(parser_state.parse_conf.parse_table)
+        tables = self._tables
+        stack = parser_state.state_stack
+        text = lexer_state.text.text
+        end = lexer_state.text.end
+        ctr = lexer_state.line_ctr
+        pos, line, line_start = ctr.char_pos, ctr.line, ctr.line_start_pos
+        token = lexer_state.last_token
+        new_str = str.__new__
+        while pos < end:
+            state = stack[-1]
+            match, keywords, newline_types, ignore_types = tables.get(state) or self._table(state)
+            m = match(text, pos, end) if match is not None else None
+            if m is None:
+                break  # lark's own loop below lexes it, or raises its error
+            type_ = m.lastgroup
+            value = m.group()
+            after = m.end()
+            if type_ in newline_types:
+                n = value.count("\n")
+                if n:
+                    end_line = line + n
+                    end_start = pos + value.rindex("\n") + 1
+                else:
+                    end_line, end_start = line, line_start
+            else:
+                end_line, end_start = line, line_start
+            if type_ not in ignore_types:
+                kw = keywords.get(type_)
+                # Token's own __new__ only forwards to this, via two more calls.
+                token = new_str(Token, value)
+                token.type = kw.get(value, type_) if kw else type_
+                token.value = value
+                token.start_pos = pos
+                token.line = line
+                token.column = pos - line_start + 1
+                token.end_line = end_line
+                token.end_column = after - end_start + 1
+                token.end_pos = after
+                pos, line, line_start = after, end_line, end_start
+                yield token
+            else:
+                pos, line, line_start = after, end_line, end_start
+        ctr.char_pos, ctr.line, ctr.line_start_pos, ctr.column = pos, line, line_start, pos - line_start + 1
+        lexer_state.last_token = token
+        if pos < end:
+            yield from ContextualLexer.lex(self, lexer_state, parser_state)
+
+
 class _Unclosed(Exception):
     def __init__(self, token: Token):
         self.token = token
@@ -142,6 +235,50 @@ _LITERALS = {"true": True, "false": False, "null": None}
 _WRITE_FROM = re.compile(r"^(?:(?P<prompt>.*?)\s+)?from\s*\{(?P<inputs>[^{}]*)\}\s*$", re.S)
 _NAME = re.compile(r"[a-z_][a-z0-9_-]*\Z")
 _SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class _NotPlain(Exception):
+    pass
+
+
+def _pairs(pairs: list) -> dict:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise _NotPlain  # a duplicate key: the positioned scan reports it
+    return out
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise _NotPlain  # too large: the positioned scan reports it
+    return value
+
+
+_PLAIN_FLAT = json.JSONDecoder(object_pairs_hook=_pairs, parse_float=_finite, strict=False)
+
+
+def _plain_flat(tok: Token) -> dict | None:
+    """A one-line JSON object decoded by ``json`` alone, or None if it needs the positioned scan.
+
+    Most tool arguments are a one-line object of plain strings, and most of
+    their strings will never be pointed at. Without a backslash there is
+    nothing to check but duplicate keys and numbers too large, so the object
+    is decoded in C, and positions are computed only if lowering finds a
+    mistake in it (``positioned_args``).
+    """
+    raw = str(tok)
+    if "\\" in raw:
+        return None
+    try:
+        return _PLAIN_FLAT.decode(raw)
+    except (_NotPlain, ValueError):
+        return None
+
+
+def positioned_args(call: ast.ToolCall, source: Source) -> dict:
+    """The arguments of a call decoded by ``_plain_flat``, again, with every string's position."""
+    return _Build(source)._flat_json(call.flat)
 
 
 class _Seq(list):
@@ -287,11 +424,16 @@ class _Build(Transformer):
     def tool_call(self, children):
         addr, args = children
         server, tool = str(addr).split(".", 1)
+        flat = None
         if args is None:
             args = {}
         elif isinstance(args, Token):  # JSON_FLAT
-            args = self._flat_json(args)
-        return ast.ToolCall(server, tool, args, _pos(addr), None)
+            flat = _plain_flat(args)
+            if flat is None:
+                args = self._flat_json(args)
+            else:
+                args, flat = flat, args
+        return ast.ToolCall(server, tool, args, _pos(addr), flat)
 
     def _flat_json(self, tok: Token) -> dict:
         """Build a one-line JSON object from its token, through the same handlers.
@@ -443,7 +585,7 @@ def _lark() -> tuple[Lark, _Build]:
     parser = Lark(
         grammar,
         parser="lalr",
-        lexer="contextual",
+        lexer=_Lexer,
         postlex=_Indenter(),
         maybe_placeholders=True,
         propagate_positions=False,
