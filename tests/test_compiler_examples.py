@@ -16,7 +16,7 @@ import vodou_engine
 from vodou_engine.compiler import compile_recipe, load_plan, load_source
 from vodou_engine.compiler import ast
 from vodou_engine.compiler.parser import Source, parse
-from vodou_engine.errors import UnguardedEffectError
+from vodou_engine.errors import PlanError, UnguardedEffectError
 from vodou_engine.plan import (
     ApprovalNode,
     JoinNode,
@@ -214,6 +214,25 @@ def test_an_unedited_plan_loads_and_an_edited_fingerprint_does_not():
     document["nodes"][0]["args"]["calendarId"] = "someone-else"
     with pytest.raises(Exception, match="fingerprint"):
         load_plan(json.dumps(document))
+
+
+def test_a_second_way_past_the_gate_is_refused():
+    document = _document()
+    (post,) = [n for n in document["nodes"] if n["id"] == "post"]
+    post["needs"] = ["approve:post", "briefing"]  # the gate is no longer its only way in
+    with pytest.raises(UnguardedEffectError, match=r"`post` .* without passing its approval `approve:post`"):
+        load_plan(_refingerprint(document))
+
+
+def test_needs_out_of_order_are_fine_and_a_cycle_is_refused():
+    document = _document()
+    document["nodes"].reverse()  # every need now comes after its node: the full search decides
+    plan = load_plan(_refingerprint(document))
+    assert len(plan.nodes) == len(document["nodes"])
+    (first,) = [n for n in document["nodes"] if n["id"] == "calendar"]
+    first["needs"] = ["post"]
+    with pytest.raises(PlanError, match=r"the plan has a cycle: .*calendar"):
+        load_plan(_refingerprint(document))
 
 
 # --- the examples between them use every construct --------------------------------

@@ -74,7 +74,7 @@ def compile_recipe(
 
 def _compile(source, policy: Policy, hints: Mapping[str, Hints | None] | None) -> Plan:
     from ..graph.gate import assess_tools, insert_approvals
-    from ..graph.verify import verify
+    from ..graph.verify import check
     from .lower import Lowerer
     from .parser import parse
 
@@ -95,17 +95,17 @@ def _compile(source, policy: Policy, hints: Mapping[str, Hints | None] | None) -
         options=lowered.options,
         nodes=nodes,
     )
-    verify(plan, policy, path=path)
+    check(plan, policy, path=path)
     return with_fingerprint(plan)
 
 
 def load_plan(data: bytes | str, path: str | None = None, *, policy: Policy | None = None, refresh: bool = False) -> Plan:
     """Decode and verify an actions.json; the fingerprint must match unless refreshing."""
-    from ..graph.verify import verify
+    from ..graph.verify import check
 
     plan = decode_plan(data, path=path)
     try:
-        verify(plan, policy or Policy(), path=path)
+        check(plan, policy or Policy(), path=path)
     except PlanError as exc:
         # Node positions are places in the recipe it came from, not in this JSON.
         if exc.line is not None:

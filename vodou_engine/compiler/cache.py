@@ -1,9 +1,10 @@
 """A content-addressed memo of verified compiles, so the card comes up fast.
 
-Compiling needs lark and verifying needs networkx, about 0.4 s of imports on
-a small machine before any work. The result only depends on the recipe
-bytes, its path, the policy and the compiler itself, so a verified plan is
-kept under a key made of exactly those; any change is a miss.
+Compiling needs lark and the grammar's tables loaded before any work, and
+``--json`` adds networkx for the graph summary: together about 0.2 s on a
+small machine. The result only depends on the recipe bytes, its path, the
+policy and the compiler itself, so a verified plan is kept under a key made
+of exactly those; any change is a miss.
 
 Only ``recipe plan`` and ``recipe compile`` read it. ``recipe run`` always
 compiles and verifies from scratch, and every actions.json is verified
