@@ -160,32 +160,33 @@ class Lowerer:
         return sorted(set(names))
 
     def _walk_json(self, value, here, me, fallback, names):
-        if isinstance(value, dict):
-            for v in value.values():
+        # Strings are checked here, containers walked: a call per scalar
+        # would be most of the walk, as most values are plain text.
+        for v in value.values() if isinstance(value, dict) else value:
+            if isinstance(v, str):
+                if "{" in v or "}" in v:  # else no reference, no brace to complain about
+                    self._walk_string(v, here, me, fallback, names)
+            elif isinstance(v, (dict, list)):
                 self._walk_json(v, here, me, fallback, names)
-        elif isinstance(value, list):
-            for v in value:
-                self._walk_json(v, here, me, fallback, names)
-        elif isinstance(value, str):
-            if "{" not in value and "}" not in value:
-                return  # no reference, no brace to complain about
-            pos = getattr(value, "pos", None) or fallback
-            raw = getattr(value, "raw", None)
 
-            def at(offset: int, width: int) -> ast.Pos:
-                column = _raw_column(raw, offset) if raw is not None else None
-                if column is not None:
-                    return ast.Pos(pos.line, pos.column + column, width)
-                return pos
+    def _walk_string(self, value: str, here, me, fallback, names):
+        pos = getattr(value, "pos", None) or fallback
+        raw = getattr(value, "raw", None)
 
-            try:
-                parts = template.parse(value)
-            except template.TemplateSyntaxError as exc:
-                raise self.error(f"in a JSON string: {exc}", at(exc.offset, 1), hint=exc.hint) from None
-            for part in parts:
-                if isinstance(part, template.Ref):
-                    self._check_ref(part.name, at(part.start + 1, len(part.name)), here, me, droppable_ok=False)
-                    names.append(part.name)
+        def at(offset: int, width: int) -> ast.Pos:
+            column = _raw_column(raw, offset) if raw is not None else None
+            if column is not None:
+                return ast.Pos(pos.line, pos.column + column, width)
+            return pos
+
+        try:
+            parts = template.parse(value)
+        except template.TemplateSyntaxError as exc:
+            raise self.error(f"in a JSON string: {exc}", at(exc.offset, 1), hint=exc.hint) from None
+        for part in parts:
+            if isinstance(part, template.Ref):
+                self._check_ref(part.name, at(part.start + 1, len(part.name)), here, me, droppable_ok=False)
+                names.append(part.name)
 
     # --- lowering ------------------------------------------------------------
     def lower(self, recipe: ast.Recipe) -> Lowered:

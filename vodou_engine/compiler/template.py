@@ -11,7 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-_REF = re.compile(r"\{([a-z_][a-z0-9_-]*)((?:\.[A-Za-z0-9_-]+)*)\}")
+# A doubled brace, a reference, or a brace that is neither (a mistake).
+_PART = re.compile(r"\{\{|\}\}|\{([a-z_][a-z0-9_-]*)((?:\.[A-Za-z0-9_-]+)*)\}|[{}]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,42 +36,38 @@ def parse(text: str) -> list[str | Ref]:
         return [text]
     parts: list[str | Ref] = []
     buf: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        ch = text[i]
-        if ch == "{":
-            if text.startswith("{{", i):
-                buf.append("{")
-                i += 2
-                continue
-            m = _REF.match(text, i)
-            if not m:
-                close = text.find("}", i)
-                inner = text[i + 1 : close] if close > 0 else text[i + 1 :]
-                if close < 0:
-                    raise TemplateSyntaxError(
-                        "a `{` that starts no reference", i, "write {{ for a literal brace, or close the reference with }"
-                    )
+    i = 0
+    # Brace by brace (each match starts at the next one); the text between is literal.
+    for m in _PART.finditer(text):
+        j = m.start()
+        if j > i:
+            buf.append(text[i:j])
+        i = m.end()
+        token = m.group()
+        if token == "{{" or token == "}}":
+            buf.append(token[0])
+        elif token == "{":
+            close = text.find("}", j)
+            inner = text[j + 1 : close] if close > 0 else text[j + 1 :]
+            if close < 0:
                 raise TemplateSyntaxError(
-                    f"{{{inner}}} is not a reference",
-                    i,
-                    "a reference is {name} or {name.field.0} with a lower-case step or input name; write {{ and }} for literal braces",
+                    "a `{` that starts no reference", j, "write {{ for a literal brace, or close the reference with }"
                 )
+            raise TemplateSyntaxError(
+                f"{{{inner}}} is not a reference",
+                j,
+                "a reference is {name} or {name.field.0} with a lower-case step or input name; write {{ and }} for literal braces",
+            )
+        elif token == "}":
+            raise TemplateSyntaxError("a `}` that closes no reference", j, "write }} for a literal brace")
+        else:
             if buf:
                 parts.append("".join(buf))
                 buf = []
-            path = tuple(p for p in m.group(2).split(".") if p)
-            parts.append(Ref(m.group(1), path, i, m.end()))
-            i = m.end()
-        elif ch == "}":
-            if text.startswith("}}", i):
-                buf.append("}")
-                i += 2
-                continue
-            raise TemplateSyntaxError("a `}` that closes no reference", i, "write }} for a literal brace")
-        else:
-            buf.append(ch)
-            i += 1
+            dotted = m.group(2)
+            parts.append(Ref(m.group(1), tuple(dotted[1:].split(".")) if dotted else (), j, i))
+    if i < len(text):
+        buf.append(text[i:])
     if buf:
         parts.append("".join(buf))
     return parts
