@@ -235,6 +235,65 @@ def test_needs_out_of_order_are_fine_and_a_cycle_is_refused():
         load_plan(_refingerprint(document))
 
 
+def _edited(edit):
+    """A briefing plan edited by ``edit``, decoded without any check (as the runtime reads a stored plan)."""
+    document = _document()
+    edit(document)
+    return decode_plan(_refingerprint(document))
+
+
+def _second_way_in(document):
+    (post,) = [n for n in document["nodes"] if n["id"] == "post"]
+    post["needs"] = ["approve:post", "briefing"]
+
+
+def _cycle(document):
+    document["nodes"].reverse()
+    (first,) = [n for n in document["nodes"] if n["id"] == "calendar"]
+    first["needs"] = ["post"]
+
+
+def _risk_lowered(document):
+    (post,) = [n for n in document["nodes"] if n["id"] == "post"]
+    post["risk"] = "read"
+
+
+@pytest.mark.parametrize(
+    ("edit", "error", "match"),
+    [
+        (_without_approval, UnguardedEffectError, r"`post`"),
+        (_second_way_in, UnguardedEffectError, r"without passing its approval"),
+        (_cycle, PlanError, r"the plan has a cycle"),
+        (_risk_lowered, UnguardedEffectError, r"claims risk read"),
+    ],
+    ids=["gate-removed", "second-way-in", "cycle", "risk-lowered"],
+)
+def test_the_runtime_check_refuses_what_verify_refuses(edit, error, match):
+    """``check`` (what a resume runs on a stored plan) is ``verify`` without the returned graph."""
+    from vodou_engine.graph.verify import check, verify
+    from vodou_engine.policy import Policy
+
+    plan = _edited(edit)
+    for fn in (verify, check):
+        with pytest.raises(error, match=match):
+            fn(plan, Policy())
+
+
+def test_the_runtime_check_of_a_compiled_plan_does_not_load_networkx(tmp_path):
+    import subprocess
+    import sys
+
+    actions = tmp_path / "actions.json"
+    actions.write_bytes(encode_plan(compile_file(BRIEFING)))
+    code = (
+        "import sys; from vodou_engine.plan import decode_plan; from vodou_engine.graph.verify import check; "
+        "from vodou_engine.policy import Policy; "
+        f"check(decode_plan(open({str(actions)!r}, 'rb').read()), Policy()); "
+        "assert 'networkx' not in sys.modules, 'networkx was imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 # --- the examples between them use every construct --------------------------------
 
 

@@ -154,7 +154,7 @@ async def drive_run(
     """
     from contextlib import AsyncExitStack
 
-    from ..graph.verify import verify
+    from ..graph.verify import check
 
     def first_look():
         return store.get_run(run_id), store.get_nodes(run_id)
@@ -166,7 +166,7 @@ async def drive_run(
     async with AsyncExitStack() as stack:
         if hub is None:
             hub = await stack.enter_async_context(open_run_servers(store, run, servers, plan=plan, nodes=before))
-        verify(plan, policy or Policy())
+        check(plan, policy or Policy())
         expected = ("parked", "running") if take_over else ("parked",)
         resumed = msgspec.json.encode({"pid": os.getpid()}).decode()
 
