@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from copy import copy
 from functools import lru_cache
 from importlib import resources
 from typing import Any, Iterator
@@ -116,6 +117,9 @@ class _Indenter(Indenter):
             raise _BadDedent(token, indent, self.indent_level[-1])
 
 
+_WHOLE_LINE = frozenset({"STEP_FLAT"})
+
+
 class _Lexer(ContextualLexer):
     """lark's contextual lexer, with the work around each match done in one loop.
 
@@ -140,6 +144,12 @@ class _Lexer(ContextualLexer):
         states = {idx: list(t.keys()) for idx, t in parse_table.states.items()}
         always = self._conf.postlex.always_accept if self._conf.postlex else ()
         ContextualLexer.__init__(self, self._conf, states, always_accept=always)
+        # The root lexer only names what was found where nothing fits, for
+        # the error: it reads lines in parts, as the rules do.
+        root = copy(self._conf)
+        root.terminals = [t for t in self._conf.terminals if t.name not in _WHOLE_LINE]
+        root.skip_validation = True
+        self.root_lexer = self.BasicLexer(root, None)
         self._tables = {}
 
     def _table(self, state: int) -> tuple:
@@ -258,7 +268,7 @@ def _finite(text: str) -> float:
 _PLAIN_FLAT = json.JSONDecoder(object_pairs_hook=_pairs, parse_float=_finite, strict=False)
 
 
-def _plain_flat(tok: Token) -> dict | None:
+def _plain_flat(raw: str) -> dict | None:
     """A one-line JSON object decoded by ``json`` alone, or None if it needs the positioned scan.
 
     Most tool arguments are a one-line object of plain strings, and most of
@@ -267,7 +277,6 @@ def _plain_flat(tok: Token) -> dict | None:
     is decoded in C, and positions are computed only if lowering finds a
     mistake in it (``positioned_args``).
     """
-    raw = str(tok)
     if "\\" in raw:
         return None
     try:
@@ -279,6 +288,23 @@ def _plain_flat(tok: Token) -> dict | None:
 def positioned_args(call: ast.ToolCall, source: Source) -> dict:
     """The arguments of a call decoded by ``_plain_flat``, again, with every string's position."""
     return _Build(source)._flat_json(call.flat)
+
+
+_STEP_FLAT_HEAD = re.compile(r"([a-z_][a-z0-9_-]*)[ ]*:[ ]*([^ {]+)[ ]*")
+
+
+def _token(type_: str, value: str, start_pos: int, line: int, column: int, end_line: int, end_column: int, end_pos: int) -> Token:
+    """``Token(...)``, without the two calls its ``__new__`` makes to get here."""
+    token = str.__new__(Token, value)
+    token.type = type_
+    token.value = value
+    token.start_pos = start_pos
+    token.line = line
+    token.column = column
+    token.end_line = end_line
+    token.end_column = end_column
+    token.end_pos = end_pos
+    return token
 
 
 class _Seq(list):
@@ -428,7 +454,7 @@ class _Build(Transformer):
         if args is None:
             args = {}
         elif isinstance(args, Token):  # JSON_FLAT
-            flat = _plain_flat(args)
+            flat = _plain_flat(str(args))
             if flat is None:
                 args = self._flat_json(args)
             else:
@@ -482,6 +508,32 @@ class _Build(Transformer):
                 out[str(key)] = value
                 key = None
         return out
+
+    def flat_call(self, children):
+        """A STEP_FLAT token, read as the NAME, TOOL_ADDRESS and JSON_FLAT it stands for.
+
+        Reduced on the newline after it, as ``tool_call`` would be, so its
+        errors come in the same order as if the line had been read in parts.
+        """
+        (tok,) = children
+        m = _STEP_FLAT_HEAD.match(tok)
+        name, addr = m.group(1, 2)
+        line, column = tok.line, tok.column
+        server, tool = addr.split(".", 1)
+        addr_pos = ast.Pos(line, column + m.start(2), len(addr))
+        start = m.end()
+        raw = tok[start:]
+        args = _plain_flat(raw)
+        json_tok = _token("JSON_FLAT", raw, tok.start_pos + start, line, column + start, tok.end_line, tok.end_column, tok.end_pos)
+        if args is None:
+            call = ast.ToolCall(server, tool, self._flat_json(json_tok), addr_pos)
+        else:
+            call = ast.ToolCall(server, tool, args, addr_pos, json_tok)
+        return name, ast.Pos(line, column, len(name)), call
+
+    def flat_step(self, children):
+        (name, pos, call), *options = children
+        return ast.Step(name, call, [o for o in options if o is not None], pos)
 
     def step(self, children):
         name, action, *options = children
@@ -702,6 +754,7 @@ def _precheck(source: Source) -> None:
 # Human labels for what the parser expected, in the order they are listed.
 _LABELS = {
     "NAME": "a step name",
+    "STEP_FLAT": "a step name",  # expected wherever NAME may start a step
     "TOOL_ADDRESS": "a tool address like `server.tool`",
     "WRITE_TEXT": "`write ...`",
     "COLON": "`:`",
