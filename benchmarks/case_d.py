@@ -3,12 +3,13 @@
 Engine runs (``vodou.sleep {"ms": 10}`` / ``vodou.noop {}`` in one together of
 N) alternate with the floor, a ``ThreadPoolExecutor(N)`` running N
 ``time.sleep(0.01)``: once with a pool whose threads already exist (warm, the
-strict floor; trio's thread cache is warm too after the first engine run) and
-once with a fresh pool (cold, thread creation included). Bare trio runs (N ×
-``trio.to_thread.run_sync`` in a nursery, no engine) show what trio's own
-thread hand-off costs. A branch's engine span includes waiting for one of
-the engine's thread slots (64 as shipped), so the summed branch time grows
-with N.
+strict floor; the engine's worker threads are warm too after its first run)
+and once with a fresh pool (cold, thread creation included). Two rows without
+the engine give context: N × ``trio.to_thread.run_sync`` in a nursery (trio's
+own per-call hand-off), and N calls through the engine's batched hand-off
+(``runtime.threads.Blocking``) alone, both with the engine's thread limit. A
+branch's engine span includes waiting for one of those thread slots, so the
+summed branch time grows with N.
 """
 
 from __future__ import annotations
@@ -51,6 +52,18 @@ async def _bare_trio(n: int, limit: int) -> float:
     return time.perf_counter() - t0
 
 
+async def _bare_blocking(n: int, limit: int) -> float:
+    """N × time.sleep through the engine's own thread hand-off, no engine around it."""
+    from vodou_engine.runtime.threads import Blocking
+
+    threads = Blocking(limit)
+    t0 = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for _ in range(n):
+            nursery.start_soon(threads.run, time.sleep, SLEEP_MS / 1000)
+    return time.perf_counter() - t0
+
+
 def _thread_limit() -> int:
     from vodou_engine.runtime import api
 
@@ -72,6 +85,7 @@ def run(cfg: Config) -> Case:
 
     case = Case("d", "scale: N parallel branches of 10 ms blocking work, and of no work")
     big = max(sizes(cfg))
+    limit = _thread_limit()
     with TempDir("d") as tmp:
         store = open_bench_store(tmp / "runs.db")
         for n in sizes(cfg):
@@ -86,8 +100,9 @@ def run(cfg: Config) -> Case:
                 for _ in range(cfg.runs):
                     warm = _pool_once(pool, n)
                     cold = _cold_pool(n)
-                    bare64 = trio.run(_bare_trio, n, 64)
-                    baren = trio.run(_bare_trio, n, n)
+                    barel = trio.run(_bare_trio, n, limit)
+                    baren = trio.run(_bare_trio, n, n) if limit != n else barel
+                    blocking = trio.run(_bare_blocking, n, limit)
                     wall, out = trio.run(timed_start, sleep_plan, store)
                     assert out.state == "succeeded", out.state
                     times = engine_times(out)
@@ -95,7 +110,7 @@ def run(cfg: Config) -> Case:
                     nwall, nout = trio.run(timed_start, noop_plan, store)
                     assert nout.state == "succeeded", nout.state
                     ntw = together_wall(noop_plan, engine_times(nout), "join:wide")
-                    rows.append({"bare64": bare64, "baren": baren, "warm": warm, "cold": cold, "wall": wall, "tw": tw["wall_s"], "sum": tw["sum_s"], "slowest": tw["slowest_s"], "nwall": nwall, "ntw": ntw["wall_s"]})
+                    rows.append({"barel": barel, "baren": baren, "blocking": blocking, "warm": warm, "cold": cold, "wall": wall, "tw": tw["wall_s"], "sum": tw["sum_s"], "slowest": tw["slowest_s"], "nwall": nwall, "ntw": ntw["wall_s"]})
                     cfg.log(f"d: N={n} sleep {wall * 1e3:.0f} ms (pool {warm * 1e3:.0f}/{cold * 1e3:.0f} ms), noop {nwall * 1e3:.1f} ms")
             finally:
                 pool.shutdown()
@@ -106,25 +121,31 @@ def run(cfg: Config) -> Case:
             sl = case.figure(f"sleep_{n}_slowest_s", col("slowest"), "s", f"N={n} × 10 ms: slowest branch (engine span)")
             pw = case.figure(f"pool_{n}_warm_wall_s", col("warm"), "s", f"ThreadPoolExecutor({n}), threads exist: wall")
             case.figure(f"pool_{n}_cold_wall_s", col("cold"), "s", f"ThreadPoolExecutor({n}), fresh: wall")
-            b64 = case.figure(f"bare_trio_{n}_limit64_s", col("bare64"), "s", f"bare trio: {n} × to_thread.run_sync, limiter 64 (no engine)")
-            case.figure(f"bare_trio_{n}_limit{n}_s", col("baren"), "s", f"bare trio: {n} × to_thread.run_sync, limiter {n} (no engine)")
-            case.figure(f"bare_trio_{n}_limit64_over_pool_warm", [r["bare64"] / r["warm"] for r in rows], "x", f"N={n}: bare trio (64) / warm pool")
-            case.figure(f"bare_trio_{n}_limit{n}_over_pool_warm", [r["baren"] / r["warm"] for r in rows], "x", f"N={n}: bare trio ({n}) / warm pool")
-            case.figure(f"sleep_{n}_over_bare_trio64", [r["wall"] / r["bare64"] for r in rows], "x", f"N={n}: engine wall / bare trio with the same limit (64)")
-            ratio = case.figure(f"sleep_{n}_over_pool_warm", [r["wall"] / r["warm"] for r in rows], "x", f"N={n}: engine wall / warm pool")
+            bl = case.figure(f"bare_trio_{n}_limit{limit}_s", col("barel"), "s", f"bare trio: {n} × to_thread.run_sync, limiter {limit} (no engine)")
+            if limit != n:
+                case.figure(f"bare_trio_{n}_limit{n}_s", col("baren"), "s", f"bare trio: {n} × to_thread.run_sync, limiter {n} (no engine)")
+            bb = case.figure(f"bare_blocking_{n}_s", col("blocking"), "s", f"bare hand-off: {n} × threads.Blocking({limit}).run (no engine)")
+            case.figure(f"bare_trio_{n}_limit{limit}_over_pool_warm", [r["barel"] / r["warm"] for r in rows], "x", f"N={n}: bare trio ({limit}) / warm pool")
+            if limit != n:
+                case.figure(f"bare_trio_{n}_limit{n}_over_pool_warm", [r["baren"] / r["warm"] for r in rows], "x", f"N={n}: bare trio ({n}) / warm pool")
+            case.figure(f"bare_blocking_{n}_over_pool_warm", [r["blocking"] / r["warm"] for r in rows], "x", f"N={n}: bare hand-off ({limit}) / warm pool")
+            case.figure(f"sleep_{n}_over_bare_trio", [r["wall"] / r["barel"] for r in rows], "x", f"N={n}: engine wall / bare trio with the same limit ({limit})")
+            case.figure(f"sleep_{n}_over_bare_blocking", [r["wall"] / r["blocking"] for r in rows], "x", f"N={n}: engine wall / its own hand-off alone ({limit})")
+            ratio = case.figure(f"sleep_{n}_over_pool_warm", [r["wall"] / r["warm"] for r in rows], "x", f"N={n}: engine wall / warm pool (thread limit {limit})")
             case.figure(f"sleep_{n}_over_pool_cold", [r["wall"] / r["cold"] for r in rows], "x", f"N={n}: engine wall / fresh pool")
             nw = case.figure(f"noop_{n}_run_wall_s", col("nwall"), "s", f"N={n} no-work: whole start_run")
             case.figure(f"noop_{n}_together_wall_s", col("ntw"), "s", f"N={n} no-work: together wall")
             per = case.figure(f"noop_{n}_per_branch_s", [r["nwall"] / n for r in rows], "s", f"N={n} no-work: engine wall / N")
             case.bar(f"{n}×10 ms", wall_s=w, sum_s=s, slowest_s=sl)
-            case.bar(f"bare trio({n}, 64)", wall_s=b64, sum_s=None, slowest_s=None)
+            case.bar(f"bare trio({n}, {limit})", wall_s=bl, sum_s=None, slowest_s=None)
+            case.bar(f"bare hand-off({n}, {limit})", wall_s=bb, sum_s=None, slowest_s=None)
             case.bar(f"pool({n})", wall_s=pw, sum_s=None, slowest_s=None)
             if n == big:
                 if not case.check(f"d: {n}×10 ms / pool floor", ratio, 2.0, unit="x", what=f"engine wall over a warm ThreadPoolExecutor({n}), same run", ratio=True):
                     case.profiles[f"one run of {n} × 10 ms (cProfile of the trio thread, by own time)"] = profile_text(lambda: trio.run(timed_start, sleep_plan, store))
                 if not case.check(f"d: no-work branch (N={n})", per, 50e-6, unit="s", what="engine wall / N"):
                     case.profiles[f"one run of {n} no-work branches (cProfile of the trio thread, by own time)"] = profile_text(lambda: trio.run(timed_start, noop_plan, store))
-                case.figure("thread_limit", _thread_limit(), "count", "engine thread limit in effect for start_run")
+                case.figure("thread_limit", limit, "count", "engine thread limit in effect for start_run")
                 case.bar(f"{n} no-work", wall_s=nw, sum_s=None, slowest_s=None)
         store.close()
     return case.done()

@@ -1,12 +1,12 @@
 """The trio runtime: walks a verified graph, parks at approvals, resumes.
 
 Every ready node starts at once in one nursery. MCP calls go through the hub
-(many in flight per session); blocking work goes to real threads through an
-explicit CapacityLimiter and is abandoned, never waited for, when a quorum
-drops its branch. Store writes go through one worker thread: node states are
-batched (a crash may repeat reads, which the contract allows), while every
-approval and effect transition is written, and committed, before the engine
-moves past it.
+(many in flight per session); blocking work goes to real threads, at most
+thread_limit at a time (threads.py), and is abandoned, never waited for, when
+a quorum drops its branch. Store writes go through one worker thread: node
+states are batched (a crash may repeat reads, which the contract allows),
+while every approval and effect transition is written, and committed, before
+the engine moves past it.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from ..store import ApprovalRecord, NodeRecord
 from . import builtin, writer
 from .faults import crashpoint
 from .freeze import IDEMPOTENCY_FIELDS, idempotency_key, payload_fingerprint
+from .threads import Blocking
 
 # Node states are written at most this often while a run moves: a burst of
 # state changes becomes one transaction and one thread hop instead of many.
@@ -78,7 +79,7 @@ class Engine:
         self.recipe_path = recipe_path
         self.clock = clock
         self.on_change = on_change
-        self.threads = trio.CapacityLimiter(thread_limit)
+        self.threads = Blocking(thread_limit)
         self.db_limiter = trio.CapacityLimiter(1)
         self.state: dict[str, str] = {n.id: "pending" for n in plan.nodes}
         self.outputs: dict[str, Any] = {}
@@ -377,7 +378,7 @@ class Engine:
         if server == BUILTIN_SERVER:
             fn, blocking = builtin.TOOLS[tool]
             if blocking:
-                return await trio.to_thread.run_sync(fn, args, limiter=self.threads, abandon_on_cancel=True)
+                return await self.threads.run(fn, args)
             return fn(args)
         if self.hub is None:
             raise ToolError(f"no server session for {server}")
@@ -395,7 +396,7 @@ class Engine:
                 present[n] = self.inputs[n]
         missing = [n for n in node.inputs if n not in present]
         if self.model:
-            text = await trio.to_thread.run_sync(writer.with_model, self.model, node.prompt, present, missing, limiter=self.threads, abandon_on_cancel=True)
+            text = await self.threads.run(writer.with_model, self.model, node.prompt, present, missing)
         else:
             text = writer.offline(node.prompt, present, missing)
         self._set(node.id, "succeeded", output=text)
