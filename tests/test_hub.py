@@ -453,7 +453,7 @@ def test_server_environment_matches_the_sdk():
     """The hub spawns servers itself; they must inherit what the SDK's own spawn would give them."""
     from mcp.client.stdio import get_default_environment
 
-    from vodou_engine.tools.stdio import default_environment
+    from vodou_engine.tools.process import default_environment
 
     assert default_environment() == get_default_environment()
 

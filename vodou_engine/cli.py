@@ -231,9 +231,48 @@ def cmd_run(args) -> int:
 
 
 def cmd_decide(args) -> int:
-    from .runtime.commands import decide_command
+    prespawned = _prespawn(args) if args.decision == "approve" else None
+    try:
+        from .runtime.commands import decide_command
 
-    return decide_command(args)
+        return decide_command(args, prespawned)
+    finally:
+        if prespawned is not None:
+            prespawned.close()
+
+
+def _prespawn(args):
+    """Start the servers the run still needs before trio and the MCP SDK are imported.
+
+    They then boot on the other core while this process imports; nothing is
+    called until the approval is recorded and the run claimed, and whatever
+    is not taken over is stopped on the way out. Anything unexpected here
+    (unknown run, unreadable store, bad server file) starts nothing: the
+    command proper reports it.
+    """
+    from .plan import decode_plan
+    from .servers import load_servers, servers_needed
+    from .store import open_store
+    from .tools.process import Prespawned
+
+    try:
+        store = open_store(args.store)
+        try:
+            run = store.get_run(args.run)
+            if run.state != "parked":
+                return None
+            done = {nid for nid, n in store.get_nodes(args.run).items() if n.state == "succeeded"}
+        finally:
+            store.close()
+        needed = servers_needed(decode_plan(run.plan_json), done.__contains__)
+        configs = load_servers(args.servers).servers
+    except Exception:
+        return None
+    prespawned = Prespawned()
+    for name in needed:
+        if name in configs:
+            prespawned.start(name, configs[name])
+    return prespawned
 
 
 def cmd_resume(args) -> int:

@@ -21,11 +21,15 @@ import os
 import re
 import shlex
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from vodou_engine.errors import ServerConfigError
+
+if TYPE_CHECKING:
+    from vodou_engine.plan import Plan
 
 __all__ = [
     "ENV_VAR",
@@ -143,6 +147,20 @@ def demo_servers(db_path: str | os.PathLike[str]) -> dict[str, ServerConfig]:
             env={"VODOU_DEMO_DB": db, "VODOU_DEMO_NAME": name},
         )
     return servers
+
+
+def servers_needed(plan: Plan, done: Callable[[str], bool] = lambda _: False) -> list[str]:
+    """The servers a plan's tool steps (and their previews and checks) call, skipping the ``done`` ones."""
+    from .plan import ToolNode
+    from .policy import BUILTIN_SERVER
+
+    names = []
+    for n in plan.nodes:
+        if isinstance(n, ToolNode) and not done(n.id):
+            for srv in (n.server, n.preview and n.preview.server, n.check and n.check.server):
+                if srv and srv != BUILTIN_SERVER:
+                    names.append(srv)
+    return list(dict.fromkeys(names))
 
 
 # -- parsing ----------------------------------------------------------------

@@ -15,13 +15,14 @@ import os
 import secrets
 import time
 from contextlib import asynccontextmanager
-from typing import Any, Callable
+from typing import Any
 
 import msgspec
 
 from ..errors import RefusedError, UsageError
-from ..plan import Plan, ToolNode, encode_plan
-from ..policy import BUILTIN_SERVER, Policy
+from ..plan import Plan, encode_plan
+from ..policy import Policy
+from ..servers import servers_needed
 from .engine import Engine, Outcome, check_stored_plan
 from .faults import crashpoint
 
@@ -70,16 +71,6 @@ def resolve_inputs(plan: Plan, given: dict[str, Any]) -> dict[str, Any]:
         else:
             values[name] = decl.default
     return values
-
-
-def servers_needed(plan: Plan, done: Callable[[str], bool] = lambda _: False) -> list[str]:
-    names = []
-    for n in plan.nodes:
-        if isinstance(n, ToolNode) and not done(n.id):
-            for srv in (n.server, n.preview and n.preview.server, n.check and n.check.server):
-                if srv and srv != BUILTIN_SERVER:
-                    names.append(srv)
-    return list(dict.fromkeys(names))
 
 
 async def _in_thread(fn, *args, **kwargs):
@@ -199,12 +190,13 @@ async def drive_run(
 
 
 @asynccontextmanager
-async def open_run_servers(store, run, servers: dict | None, *, plan: Plan | None = None, nodes: dict | None = None):
+async def open_run_servers(store, run, servers: dict | None, *, plan: Plan | None = None, nodes: dict | None = None, prespawned=None):
     """Spawn the servers a parked run's unfinished steps need, without waiting for them.
 
     Yields the hub (None when no server is needed); ``drive_run(hub=...)``
     waits for it to be ready only when it must call a tool, so whatever the
-    caller does meanwhile overlaps the servers' start.
+    caller does meanwhile overlaps the servers' start. Processes in
+    ``prespawned`` (``tools.process.Prespawned``) are taken over.
     """
     if plan is None:
         plan = check_stored_plan(run.plan_json, run.plan_fingerprint)
@@ -217,7 +209,7 @@ async def open_run_servers(store, run, servers: dict | None, *, plan: Plan | Non
     from ..tools.hub import open_hub
 
     _require_configured(needed, servers)
-    async with open_hub(servers, needed, wait=False) as hub:
+    async with open_hub(servers, needed, wait=False, prespawned=prespawned) as hub:
         yield hub
 
 

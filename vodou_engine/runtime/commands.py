@@ -246,7 +246,7 @@ def run_command(args) -> int:
     return _answer_inline(args, store, outcome, plan, lambda: drive_run(outcome.run_id, store=store, servers=servers, policy=policy, model=args.model))
 
 
-def decide_command(args) -> int:
+def decide_command(args, prespawned=None) -> int:
     import trio
 
     store = _store(args)
@@ -263,7 +263,7 @@ def decide_command(args) -> int:
         # The servers the rest of the run needs are spawned before anything else:
         # they boot while the card is shown, the person answers, the decision is
         # stored and the run is checked. A refusal on the way stops them unused.
-        async with open_run_servers(store, run, servers) as hub:
+        async with open_run_servers(store, run, servers, prespawned=prespawned) as hub:
             # Abandonable, so Ctrl-C at the prompt interrupts at once; a decision
             # already written stays written (the run stays parked, `resume` goes on).
             decided = await trio.to_thread.run_sync(_approve, args, store, approval, actor, abandon_on_cancel=True)

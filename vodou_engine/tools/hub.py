@@ -34,6 +34,8 @@ from vodou_engine.servers import ServerConfig, unknown_server_error
 
 if TYPE_CHECKING:
     from mcp.client.session import ClientSession
+
+    from vodou_engine.tools.process import Prespawned
     from mcp_types import CallToolResult, Tool
 
 __all__ = ["DEFAULT_START_TIMEOUT", "Hub", "ToolInfo", "ToolResult", "open_hub"]
@@ -220,7 +222,8 @@ class Hub:
     Obtained from :func:`open_hub`, which owns the sessions' lifetimes.
     """
 
-    def __init__(self, configs: Mapping[str, ServerConfig], names: list[str], start_timeout: float):
+    def __init__(self, configs: Mapping[str, ServerConfig], names: list[str], start_timeout: float, prespawned: Prespawned | None = None):
+        self._prespawned = prespawned
         self._configs = dict(configs)
         self._names = names
         self._start_timeout = start_timeout
@@ -385,15 +388,19 @@ class Hub:
 
         from . import stdio
 
-        with tempfile.TemporaryFile(prefix=f"vodou-{name}-", suffix=".stderr") as stderr:
+        adopted = self._prespawned.take(name) if self._prespawned is not None else None
+        if adopted is not None:
+            popen, stderr_file, clock = adopted
+        else:
+            stderr_file, clock = tempfile.TemporaryFile(prefix=f"vodou-{name}-", suffix=".stderr"), time.perf_counter()
+        with stderr_file as stderr:
             srv = _Server(name, config, stderr)
             # Registered at once, so closing the hub reaches a start still in progress.
             self._servers[name] = srv
-            clock = time.perf_counter()
             try:
                 with srv.owner_scope:
                     try:
-                        process = await stdio.spawn(config, stderr)
+                        process = stdio.ServerProcess(popen) if adopted is not None else await stdio.spawn(config, stderr)
                     finally:
                         spawned.set()
                     async with stdio.session_streams(process) as (read, write):
@@ -488,6 +495,7 @@ async def open_hub(
     *,
     start_timeout: float = DEFAULT_START_TIMEOUT,
     wait: bool = True,
+    prespawned: Prespawned | None = None,
 ) -> AsyncIterator[Hub]:
     """Start the named servers (each once, in parallel) and close them all on exit.
 
@@ -496,15 +504,16 @@ async def open_hub(
     that did start are closed first. With ``wait=False`` the hub is handed
     over as soon as the processes exist, and ``await hub.wait_ready()`` is
     where that error surfaces: the caller's own work then overlaps the
-    servers' start. On exit every session is closed by its owner and every
-    server process has ended.
+    servers' start. Servers in ``prespawned`` (started before trio was
+    imported) are taken over instead of started again. On exit every session
+    is closed by its owner and every server process has ended.
     """
     wanted = list(dict.fromkeys(names))
     for name in wanted:
         if name not in servers:
             raise unknown_server_error(name, servers)
 
-    hub = Hub(servers, wanted, start_timeout)
+    hub = Hub(servers, wanted, start_timeout, prespawned)
     error: BaseException | None = None
     async with trio.open_nursery() as owners:
         try:

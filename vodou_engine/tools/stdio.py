@@ -1,11 +1,12 @@
-"""A stdio transport for the SDK's ``ClientSession`` over a server we spawned ourselves.
+"""A stdio transport for the SDK's ``ClientSession`` over a server we started ourselves.
 
 The SDK's ``stdio_client`` spawns the server *after* the SDK is imported, and
-that import costs about a second on a small machine. Spawning with trio first
-and importing the SDK afterwards lets the server boot on another core while
-this process imports: ``recipe approve`` then waits for the slower of the two
-instead of their sum. Everything above the pipes (framing aside) is still the
-SDK: its session, its message types, its validation.
+that import costs about a second on a small machine. Starting the server
+first (``tools/process.py``) and importing the SDK afterwards lets the server
+boot on another core while this process imports: ``recipe approve`` then
+waits for the slower of the two instead of their sum. Everything above the
+pipes (framing aside) is still the SDK: its session, its message types, its
+validation.
 
 The transport follows the spec's shutdown order (close stdin, wait, then
 terminate, then kill), bounded and shielded, so neither a cancelled caller nor
@@ -27,47 +28,56 @@ from typing import IO, Any
 import trio
 
 from vodou_engine.servers import ServerConfig
+from vodou_engine.tools.process import STDIN_GRACE_S, TERM_GRACE_S, signal_group, start
 
-__all__ = ["default_environment", "load_sdk", "session_streams", "spawn"]
+__all__ = ["ServerProcess", "load_sdk", "session_streams", "spawn", "stop"]
 
-_INHERITED = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
-"""What a server inherits from our environment: the SDK's own list (``tests/test_hub.py``
-checks the two agree), so a server sees the same world whichever starts it."""
-
-STDIN_GRACE_S = 2.0
-"""How long a server gets to exit on its own once its stdin is closed."""
-TERM_GRACE_S = 2.0
-"""How long after SIGTERM before SIGKILL."""
 FLUSH_S = 0.5
 """How long queued requests get to reach the server before it is told to stop."""
 
 _READ_CHUNK = 1 << 16
 
 
-def default_environment() -> dict[str, str]:
-    env = {}
-    for key in _INHERITED:
-        value = os.environ.get(key)
-        # A shell function exported by bash starts with "()"; never hand one on.
-        if value is not None and not value.startswith("()"):
-            env[key] = value
-    return env
+class ServerProcess:
+    """A started server's pipes as trio streams, and a wait that does not block the trio thread."""
+
+    def __init__(self, popen: subprocess.Popen):
+        assert popen.stdin is not None and popen.stdout is not None
+        self.popen = popen
+        self.pid = popen.pid
+        # The streams own duplicates; closing the originals now means no file object
+        # can later close a descriptor number the process has since reused.
+        self.stdin = trio.lowlevel.FdStream(os.dup(popen.stdin.fileno()))
+        self.stdout = trio.lowlevel.FdStream(os.dup(popen.stdout.fileno()))
+        popen.stdin.close()
+        popen.stdout.close()
+        self._pidfd: int | None = None
+        if hasattr(os, "pidfd_open"):
+            with suppress(OSError):
+                self._pidfd = os.pidfd_open(popen.pid)
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.poll()
+
+    async def wait(self) -> int:
+        if self._pidfd is not None:
+            while self.popen.poll() is None:
+                await trio.lowlevel.wait_readable(self._pidfd)
+        elif self.popen.poll() is None:
+            await trio.to_thread.run_sync(self.popen.wait, abandon_on_cancel=True)
+        return self.popen.wait()
+
+    def release(self) -> None:
+        if self._pidfd is not None:
+            fd, self._pidfd = self._pidfd, None
+            trio.lowlevel.notify_closing(fd)
+            os.close(fd)
 
 
-async def spawn(config: ServerConfig, stderr: IO[bytes]) -> trio.Process:
-    """Start the server process now; no protocol traffic yet.
-
-    Raises OSError (FileNotFoundError, PermissionError, …) when it cannot run.
-    """
-    return await trio.lowlevel.open_process(
-        [config.command, *config.args],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=stderr,
-        env=default_environment() | dict(config.env),
-        cwd=config.cwd,
-        start_new_session=sys.platform != "win32",
-    )
+async def spawn(config: ServerConfig, stderr: IO[bytes]) -> ServerProcess:
+    """:func:`start`, off the trio thread."""
+    return ServerProcess(await trio.to_thread.run_sync(start, config, stderr))
 
 
 def _import_sdk() -> None:
@@ -83,7 +93,7 @@ async def load_sdk() -> None:
 
 
 @asynccontextmanager
-async def session_streams(process: trio.Process) -> AsyncIterator[tuple[Any, Any]]:
+async def session_streams(process: ServerProcess) -> AsyncIterator[tuple[Any, Any]]:
     """The (read, write) message streams a ``ClientSession`` takes, bridged to the process's pipes.
 
     The SDK is imported here, after the spawn, so the two overlap. On exit,
@@ -105,7 +115,6 @@ async def session_streams(process: trio.Process) -> AsyncIterator[tuple[Any, Any
     adapter = mcp_types.jsonrpc_message_adapter
 
     async def read_pipe() -> None:
-        assert process.stdout is not None
         pending = b""
         try:
             async with to_session:
@@ -123,7 +132,6 @@ async def session_streams(process: trio.Process) -> AsyncIterator[tuple[Any, Any
             pass  # the session or our own shutdown closed one end; nothing is left to deliver
 
     async def write_pipe() -> None:
-        assert process.stdin is not None
         try:
             async with from_session:
                 async for message in from_session:
@@ -149,38 +157,26 @@ async def session_streams(process: trio.Process) -> AsyncIterator[tuple[Any, Any
             pipes.cancel_scope.cancel()
 
 
-async def stop(process: trio.Process) -> None:
+async def stop(process: ServerProcess) -> None:
     """Close stdin, wait; then SIGTERM the process group, wait; then SIGKILL it. Always reaps."""
     with trio.CancelScope(shield=True):
-        if process.stdin is not None:
-            with suppress(trio.ClosedResourceError, trio.BrokenResourceError, OSError):
-                await process.stdin.aclose()
+        with suppress(trio.ClosedResourceError, trio.BrokenResourceError, OSError):
+            await process.stdin.aclose()
         with trio.move_on_after(STDIN_GRACE_S):
             await process.wait()
         for sig, grace in ((signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, None)):
             if process.returncode is not None:
                 break
-            _signal_group(process, sig)
+            signal_group(process.popen, sig)
             if grace is None:
                 await process.wait()
             else:
                 with trio.move_on_after(grace):
                     await process.wait()
         # Children the server left behind in its group go with it.
-        _signal_group(process, signal.SIGKILL, leader_too=False)
-        if process.stdout is not None:
-            with suppress(trio.ClosedResourceError, OSError):
-                await process.stdout.aclose()
+        signal_group(process.popen, signal.SIGKILL, leader_too=False)
+        with suppress(trio.ClosedResourceError, OSError):
+            await process.stdout.aclose()
+        process.release()
 
 
-def _signal_group(process: trio.Process, sig: int, *, leader_too: bool = True) -> None:
-    if sys.platform == "win32":  # pragma: no cover - no process groups
-        if leader_too:
-            process.kill()
-        return
-    try:
-        os.killpg(process.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        if leader_too and process.returncode is None:
-            with suppress(ProcessLookupError):
-                os.kill(process.pid, sig)
