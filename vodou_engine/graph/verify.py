@@ -11,7 +11,9 @@ before use, each effect's only need its gate), which is checked in linear
 time; the graph is built, and networkx consulted, only for what the shape
 leaves open. ``check`` is for a runtime that only needs the verdict: on a
 compiled plan it never imports networkx, which costs a quarter of a second,
-on a path (``recipe approve``) where every tenth of a second shows.
+on a path (``recipe approve``) where every tenth of a second shows; and
+building a networkx graph of a 10,000-step plan takes longer than all the
+checks together, so the compiler only checks too.
 """
 
 from __future__ import annotations
