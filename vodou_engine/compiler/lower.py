@@ -105,27 +105,29 @@ class Lowerer:
         return close[0] if close else None
 
     def _check_ref(self, name: str, pos: ast.Pos, here: tuple[_Frame, ...], me: str, *, droppable_ok: bool) -> None:
+        problem = self._ref_problem(name, here, me, droppable_ok)
+        if problem is not None:
+            raise self.error(problem[0], pos, hint=problem[1])
+
+    def _ref_problem(self, name: str, here: tuple[_Frame, ...], me: str, droppable_ok: bool) -> tuple[str, str] | None:
+        """Why ``me`` may not use ``name`` here (message, hint), or None; the caller knows where."""
         info = self.names.get(name)
         if info is None:
             near = self._nearest(name)
-            raise self.error(
+            return (
                 f"unknown name `{name}`",
-                pos,
-                hint=f"did you mean `{near}`?" if near else "refer to an input or an earlier step by its name",
+                f"did you mean `{near}`?" if near else "refer to an input or an earlier step by its name",
             )
         if info.kind == "input":
-            return
+            return None
         if info.kind == "block":
-            raise self.error(
-                f"`{name}` is a block, not a step", pos, hint="refer to one of the steps inside it by name"
-            )
+            return (f"`{name}` is a block, not a step", "refer to one of the steps inside it by name")
         if name == me:
-            raise self.error(f"step `{me}` refers to itself", pos, hint="a step can only use what ran before it")
+            return (f"step `{me}` refers to itself", "a step can only use what ran before it")
         if not info.path:  # declared, not yet lowered: it comes later in the recipe
-            raise self.error(
+            return (
                 f"`{name}` runs later (line {info.pos.line}), so its value does not exist yet here",
-                pos,
-                hint=f"move `{name}` before `{me}`, or refer to a step that runs earlier",
+                f"move `{name}` before `{me}`, or refer to a step that runs earlier",
             )
         theirs = info.path
         depth = 0
@@ -133,26 +135,24 @@ class Lowerer:
             depth += 1
         a, b = theirs[depth], here[depth]
         if self.block_kind[a.uid] == "together":
-            raise self.error(
+            return (
                 f"`{name}` runs at the same time as `{me}` (same `together`), so its value may not exist yet",
-                pos,
-                hint=f"move `{me}` into a `then:` after the together, or nest the two in a `then:` inside it",
+                f"move `{me}` into a `then:` after the together, or nest the two in a `then:` inside it",
             )
         if a.index > b.index:
-            raise self.error(
+            return (
                 f"`{name}` runs after `{me}`, so its value does not exist yet",
-                pos,
-                hint=f"move `{name}` before `{me}`",
+                f"move `{name}` before `{me}`",
             )
         if droppable_ok:
-            return
+            return None
         for frame in theirs[depth + 1 :]:
             if self.quorum.get(frame.uid):
-                raise self.error(
+                return (
                     f"`{name}` may be dropped by a quorum (`need: K of N`), so a tool argument cannot rely on it",
-                    pos,
-                    hint="pass it through a `write` step (which is told what is missing), or make the join need all items",
+                    "pass it through a `write` step (which is told what is missing), or make the join need all items",
                 )
+        return None
 
     def _check_template_refs(self, value: Any, here, me: str, *, fallback: ast.Pos) -> list[str]:
         names: list[str] = []
@@ -170,23 +170,17 @@ class Lowerer:
                 self._walk_json(v, here, me, fallback, names)
 
     def _walk_string(self, value: str, here, me, fallback, names):
-        pos = getattr(value, "pos", None) or fallback
-        raw = getattr(value, "raw", None)
-
-        def at(offset: int, width: int) -> ast.Pos:
-            column = _raw_column(raw, offset) if raw is not None else None
-            if column is not None:
-                return ast.Pos(pos.line, pos.column + column, width)
-            return pos
-
         try:
-            parts = template.parse(value)
+            refs = template.ref_names(value)
         except template.TemplateSyntaxError as exc:
-            raise self.error(f"in a JSON string: {exc}", at(exc.offset, 1), hint=exc.hint) from None
-        for part in parts:
-            if isinstance(part, template.Ref):
-                self._check_ref(part.name, at(part.start + 1, len(part.name)), here, me, droppable_ok=False)
-                names.append(part.name)
+            raise self.error(f"in a JSON string: {exc}", _at(value, fallback, exc.offset, 1), hint=exc.hint) from None
+        for name in refs:
+            problem = self._ref_problem(name, here, me, False)
+            if problem is not None:
+                # the first reference to it is the first that fails
+                start = next(p.start for p in template.parse(value) if isinstance(p, template.Ref) and p.name == name)
+                raise self.error(problem[0], _at(value, fallback, start + 1, len(name)), hint=problem[1])
+            names.append(name)
 
     # --- lowering ------------------------------------------------------------
     def lower(self, recipe: ast.Recipe) -> Lowered:
@@ -394,6 +388,16 @@ class Lowerer:
             self._check_template_refs(positioned_args(call, self.source), path, me, fallback=call.pos)
             raise
         return call.args, refs
+
+
+def _at(value: str, fallback: ast.Pos, offset: int, width: int) -> ast.Pos:
+    """Where character ``offset`` of a JSON string value was written, as near as is known."""
+    pos = getattr(value, "pos", None) or fallback
+    raw = getattr(value, "raw", None)
+    column = _raw_column(raw, offset) if raw is not None else None
+    if column is not None:
+        return ast.Pos(pos.line, pos.column + column, width)
+    return pos
 
 
 def _raw_column(raw: str, offset: int) -> int | None:

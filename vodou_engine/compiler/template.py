@@ -11,8 +11,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+_REF = re.compile(r"\{([a-z_][a-z0-9_-]*)((?:\.[A-Za-z0-9_-]+)*)\}")
 # A doubled brace, a reference, or a brace that is neither (a mistake).
-_PART = re.compile(r"\{\{|\}\}|\{([a-z_][a-z0-9_-]*)((?:\.[A-Za-z0-9_-]+)*)\}|[{}]")
+_PART = re.compile(r"\{\{|\}\}|" + _REF.pattern + r"|[{}]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +72,21 @@ def parse(text: str) -> list[str | Ref]:
     if buf:
         parts.append("".join(buf))
     return parts
+
+
+def ref_names(text: str) -> list[str]:
+    """The names ``parse`` would find references to, in order, without building them.
+
+    When every brace in the text belongs to a reference found by the one
+    regex, that is all there is to know; anything else (doubled braces, a
+    mistake) goes through ``parse``, errors included.
+    """
+    if "{" not in text and "}" not in text:
+        return []
+    found = _REF.findall(text)
+    if text.count("{") == len(found) == text.count("}"):
+        return [name for name, _ in found]
+    return [p.name for p in parse(text) if isinstance(p, Ref)]
 
 
 def iter_strings(value: Any) -> Iterator[str]:
