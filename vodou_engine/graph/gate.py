@@ -24,12 +24,20 @@ def assess_tools(
 ) -> list:
     """Give every tool call its risk; refuse effectful previews/checks and unsafe opt-outs."""
     hints = hints or {}
+    verdicts: dict[tuple[str, str], tuple] = {}  # without hints: a recipe calls the same few tools many times
     out = []
     for node in nodes:
         if isinstance(node, ToolNode):
-            risk, source = policy.assess(node.server, node.tool, hints.get(node.address))
-            preview = _read_only(node.preview, "preview", node, policy, hints, error_at)
-            check = _read_only(node.check, "check", node, policy, hints, error_at)
+            hint = hints.get(node.address) if hints else None
+            if hint is None:
+                verdict = verdicts.get((node.server, node.tool))
+                if verdict is None:
+                    verdict = verdicts[node.server, node.tool] = policy.assess(node.server, node.tool)
+                risk, source = verdict
+            else:
+                risk, source = policy.assess(node.server, node.tool, hint)
+            preview = _read_only(node.preview, "preview", node, policy, hints, error_at) if node.preview is not None else None
+            check = _read_only(node.check, "check", node, policy, hints, error_at) if node.check is not None else None
             if node.without_asking and risk == "critical" and not policy.allows_without_asking(node.server, node.tool):
                 raise error_at(
                     f"`without asking` is refused for `{node.id}`: {node.address} is critical ({source})",

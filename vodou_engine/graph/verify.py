@@ -84,39 +84,46 @@ def _check(plan: Plan, index: dict[str, object], graph: Callable[[], nx.DiGraph]
     # checking that is linear. Only a hand-made order needs the full search.
     seen: set[str] = set()
     ordered = True
+    joins: list[JoinNode] = []
+    approvals: list[ApprovalNode] = []
+    tools: list[ToolNode] = []
     for node in plan.nodes:
-        if any(need not in seen for need in node.needs):
+        if ordered and not seen.issuperset(node.needs):
             ordered = False
-            break
         seen.add(node.id)
+        # sorted by kind once, for the checks below (each still in plan order)
+        if isinstance(node, ToolNode):
+            tools.append(node)
+        elif isinstance(node, ApprovalNode):
+            approvals.append(node)
+        elif isinstance(node, JoinNode):
+            joins.append(node)
     if not ordered:
         import networkx as nx
 
         if not nx.is_directed_acyclic_graph(graph()):
             cycle = " -> ".join(u for u, _ in nx.find_cycle(graph()))
             raise PlanError(f"the plan has a cycle: {cycle}", path=path, hint="needs must point to earlier nodes only")
-    for node in plan.nodes:
-        if isinstance(node, JoinNode):
-            if len(node.needs) != node.of or not 1 <= node.need <= node.of:
-                raise _err(
-                    PlanError,
-                    f"join `{node.id}` needs {node.need} of {node.of} but has {len(node.needs)} items",
-                    node,
-                    "a join waits for K of its N items, 1 <= K <= N",
-                    path,
-                )
-            if len(node.members) != node.of:
-                raise _err(PlanError, f"join `{node.id}` lists members for {len(node.members)} of {node.of} items", node, "recompile the recipe", path)
+    for node in joins:
+        if len(node.needs) != node.of or not 1 <= node.need <= node.of:
+            raise _err(
+                PlanError,
+                f"join `{node.id}` needs {node.need} of {node.of} but has {len(node.needs)} items",
+                node,
+                "a join waits for K of its N items, 1 <= K <= N",
+                path,
+            )
+        if len(node.members) != node.of:
+            raise _err(PlanError, f"join `{node.id}` lists members for {len(node.members)} of {node.of} items", node, "recompile the recipe", path)
     gates: dict[str, list[ApprovalNode]] = {}
-    for node in plan.nodes:
-        if isinstance(node, ApprovalNode):
-            target = index.get(node.step)
-            if not isinstance(target, ToolNode):
-                raise _err(PlanError, f"approval `{node.id}` guards `{node.step}`, which is not a tool step", node, "recompile the recipe", path)
-            gates.setdefault(node.step, []).append(node)
+    for node in approvals:
+        target = index.get(node.step)
+        if not isinstance(target, ToolNode):
+            raise _err(PlanError, f"approval `{node.id}` guards `{node.step}`, which is not a tool step", node, "recompile the recipe", path)
+        gates.setdefault(node.step, []).append(node)
     idom: dict[str, str] | None = None
-    for node in plan.nodes:
-        if not (isinstance(node, ToolNode) and node.effectful and not node.without_asking):
+    for node in tools:
+        if not node.effectful or node.without_asking:
             continue
         mine = gates.get(node.id, [])
         if len(mine) != 1:
@@ -148,31 +155,38 @@ def _check(plan: Plan, index: dict[str, object], graph: Callable[[], nx.DiGraph]
                 path,
             )
     if policy is not None:
-        for node in plan.nodes:
-            if isinstance(node, ToolNode):
-                floor = policy.floor(node.server, node.tool)
-                if not at_least(node.risk, floor):
+        floors: dict[tuple[str, str], str] = {}  # a plan calls the same few tools many times
+
+        def floor_of(server: str, tool: str) -> str:
+            floor = floors.get((server, tool))
+            if floor is None:
+                floor = floors[server, tool] = policy.floor(server, tool)
+            return floor
+
+        for node in tools:
+            floor = floor_of(node.server, node.tool)
+            if not at_least(node.risk, floor):
+                raise _err(
+                    UnguardedEffectError,
+                    f"step `{node.id}` claims risk {node.risk}, but {node.address} is at least {floor} under the current policy",
+                    node,
+                    "recompile the recipe; risk is decided by the compiler, not by editing actions.json",
+                    path,
+                )
+            for ref, what in ((node.preview, "preview"), (node.check, "check")):
+                if ref is not None and floor_of(ref.server, ref.tool) != "read":
                     raise _err(
                         UnguardedEffectError,
-                        f"step `{node.id}` claims risk {node.risk}, but {node.address} is at least {floor} under the current policy",
+                        f"the {what} of `{node.id}` ({ref.address}) is not a read-only tool under the current policy",
                         node,
-                        "recompile the recipe; risk is decided by the compiler, not by editing actions.json",
+                        f"a {what} runs before approval; recompile the recipe",
                         path,
                     )
-                for ref, what in ((node.preview, "preview"), (node.check, "check")):
-                    if ref is not None and policy.floor(ref.server, ref.tool) != "read":
-                        raise _err(
-                            UnguardedEffectError,
-                            f"the {what} of `{node.id}` ({ref.address}) is not a read-only tool under the current policy",
-                            node,
-                            f"a {what} runs before approval; recompile the recipe",
-                            path,
-                        )
-                if node.without_asking and node.risk == "critical" and not policy.allows_without_asking(node.server, node.tool):
-                    raise _err(
-                        UnguardedEffectError,
-                        f"step `{node.id}` runs a critical tool without asking, which the policy does not allow",
-                        node,
-                        f'the policy file must say [tools."{node.address}"] allow_without_asking = true',
-                        path,
-                    )
+            if node.without_asking and node.risk == "critical" and not policy.allows_without_asking(node.server, node.tool):
+                raise _err(
+                    UnguardedEffectError,
+                    f"step `{node.id}` runs a critical tool without asking, which the policy does not allow",
+                    node,
+                    f'the policy file must say [tools."{node.address}"] allow_without_asking = true',
+                    path,
+                )
