@@ -7,9 +7,9 @@ traffic it causes cost several times the calls themselves. Here a finished
 call only queues itself, and the first of a burst asks trio to drain the
 queue: one wake-up reschedules every task whose call ended meanwhile.
 
-Calls are started in batches too, once the tasks that asked for them have all
+Threads are started in batches too, once the tasks that are ready have all
 had their turn: a worker woken early would only take the GIL from the trio
-thread while it is still setting up the rest.
+thread while it is still setting up, or finishing, the other branches.
 
 The threads come from trio's own thread cache (``start_thread_soon``): shared
 by every run in the process, kept warm between runs, and daemon threads, so an
@@ -36,10 +36,10 @@ class Blocking:
 
     def __init__(self, limit: int):
         self.limit = limit
-        self.busy = 0  # calls given a slot: starting, running, or done but not drained
-        self.queued: deque[_Job] = deque()  # waiting for a slot
-        self.starting: list[_Job] = []  # given a slot, thread not asked for yet
+        self.busy = 0  # calls on a thread, or ended but not drained yet
+        self.queued: deque[_Job] = deque()  # waiting for a thread
         self.done: deque[_Job] = deque()  # appended to by workers
+        self.start_asked = False
         self.drain_asked = False
         self.token: trio.lowlevel.TrioToken | None = None
 
@@ -47,23 +47,26 @@ class Blocking:
         if self.token is None:
             self.token = current_trio_token()
         job = _Job(self, fn, args, current_task())
-        if self.busy < self.limit:
-            self.busy += 1
-            self.starting.append(job)
-            if len(self.starting) == 1:
-                self.token.run_sync_soon(self._start)
-        else:
-            self.queued.append(job)
+        self.queued.append(job)
+        self._ask_start()
         return await wait_task_rescheduled(job.abort)
 
+    def _ask_start(self) -> None:
+        # Threads start in a later pass of the run loop: after every task that
+        # is ready now (more callers, or the callers of calls just drained)
+        # has had its turn.
+        if not self.start_asked and self.busy < self.limit:
+            self.start_asked = True
+            self.token.run_sync_soon(self._start)
+
     def _start(self) -> None:
-        starting, self.starting = self.starting, []
-        for job in starting:
-            if job.task is None:  # cancelled before its thread was asked for
-                self.busy -= 1
-            else:
+        self.start_asked = False
+        queued = self.queued
+        while queued and self.busy < self.limit:
+            job = queued.popleft()
+            if job.task is not None:
+                self.busy += 1
                 start_thread_soon(job.call, job.deliver)
-        self._refill()
 
     def _drain(self) -> None:
         # Cleared before reading, so a worker that saw it set has already
@@ -75,15 +78,8 @@ class Blocking:
             self.busy -= 1
             if job.task is not None:
                 reschedule(job.task, job.result)
-        self._refill()
-
-    def _refill(self) -> None:
-        queued = self.queued
-        while queued and self.busy < self.limit:
-            job = queued.popleft()
-            if job.task is not None:
-                self.busy += 1
-                start_thread_soon(job.call, job.deliver)
+        if self.queued:
+            self._ask_start()
 
 
 class _Job:
