@@ -280,7 +280,7 @@ def _plain_flat(raw: str) -> dict | None:
     if "\\" in raw:
         return None
     try:
-        return _PLAIN_FLAT.decode(raw)
+        return _PLAIN_FLAT.raw_decode(raw)[0]  # the token is exactly one object: nothing before or after
     except (_NotPlain, ValueError):
         return None
 
