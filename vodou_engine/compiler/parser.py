@@ -321,6 +321,13 @@ class _Build(Transformer):
     # --- JSON -------------------------------------------------------------
     def json_string(self, children):
         (tok,) = children
+        if "\\" not in tok:
+            # Nothing to decode: the text between the quotes is the value (a
+            # raw control character or surrogate never gets past _precheck).
+            s = ast.JStr(tok[1:-1])
+            s.pos = _pos(tok)
+            s.raw = str(tok)
+            return s
         try:
             value = json.loads(tok)
         except ValueError as exc:
