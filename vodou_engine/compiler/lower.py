@@ -385,7 +385,7 @@ class Lowerer:
         try:
             refs = self._check_template_refs(call.args, path, me, fallback=call.pos)
         except RecipeError:
-            self._check_template_refs(positioned_args(call, self.source), path, me, fallback=call.pos)
+            self._check_template_refs(positioned_args(call), path, me, fallback=call.pos)
             raise
         return call.args, refs
 

@@ -117,7 +117,9 @@ class _Indenter(Indenter):
             raise _BadDedent(token, indent, self.indent_level[-1])
 
 
-_WHOLE_LINE = frozenset({"STEP_FLAT"})
+# Terminals that stand for several tokens of the rules (grammar.lark): an
+# error never names them, as the grammar without them would not.
+_SHORTCUTS = frozenset({"STEP_FLAT", "JSON_LINE"})
 
 
 class _Lexer(ContextualLexer):
@@ -130,6 +132,9 @@ class _Lexer(ContextualLexer):
     a third of the compile time of a big recipe. Anything unusual (no match,
     a state lark would handle with callbacks) goes back to lark's own code,
     so every lexing error is raised exactly as lark raises it.
+
+    One addition: a terminal in ``_VETO`` is taken only if its check passes;
+    otherwise the text is lexed as if that terminal did not exist.
     """
 
     __future_interface__ = 2
@@ -147,7 +152,7 @@ class _Lexer(ContextualLexer):
         # The root lexer only names what was found where nothing fits, for
         # the error: it reads lines in parts, as the rules do.
         root = copy(self._conf)
-        root.terminals = [t for t in self._conf.terminals if t.name not in _WHOLE_LINE]
+        root.terminals = [t for t in self._conf.terminals if t.name not in _SHORTCUTS]
         root.skip_validation = True
         self.root_lexer = self.BasicLexer(root, None)
         self._tables = {}
@@ -163,7 +168,18 @@ class _Lexer(ContextualLexer):
                 keywords[type_] = {t.pattern.value: t.name for t in terms}
             else:
                 simple = False
-        table = (mres[0].match if simple else None, keywords, lexer.newline_types, lexer.ignore_types)
+        instead = None
+        if any(t.name in _VETO for t in lexer.terminals):
+            # Where a vetoed match is not taken, the state lexes as if that
+            # terminal did not exist. lark's loop knows nothing of vetoes.
+            conf = copy(self._conf)
+            conf.terminals = [t for t in lexer.terminals if t.name not in _VETO]
+            conf.skip_validation = True
+            other = self.BasicLexer(conf, None)
+            if not (simple and len(other.scanner._mres) == 1 and other.callback.keys() == lexer.callback.keys()):
+                raise RuntimeError(f"grammar.lark: state {state} needs lark's own lexer, which cannot veto {sorted(_VETO)}")
+            instead = other.scanner._mres[0].match
+        table = (mres[0].match if simple else None, keywords, lexer.newline_types, lexer.ignore_types, instead)
         self._tables[state] = table
         return table
 
@@ -180,11 +196,16 @@ class _Lexer(ContextualLexer):
         new_str = str.__new__
         while pos < end:
             state = stack[-1]
-            match, keywords, newline_types, ignore_types = tables.get(state) or self._table(state)
+            match, keywords, newline_types, ignore_types, instead = tables.get(state) or self._table(state)
             m = match(text, pos, end) if match is not None else None
             if m is None:
                 break  # lark's own loop below lexes it, or raises its error
             type_ = m.lastgroup
+            if type_ in _VETO and not _VETO[type_](m.group()):
+                m = instead(text, pos, end)
+                if m is None:
+                    break
+                type_ = m.lastgroup
             value = m.group()
             after = m.end()
             if type_ in newline_types:
@@ -265,29 +286,73 @@ def _finite(text: str) -> float:
     return value
 
 
-_PLAIN_FLAT = json.JSONDecoder(object_pairs_hook=_pairs, parse_float=_finite, strict=False)
+def _no_constant(text: str):
+    raise _NotPlain  # NaN and Infinity are not JSON, whatever json.loads says
 
 
-def _plain_flat(raw: str) -> dict | None:
-    """A one-line JSON object decoded by ``json`` alone, or None if it needs the positioned scan.
+_PLAIN = json.JSONDecoder(object_pairs_hook=_pairs, parse_float=_finite, parse_constant=_no_constant, strict=False)
+
+
+def _plain_json(raw: str) -> dict | None:
+    """A one-line JSON object decoded by ``json`` alone, or None if it needs the rules.
 
     Most tool arguments are a one-line object of plain strings, and most of
     their strings will never be pointed at. Without a backslash there is
-    nothing to check but duplicate keys and numbers too large, so the object
-    is decoded in C, and positions are computed only if lowering finds a
-    mistake in it (``positioned_args``).
+    nothing to check but duplicate keys, numbers too large and that it is
+    one object and nothing more, so the object is decoded in C, and
+    positions are computed only if lowering finds a mistake in it
+    (``positioned_args``).
     """
     if "\\" in raw:
         return None
     try:
-        return _PLAIN_FLAT.raw_decode(raw)[0]  # the token is exactly one object: nothing before or after
+        value, end = _PLAIN.raw_decode(raw)
     except (_NotPlain, ValueError):
         return None
+    return value if end == len(raw) else None
 
 
-def positioned_args(call: ast.ToolCall, source: Source) -> dict:
-    """The arguments of a call decoded by ``_plain_flat``, again, with every string's position."""
-    return _Build(source)._flat_json(call.flat)
+# A JSON_LINE token is taken only if it decodes so (see grammar.lark), and
+# is not nested deep enough for the indenter to refuse (a crude count will
+# do: what it turns away only takes the long way).
+_VETO = {"JSON_LINE": lambda text: text.count("{") + text.count("[") <= MAX_DEPTH and _plain_json(text) is not None}
+
+# The parts of a JSON text without backslashes: a string, a number or word,
+# a bracket (colons and commas fall between them).
+_JSON_PART = re.compile(r'"[^"]*"|[^ {}\[\]:,"]+|[{}\[\]]')
+
+
+def positioned_args(call: ast.ToolCall) -> dict:
+    """The arguments of a call decoded by ``_plain_json``, again, each string with its position.
+
+    json took the token without complaint, so this only has to say where
+    each string was, as the JSON rules would have for its STRING token.
+    """
+    tok = call.flat
+    parts = iter(_JSON_PART.finditer(tok))
+
+    def value(m):
+        part = m.group()
+        if part == "{":
+            out = {}
+            for k in parts:
+                if k.group() == "}":
+                    return out
+                out[k.group()[1:-1]] = value(next(parts))
+        if part == "[":
+            items = []
+            for v in parts:
+                if v.group() == "]":
+                    return items
+                items.append(value(v))
+        if part[0] == '"':
+            s = ast.JStr(part[1:-1])
+            s.pos = ast.Pos(tok.line, tok.column + m.start(), len(part))
+            s.raw = part
+            return s
+        return _LITERALS[part] if part in _LITERALS else json.loads(part)
+
+    return value(next(parts))
 
 
 _STEP_FLAT_HEAD = re.compile(r"([a-z_][a-z0-9_-]*)[ ]*:[ ]*([^ {]+)[ ]*")
@@ -460,8 +525,8 @@ class _Build(Transformer):
         flat = None
         if args is None:
             args = {}
-        elif isinstance(args, Token):  # JSON_FLAT
-            flat = _plain_flat(str(args))
+        elif isinstance(args, Token):  # JSON_FLAT or JSON_LINE (which the lexer made sure decodes)
+            flat = _plain_json(str(args))
             if flat is None:
                 args = self._flat_json(args)
             else:
@@ -530,7 +595,7 @@ class _Build(Transformer):
         addr_pos = ast.Pos(line, column + m.start(2), len(addr))
         start = m.end()
         raw = tok[start:]
-        args = _plain_flat(raw)
+        args = _plain_json(raw)
         json_tok = _token("JSON_FLAT", raw, tok.start_pos + start, line, column + start, tok.end_line, tok.end_column, tok.end_pos)
         if args is None:
             call = ast.ToolCall(server, tool, self._flat_json(json_tok), addr_pos)
@@ -776,7 +841,6 @@ def _precheck(source: Source) -> None:
 # Human labels for what the parser expected, in the order they are listed.
 _LABELS = {
     "NAME": "a step name",
-    "STEP_FLAT": "a step name",  # expected wherever NAME may start a step
     "TOOL_ADDRESS": "a tool address like `server.tool`",
     "WRITE_TEXT": "`write ...`",
     "COLON": "`:`",
@@ -816,9 +880,10 @@ def _expected_of(exc: UnexpectedInput) -> set[str]:
     """
     state = getattr(exc, "state", None)
     try:
-        return {t for t in state.parse_conf.parse_table.states[state.position] if t.isupper()}
+        expected = {t for t in state.parse_conf.parse_table.states[state.position] if t.isupper()}
     except (AttributeError, KeyError, TypeError):
-        return set(getattr(exc, "expected", None) or getattr(exc, "allowed", None) or ())
+        expected = set(getattr(exc, "expected", None) or getattr(exc, "allowed", None) or ())
+    return expected - _SHORTCUTS
 
 
 def _syntax_error(source: Source, exc: UnexpectedInput, opened: list[Token] | None = None) -> RecipeError:
