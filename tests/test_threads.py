@@ -5,12 +5,14 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-import time
 
 import trio
 import trio.testing
 
 from vodou_engine.runtime.threads import Blocking
+
+# Only a safety net, so a broken pool fails the test instead of hanging it.
+SAFETY = 30
 
 
 def test_results_and_errors_come_back_to_their_callers():
@@ -38,82 +40,146 @@ def test_results_and_errors_come_back_to_their_callers():
     assert got == {i: (f"bad {i}" if i % 7 == 3 else i * i) for i in range(100)}
 
 
+class Gate:
+    """Worker threads block on it; the trio side learns, without sleeping, when N of them are in."""
+
+    def __init__(self):
+        self.open = threading.Event()
+        self._lock = threading.Lock()
+        self._inside = 0
+        self._enough = {}
+
+    def hold(self, *_):
+        with self._lock:
+            self._inside += 1
+            for n, ev in self._enough.items():
+                if self._inside >= n:
+                    ev.set()
+        self.open.wait()
+
+    async def wait_for(self, n):
+        with self._lock:
+            ev = self._enough.setdefault(n, threading.Event())
+            if self._inside >= n:
+                ev.set()
+        await trio.to_thread.run_sync(ev.wait)
+
+
 def test_the_limit_bounds_calls_in_flight_even_when_abandoned():
+    gate = Gate()
     lock = threading.Lock()
     now = peak = 0
+    quick_began_before_release = []
 
-    def work(s):
+    def quick():
         nonlocal now, peak
         with lock:
             now += 1
             peak = max(peak, now)
-        time.sleep(s)
+        quick_began_before_release.append(not gate.open.is_set())
         with lock:
             now -= 1
 
     async def main():
         pool = Blocking(4)
-        with trio.move_on_after(0.05):
+        with trio.fail_after(SAFETY):
+            with trio.CancelScope() as abandon:
+                async with trio.open_nursery() as nursery:
+                    for _ in range(4):
+                        nursery.start_soon(pool.run, gate.hold)
+                    await gate.wait_for(4)  # all four slots taken
+                    abandon.cancel()  # their callers return; the threads keep their slots
             async with trio.open_nursery() as nursery:
-                for _ in range(4):
-                    nursery.start_soon(pool.run, work, 0.2)  # abandoned, still asleep
-        t0 = time.perf_counter()
-        async with trio.open_nursery() as nursery:
-            for _ in range(12):
-                nursery.start_soon(pool.run, work, 0.01)
-        return time.perf_counter() - t0
+                for _ in range(12):
+                    nursery.start_soon(pool.run, quick)
+                await trio.testing.wait_all_tasks_blocked()
+                assert quick_began_before_release == []  # no slot was free
+                gate.open.set()
 
-    wall = trio.run(main)
+    trio.run(main)
     assert peak <= 4
-    assert wall >= 0.12  # the twelve waited for the abandoned four to free their slots
+    assert quick_began_before_release == [False] * 12
 
 
 def test_a_cancelled_call_returns_at_once_and_its_result_is_dropped():
-    finished = threading.Event()
-
-    def slow():
-        time.sleep(1.0)
-        finished.set()
-        return "late"
+    gate = Gate()
 
     async def main():
         pool = Blocking(2)
-        t0 = time.perf_counter()
-        with trio.move_on_after(0.02):
-            await pool.run(slow)
-        took = time.perf_counter() - t0
-        assert await pool.run(lambda: "next") == "next"
-        return took
+        with trio.fail_after(SAFETY):
+            async with trio.open_nursery() as nursery:
+                scope = trio.CancelScope()
 
-    assert trio.run(main) < 0.5
-    assert not finished.is_set()  # returned without waiting for the thread
+                async def call():
+                    with scope:
+                        await pool.run(gate.hold)
+                    return "unreachable"
+
+                nursery.start_soon(call)
+                await gate.wait_for(1)
+                scope.cancel()
+            # The caller is back while its thread is still held: nothing waited for it.
+            assert not gate.open.is_set()
+            assert await pool.run(lambda: "next") == "next"
+            gate.open.set()
+
+    trio.run(main)
 
 
 def test_an_abandoned_call_does_not_hold_up_the_process_exit():
+    # The worker blocks for ever; the process must still exit once the run is over.
     code = (
-        "import time, trio\n"
+        "import threading, trio, trio.testing\n"
         "from vodou_engine.runtime.threads import Blocking\n"
         "async def main():\n"
-        "    with trio.move_on_after(0.05):\n"
-        "        await Blocking(1).run(time.sleep, 30)\n"
+        "    with trio.CancelScope() as scope:\n"
+        "        async with trio.open_nursery() as n:\n"
+        "            n.start_soon(Blocking(1).run, threading.Event().wait)\n"
+        "            await trio.testing.wait_all_tasks_blocked()\n"
+        "            scope.cancel()\n"
         "trio.run(main)\n"
     )
-    t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=20)
-    assert time.perf_counter() - t0 < 5
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=SAFETY)
 
 
 def test_a_call_cancelled_while_waiting_for_a_slot_never_runs():
+    gate = Gate()
     ran = []
 
     async def main():
         pool = Blocking(1)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(pool.run, time.sleep, 0.1)
-            await trio.testing.wait_all_tasks_blocked()  # the sleep holds the one slot
-            with trio.move_on_after(0.03):
-                await pool.run(ran.append, "queued")
-        await pool.run(ran.append, "after")
+        with trio.fail_after(SAFETY):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(pool.run, gate.hold)
+                await gate.wait_for(1)  # it holds the one slot
+                nursery.start_soon(pool.run, ran.append, "queued")
+                await trio.testing.wait_all_tasks_blocked()  # queued behind it
+                nursery.cancel_scope.cancel()  # both callers: one abandons its thread, one its place
+            gate.open.set()
+            await pool.run(ran.append, "after")
 
     trio.run(main)
     assert ran == ["after"]
+
+
+def test_a_branch_dropped_before_its_task_began_never_runs(tmp_path):
+    """A quorum met by an inline step can be decided before a sibling's task takes its
+    first step; that sibling has no cancel scope yet and must still not begin.
+    trio may run ready tasks in either order, so several runs cover both."""
+    from vodou_engine.compiler import compile_recipe
+    from vodou_engine.runtime.api import start_run
+    from vodou_engine.store import open_store
+
+    plan = compile_recipe(
+        'recipe "drop"\n'
+        "together either:\n"
+        "  need: 1 of 2\n"
+        '  quick: vodou.echo {"value": "here"}\n'
+        '  slow: vodou.sleep {"ms": 3000, "label": "must not run"}\n'
+    )
+    store = open_store(tmp_path / "runs.db")
+    for _ in range(6):
+        outcome = trio.run(lambda: start_run(plan, store=store, servers=None, actor="t"))
+        assert outcome.state == "succeeded"
+        assert outcome.engine.state["slow"] == "cancelled"
+    store.close()

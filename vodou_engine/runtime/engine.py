@@ -338,6 +338,12 @@ class Engine:
 
     async def _run(self, node) -> None:
         nid = node.id
+        if nid in self.absorbed:
+            # Dropped by a quorum decided before this task took its first step,
+            # when it had no cancel scope for the drop to cancel: it must not begin.
+            self._set(nid, "cancelled", error="dropped by a quorum")
+            self._after(nid)
+            return
         self._set(nid, "running")
         with trio.CancelScope() as scope:
             self.scopes[nid] = scope
