@@ -32,7 +32,7 @@ class JStr(str):
 
 @dataclass(slots=True)
 class ToolCall:
-    """``flat`` is the one-line JSON token when ``args`` holds plain values without positions."""
+    """``flat`` is where one-line JSON was written, (text, line, column), when ``args`` holds plain values without positions."""
 
     server: str
     tool: str

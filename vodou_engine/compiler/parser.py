@@ -328,8 +328,8 @@ def positioned_args(call: ast.ToolCall) -> dict:
     json took the token without complaint, so this only has to say where
     each string was, as the JSON rules would have for its STRING token.
     """
-    tok = call.flat
-    parts = iter(_JSON_PART.finditer(tok))
+    text, line, column = call.flat
+    parts = iter(_JSON_PART.finditer(text))
 
     def value(m):
         part = m.group()
@@ -347,7 +347,7 @@ def positioned_args(call: ast.ToolCall) -> dict:
                 items.append(value(v))
         if part[0] == '"':
             s = ast.JStr(part[1:-1])
-            s.pos = ast.Pos(tok.line, tok.column + m.start(), len(part))
+            s.pos = ast.Pos(line, column + m.start(), len(part))
             s.raw = part
             return s
         return _LITERALS[part] if part in _LITERALS else json.loads(part)
@@ -479,18 +479,14 @@ class _Build(Transformer):
         return seconds
 
     # --- blocks -------------------------------------------------------------
-    def stmts(self, children):
-        return self._append(children)
-
-    def items(self, children):
-        return self._append(children)
-
     @staticmethod
     def _append(children):
         if len(children) == 2 and type(children[0]) is _Seq:
             children[0].append(children[1])
             return children[0]
         return _Seq(children)
+
+    stmts = items = _append  # called once per item: no method in between
 
     def together(self, children):
         name, items = children
@@ -530,7 +526,7 @@ class _Build(Transformer):
             if flat is None:
                 args = self._flat_json(args)
             else:
-                args, flat = flat, args
+                args, flat = flat, (str(args), args.line, args.column)
         return ast.ToolCall(server, tool, args, _pos(addr), flat)
 
     def _flat_json(self, tok: Token) -> dict:
@@ -596,16 +592,16 @@ class _Build(Transformer):
         start = m.end()
         raw = tok[start:]
         args = _plain_json(raw)
-        json_tok = _token("JSON_FLAT", raw, tok.start_pos + start, line, column + start, tok.end_line, tok.end_column, tok.end_pos)
         if args is None:
+            json_tok = _token("JSON_FLAT", raw, tok.start_pos + start, line, column + start, tok.end_line, tok.end_column, tok.end_pos)
             call = ast.ToolCall(server, tool, self._flat_json(json_tok), addr_pos)
         else:
-            call = ast.ToolCall(server, tool, args, addr_pos, json_tok)
+            call = ast.ToolCall(server, tool, args, addr_pos, (raw, line, column + start))
         return name, ast.Pos(line, column, len(name)), call
 
     def flat_step(self, children):
         (name, pos, call), *options = children
-        return ast.Step(name, call, [o for o in options if o is not None], pos)
+        return ast.Step(name, call, [o for o in options if o is not None] if options else options, pos)
 
     def step(self, children):
         name, action, *options = children
