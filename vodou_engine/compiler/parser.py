@@ -79,7 +79,7 @@ class _Indenter(Indenter):
     def _run(self, stream: Iterator[Token]) -> Iterator[Token]:
         token = None
         for token in stream:
-            if token.type == "_NL":
+            if token.type in _NEWLINES:
                 yield from self._newline(token)
                 continue
             yield token
@@ -119,7 +119,8 @@ class _Indenter(Indenter):
 
 # Terminals that stand for several tokens of the rules (grammar.lark): an
 # error never names them, as the grammar without them would not.
-_SHORTCUTS = frozenset({"STEP_FLAT", "JSON_LINE"})
+_SHORTCUTS = frozenset({"STEP_NL", "JSON_LINE"})
+_NEWLINES = frozenset({"_NL", "STEP_NL"})  # tokens that end a line: the indentation after them counts
 
 
 class _Lexer(ContextualLexer):
@@ -577,23 +578,26 @@ class _Build(Transformer):
                 key = None
         return out
 
-    def flat_call(self, children):
-        """A STEP_FLAT token, read as the NAME, TOOL_ADDRESS and JSON_FLAT it stands for.
+    def STEP_NL(self, tok):
+        """A STEP_NL token, read as the NAME, TOOL_ADDRESS and JSON_FLAT it starts with.
 
-        Reduced on the newline after it, as ``tool_call`` would be, so its
-        errors come in the same order as if the line had been read in parts.
+        Read as the parser takes it, before the indentation after it: that
+        is when ``tool_call`` is reduced, on the _NL, when the line is read
+        in parts, so errors come in the same order.
         """
-        (tok,) = children
         m = _STEP_FLAT_HEAD.match(tok)
         name, addr = m.group(1, 2)
         line, column = tok.line, tok.column
         server, tool = addr.split(".", 1)
         addr_pos = ast.Pos(line, column + m.start(2), len(addr))
         start = m.end()
-        raw = tok[start:]
-        args = _plain_json(raw)
-        if args is None:
-            json_tok = _token("JSON_FLAT", raw, tok.start_pos + start, line, column + start, tok.end_line, tok.end_column, tok.end_pos)
+        try:  # json finds where the object ends, as it decodes it
+            args, end = _PLAIN.raw_decode(tok, start)
+        except (_NotPlain, ValueError):
+            args, end = None, self.json_flat.match(tok, start).end()
+        raw = tok[start:end]
+        if args is None or "\\" in raw:
+            json_tok = _token("JSON_FLAT", raw, tok.start_pos + start, line, column + start, line, column + end, tok.start_pos + end)
             call = ast.ToolCall(server, tool, self._flat_json(json_tok), addr_pos)
         else:
             call = ast.ToolCall(server, tool, args, addr_pos, (raw, line, column + start))
@@ -712,6 +716,7 @@ def _lark() -> tuple[Lark, _Build]:
         transformer=builder,
         cache=True,
     )
+    builder.json_flat = re.compile(parser.get_terminal("JSON_FLAT").pattern.to_regexp())
     return parser, builder
 
 
