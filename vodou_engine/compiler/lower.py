@@ -205,6 +205,10 @@ class Lowerer:
     def _sequence(self, items: list, uid: int, needs: list[str], path: tuple[_Frame, ...]) -> list[str]:
         index = 0
         for i, item in enumerate(items):
+            if type(item) is ast.Step:  # most items, straight to the point
+                needs = [self._step(item, needs, path + (_Frame(uid, index),))]
+                index += 1
+                continue
             if isinstance(item, ast.Need):
                 raise self.error(
                     "`need:` belongs inside a `together` block, or first in the `then:` right after one",
