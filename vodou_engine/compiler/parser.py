@@ -356,7 +356,7 @@ def positioned_args(call: ast.ToolCall) -> dict:
     return value(next(parts))
 
 
-_STEP_FLAT_HEAD = re.compile(r"([a-z_][a-z0-9_-]*)[ ]*:[ ]*([^ {]+)[ ]*")
+_STEP_HEAD = re.compile(r"([a-z_][a-z0-9_-]*)[ ]*:[ ]*([^ {]+)[ ]*")
 
 
 def _token(type_: str, value: str, start_pos: int, line: int, column: int, end_line: int, end_column: int, end_pos: int) -> Token:
@@ -585,7 +585,7 @@ class _Build(Transformer):
         is when ``tool_call`` is reduced, on the _NL, when the line is read
         in parts, so errors come in the same order.
         """
-        m = _STEP_FLAT_HEAD.match(tok)
+        m = _STEP_HEAD.match(tok)
         name, addr = m.group(1, 2)
         line, column = tok.line, tok.column
         server, tool = addr.split(".", 1)
