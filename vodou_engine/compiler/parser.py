@@ -177,8 +177,10 @@ class _Lexer(ContextualLexer):
             conf.terminals = [t for t in lexer.terminals if t.name not in _VETO]
             conf.skip_validation = True
             other = self.BasicLexer(conf, None)
-            if not (simple and len(other.scanner._mres) == 1 and other.callback.keys() == lexer.callback.keys()):
-                raise RuntimeError(f"grammar.lark: state {state} needs lark's own lexer, which cannot veto {sorted(_VETO)}")
+            fallbacks = {_VETO[t.name][1] for t in lexer.terminals if t.name in _VETO}
+            same = simple and len(other.scanner._mres) == 1 and other.callback.keys() == lexer.callback.keys()
+            if not same or not fallbacks <= {t.name for t in conf.terminals}:
+                raise RuntimeError(f"grammar.lark: state {state} cannot veto {sorted(_VETO)} here")
             instead = other.scanner._mres[0].match
         table = (mres[0].match if simple else None, keywords, lexer.newline_types, lexer.ignore_types, instead)
         self._tables[state] = table
@@ -202,10 +204,8 @@ class _Lexer(ContextualLexer):
             if m is None:
                 break  # lark's own loop below lexes it, or raises its error
             type_ = m.lastgroup
-            if type_ in _VETO and not _VETO[type_](m.group()):
-                m = instead(text, pos, end)
-                if m is None:
-                    break
+            if type_ in _VETO and not _VETO[type_][0](m.group()):
+                m = instead(text, pos, end)  # never None: the fallback terminal matches here
                 type_ = m.lastgroup
             value = m.group()
             after = m.end()
@@ -315,8 +315,12 @@ def _plain_json(raw: str) -> dict | None:
 
 # A JSON_LINE token is taken only if it decodes so (see grammar.lark), and
 # is not nested deep enough for the indenter to refuse (a crude count will
-# do: what it turns away only takes the long way).
-_VETO = {"JSON_LINE": lambda text: text.count("{") + text.count("[") <= MAX_DEPTH and _plain_json(text) is not None}
+# do: what it turns away only takes the long way). Each vetoed terminal comes
+# with one that matches wherever it does (its first token), so the lexer
+# always has something to take instead.
+_VETO = {
+    "JSON_LINE": (lambda text: text.count("{") + text.count("[") <= MAX_DEPTH and _plain_json(text) is not None, "LBRACE"),
+}
 
 # The parts of a JSON text without backslashes: a string, a number or word,
 # a bracket (colons and commas fall between them).
