@@ -152,6 +152,16 @@ CASES = [
     ("input-name-uppercase", "inputs:\n  Repo\n" + T, 2, 3, "`Repo` is not a valid name", "write `repo`"),
     ("not-an-option", "a: slack.slack_post_message {}\n  need: 1 of 1\n", 2, 3, "`need` is not a step option", "preview:, check:"),
     ("preview-reference-later", 'a: slack.slack_post_message {}\n  preview: slack.slack_preview_message {"text": "{b}"}\nb: time.get_current_time {}\n', 2, 51, "`b` runs later (line 3)", "move `b` before `a`"),
+    # --- lines the lexer reads whole (STEP_NL, JSON_LINE): the same errors as when read in parts
+    ("nested-duplicate-key", 'a: time.convert_time {"k": {"n": 1, "n": 2}}\n', 1, 37, "duplicate key 'n' in JSON object", "remove one"),
+    ("nested-then-junk", 'a: time.convert_time {"k": {"n": 1}} zz\n', 1, 38, "unexpected `zz` after the end of the step", "# comment"),
+    ("nested-then-comma", 'a: time.convert_time {"k": {"n": 1}},\n', 1, 37, "unexpected `,` after the end of the step", "# comment"),
+    ("nested-nan", 'a: time.convert_time {"k": {"n": NaN}}\n', 1, 34, "malformed JSON: unexpected `NaN`", "finite"),
+    ("nested-unknown-reference", 'a: time.convert_time {"k": {"n": "{nope}"}}\n', 1, 36, "unknown name `nope`", "earlier step"),
+    ("one-line-too-deep", 'a: time.convert_time {"a": ' + "[" * 101 + "]" * 101 + "}\n", 1, 127, "JSON nested more than 100 levels deep", "at most 100"),
+    # the JSON's mistake is found before the indentation of the next line is read, as in parts
+    ("duplicate-key-before-bad-dedent", 'together:\n    a: time.convert_time {"k": 1, "k": 2}\n  b: time.get_current_time {}\n', 2, 35, "duplicate key 'k'", "remove one"),
+    ("flat-unknown-reference-then-comment", 'a: time.convert_time {"k": "{nope}"} # {x}\n', 1, 30, "unknown name `nope`", "earlier step"),
 ]
 
 
