@@ -5,6 +5,7 @@ is refused when loaded, whatever the edit does to the fingerprint.
 
 from __future__ import annotations
 
+import gc
 import json
 import re
 from pathlib import Path
@@ -214,6 +215,15 @@ def test_an_unedited_plan_loads_and_an_edited_fingerprint_does_not():
     document["nodes"][0]["args"]["calendarId"] = "someone-else"
     with pytest.raises(Exception, match="fingerprint"):
         load_plan(json.dumps(document))
+
+
+def test_a_compile_leaves_nothing_for_the_cycle_collector():
+    # compile_recipe switches the collector off while it works: what it
+    # leaves behind must go by reference counting alone, or pile up
+    compile_file(BRIEFING)
+    gc.collect()
+    compile_file(BRIEFING)
+    assert gc.collect() == 0
 
 
 def test_a_second_way_past_the_gate_is_refused():
