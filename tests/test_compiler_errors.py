@@ -106,6 +106,10 @@ CASES = [
     ("json-duplicate-key", 'a: time.convert_time {"a": 1, "a": 2}\n', 1, 31, "duplicate key 'a'", "remove one"),
     # regression: 1e999 compiled to null, a lone surrogate escape and very deep nesting crashed
     ("json-number-too-large", 'a: time.convert_time {"a": 1e999}\n', 1, 28, "the number 1e999 is too large", "smaller"),
+    # regression: more digits than Python converts to an int was a ValueError traceback
+    ("json-integer-too-long", 'a: time.convert_time {"a": ' + "7" * 5000 + "}\n", 1, 28, "(5000 characters) is too long", "smaller"),
+    ("json-integer-too-long-nested", 'a: time.convert_time {"a": [' + "7" * 5000 + "]}\n", 1, 29, "(5000 characters) is too long", "smaller"),
+    ("json-integer-too-long-multiline", 'a: time.convert_time {\n  "a": -' + "7" * 5000 + "\n}\n", 2, 8, "(5001 characters) is too long", "smaller"),
     ("json-lone-surrogate", 'a: time.convert_time {"a": "\\ud800"}\n', 1, 28, "a lone surrogate \\ud800", "full pair"),
     ("json-too-deep", "a: time.convert_time {" + '"a": ' + "[" * 100 + "]" * 100 + "}\n", 1, 127, "JSON nested more than 100 levels", "at most 100"),
     # --- references ----------------------------------------------------------------

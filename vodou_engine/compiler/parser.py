@@ -280,6 +280,10 @@ def _pairs(pairs: list) -> dict:
     return out
 
 
+_MAX_PLAIN_DIGITS = 4000
+"""Below Python's limit on converting digits to an int; longer goes the positioned way, which refuses it."""
+
+
 def _finite(text: str) -> float:
     value = float(text)
     if value in (float("inf"), float("-inf")):
@@ -355,7 +359,7 @@ def positioned_args(call: ast.ToolCall) -> dict:
             s.pos = ast.Pos(line, column + m.start(), len(part))
             s.raw = part
             return s
-        return _LITERALS[part] if part in _LITERALS else json.loads(part)
+        return _LITERALS[part] if part in _LITERALS else json.loads(part)  # JSON_LINE: decoded cleanly already
 
     return value(next(parts))
 
@@ -418,7 +422,12 @@ class _Build(Transformer):
 
     def json_number(self, children):
         (tok,) = children
-        value = json.loads(tok)
+        try:
+            value = json.loads(tok)
+        except ValueError:  # more digits than Python converts (sys.get_int_max_str_digits)
+            raise self.source.error(
+                f"the number {tok[:20]}… ({len(tok)} characters) is too long", _pos(tok), hint="write a smaller number, or quote it as text"
+            ) from None
         if value in (float("inf"), float("-inf")):
             raise self.source.error(
                 f"the number {tok} is too large", _pos(tok), hint="write a smaller number, or quote it as text"
@@ -563,7 +572,7 @@ class _Build(Transformer):
                 value.raw = part
             elif part[0] == '"':
                 value = self.json_string([Token("STRING", part, line=tok.line, column=tok.column + m.start())])
-            elif part.isdigit():
+            elif part.isdigit() and len(part) <= _MAX_PLAIN_DIGITS:
                 value = int(part)
             elif part in _LITERALS:
                 value = _LITERALS[part]
