@@ -7,6 +7,7 @@ the git repository's history.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -201,19 +202,29 @@ def test_a_recipe_can_name_its_model(cli, tmp_path):
 
 
 def test_an_executing_effect_is_not_cancelled_by_the_quorum(cli, tmp_path):
+    """The quorum is met (``quick`` returns) exactly when the post has reached the chat
+    server, so the post is in flight when the join drops it: it must finish anyway."""
+    arrivals = tmp_path / "arrivals"
+    os.mkfifo(arrivals)
     servers = cli.servers_file(
         {
             "slack": {
                 "command": sys.executable,
                 "args": ["-m", "vodou_engine.demo.chat_server"],
-                "env": {"VODOU_DEMO_DB": str(cli.demo_db), "VODOU_DEMO_LATENCY": "slack_post_message=1500"},
-            }
+                # arrival reported first, then a slow body: the drop lands mid-call
+                "env": {"VODOU_DEMO_DB": str(cli.demo_db), "VODOU_DEMO_ARRIVALS": str(arrivals), "VODOU_DEMO_LATENCY": "slack_post_message=1500"},
+            },
+            "lab": {
+                "command": sys.executable,
+                "args": ["-m", "vodou_engine.demo.lab_server"],
+                "env": {"VODOU_DEMO_DB": str(cli.demo_db)},
+            },
         }
     )
     recipe = tmp_path / "shield.recipe"
     recipe.write_text(
         "together:\n"
-        '  quick: vodou.echo {"value": 1}\n'
+        f'  quick: lab.get_arrival {{"fifo": "{arrivals}"}}\n'
         '  post: slack.slack_post_message {"channel": "#daily", "text": "in flight"}\n'
         "    without asking\n"
         "  need: 1 of 2\n"

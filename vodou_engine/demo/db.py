@@ -36,6 +36,9 @@ from typing_extensions import TypedDict
 
 DB_ENV = "VODOU_DEMO_DB"
 LATENCY_ENV = "VODOU_DEMO_LATENCY"
+ARRIVALS_ENV = "VODOU_DEMO_ARRIVALS"
+"""A FIFO to write ``server.tool`` to as each call arrives, before its latency: lets a test
+(through ``lab.get_arrival``) act while a call is known to be in flight, without timing."""
 BUSY_TIMEOUT_MS = 5000
 SCHEMA_VERSION = "1"
 ME = "me@example.com"
@@ -430,6 +433,10 @@ def invoke(
     recorded with outcome ``error`` and re-raised.
     """
     started = time.time()
+    arrivals = os.environ.get(ARRIVALS_ENV)
+    if arrivals:
+        with open(arrivals, "w") as fifo:  # blocks until a reader is there: that is the point
+            fifo.write(f"{server}.{tool}\n")
     if latency > 0:
         time.sleep(latency)
     record = dict(server=server, tool=tool, arguments=arguments, idempotency_key=idempotency_key, started=started)
