@@ -43,7 +43,7 @@ EXPECTED_TOOLS = {
         "slack_set_topic": "write",
         "slack_delete_message": "destructive",
     },
-    "lab_server": {"query": "read"},
+    "lab_server": {"query": "read", "get_arrival": "read"},
 }
 
 SERVER_NAMES = {"calendar_server": "google-calendar", "mail_server": "gmail", "chat_server": "slack"}
