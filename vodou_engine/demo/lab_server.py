@@ -38,11 +38,15 @@ def query(conn: Conn, ms: int, label: str = "") -> QueryResult:
     return QueryResult(label=label, ms=ms, started=started, ended=time.time(), server=server.name)
 
 
+class Arrival(TypedDict):
+    arrived: str
+
+
 @server.read("get_arrival")
-def get_arrival(conn: Conn, fifo: str) -> dict:
+def get_arrival(conn: Conn, fifo: str) -> Arrival:
     """Returns once another demo server reports a call arriving on ``fifo`` (its ``VODOU_DEMO_ARRIVALS``)."""
     with open(fifo) as f:
-        return {"arrived": f.readline().strip()}
+        return Arrival(arrived=f.readline().strip())
 
 
 if __name__ == "__main__":
