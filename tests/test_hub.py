@@ -64,6 +64,10 @@ TESTER = textwrap.dedent(
         return text
 
     @app.tool(structured_output=False)
+    async def big(size: int) -> str:
+        return "".join(chr(ord("a") + i % 26) for i in range(size))
+
+    @app.tool(structured_output=False)
     async def json_text() -> str:
         return '{"count": 2, "items": ["a", "b"]}'
 
@@ -331,7 +335,7 @@ def test_text_values_protocol_refusal_and_dead_server(servers):
                 seen["pids"] = children() - before
                 # Six tools served two per page: all of them arrive.
                 tools = hub.tools("tester")
-                assert sorted(tools) == ["block", "blocks", "die", "echo", "json_text", "refuse"]
+                assert sorted(tools) == ["big", "block", "blocks", "die", "echo", "json_text", "refuse"]
                 # Unset hints stay None; the caller applies the spec defaults.
                 echo = tools["echo"]
                 assert (echo.read_only, echo.destructive, echo.idempotent) == (None, None, None)
@@ -508,3 +512,17 @@ def test_calls_on_a_hub_not_yet_ready_wait_for_the_server(servers):
                 return result.value["timezone"], hub.started_in["time"] > 0
 
     assert trio.run(main) == ("UTC", True)
+
+
+def test_a_result_larger_than_many_pipe_reads_arrives_whole(servers):
+    """Framing: one JSON-RPC line spread over many reads of the server's stdout."""
+    size = 3_000_000
+
+    async def main():
+        with trio.fail_after(SAFETY):
+            async with open_hub(servers, ["tester"]) as hub:
+                return (await hub.call("tester", "big", {"size": size})).text
+
+    text = trio.run(main)
+    assert len(text) == size
+    assert text == "".join(chr(ord("a") + i % 26) for i in range(size))

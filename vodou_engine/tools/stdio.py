@@ -115,11 +115,15 @@ async def session_streams(process: ServerProcess) -> AsyncIterator[tuple[Any, An
     adapter = mcp_types.jsonrpc_message_adapter
 
     async def read_pipe() -> None:
-        pending = b""
+        pending = bytearray()  # grows in place: a result of many chunks is not copied per chunk
         try:
             async with to_session:
                 while chunk := await process.stdout.receive_some(_READ_CHUNK):
-                    *lines, pending = (pending + chunk).split(b"\n")
+                    pending += chunk
+                    if b"\n" not in chunk:
+                        continue
+                    *lines, rest = pending.split(b"\n")
+                    pending = bytearray(rest)
                     for line in lines:
                         if not line.strip():
                             continue
