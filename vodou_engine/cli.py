@@ -251,7 +251,7 @@ def _prespawn(args):
     command proper reports it.
     """
     from .plan import decode_plan
-    from .servers import load_servers, servers_needed
+    from .servers import load_servers, servers_to_finish
     from .store import open_store
     from .tools.process import Prespawned
 
@@ -261,10 +261,10 @@ def _prespawn(args):
             run = store.get_run(args.run)
             if run.state != "parked":
                 return None
-            done = {nid for nid, n in store.get_nodes(args.run).items() if n.state == "succeeded"}
+            nodes = store.get_nodes(args.run)
         finally:
             store.close()
-        needed = servers_needed(decode_plan(run.plan_json), done.__contains__)
+        needed = servers_to_finish(decode_plan(run.plan_json), nodes)
         configs = load_servers(args.servers).servers
     except Exception:
         return None

@@ -22,7 +22,7 @@ import re
 import shlex
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -161,6 +161,12 @@ def servers_needed(plan: Plan, done: Callable[[str], bool] = lambda _: False) ->
                 if srv and srv != BUILTIN_SERVER:
                     names.append(srv)
     return list(dict.fromkeys(names))
+
+
+def servers_to_finish(plan: Plan, nodes: Mapping[str, Any]) -> list[str]:
+    """The servers a stored run still needs: ``nodes`` are its stored node records by id."""
+    done = {nid for nid, n in nodes.items() if n.state == "succeeded"}
+    return servers_needed(plan, done.__contains__)
 
 
 # -- parsing ----------------------------------------------------------------

@@ -22,7 +22,7 @@ import msgspec
 from ..errors import RefusedError, UsageError
 from ..plan import Plan, encode_plan
 from ..policy import Policy
-from ..servers import servers_needed
+from ..servers import servers_needed, servers_to_finish
 from .engine import Engine, Outcome, check_stored_plan
 from .faults import crashpoint
 
@@ -202,7 +202,7 @@ async def open_run_servers(store, run, servers: dict | None, *, plan: Plan | Non
         plan = check_stored_plan(run.plan_json, run.plan_fingerprint)
     if nodes is None:
         nodes = await _in_thread(store.get_nodes, run.id)
-    needed = servers_needed(plan, {nid for nid, n in nodes.items() if n.state == "succeeded"}.__contains__)
+    needed = servers_to_finish(plan, nodes)
     if not needed:
         yield None
         return
