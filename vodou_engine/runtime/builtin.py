@@ -8,12 +8,18 @@ all and run inline, which measures the engine's own cost per step.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Callable
 
+from ..errors import ToolError
+
 
 def sleep(args: dict[str, Any]) -> dict[str, Any]:
-    ms = float(args.get("ms", 0))
+    ms = args.get("ms", 0) if isinstance(args, dict) else None
+    if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not 0 <= ms < math.inf:
+        # A step's arguments are data: a bad value fails the step, it never crashes the run.
+        raise ToolError(f"vodou.sleep needs `ms`, a number of milliseconds (0 or more); it got {ms!r}")
     started = time.time()
     time.sleep(ms / 1000.0)
     return {"label": args.get("label", ""), "ms": ms, "started": started, "ended": time.time()}
