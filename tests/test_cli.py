@@ -419,3 +419,15 @@ def test_the_model_chosen_at_run_is_kept_after_an_approval(cli):
     cli("approve", doc["run"], "--yes", "--json", expect=0)
     text = _node_output(cli, doc["run"], "note")
     assert "offline writer" not in text
+
+
+def test_a_bad_built_in_argument_fails_its_step_not_the_process(cli):
+    path = cli.tmp / "nap.recipe"
+    path.write_text('recipe "nap"\ntogether:\n  a: vodou.sleep {"ms": "soon"}\n  b: vodou.echo {"value": 1}\n')
+    res = cli("run", path.name, "--json", expect=1)
+    no_traceback(res)
+    show = cli("show", res.json()["run"], "--json", expect=0).json()
+    assert show["state"] == "failed"  # the run was ended in the store, not left running
+    nodes = {n["node"]: n for n in show["nodes"]}
+    assert nodes["a"]["state"] == "failed" and "number of milliseconds" in nodes["a"]["error"]
+    assert nodes["b"]["state"] == "succeeded"

@@ -183,3 +183,73 @@ def test_a_branch_dropped_before_its_task_began_never_runs(tmp_path):
         assert outcome.state == "succeeded"
         assert outcome.engine.state["slow"] == "cancelled"
     store.close()
+
+
+def test_submitted_calls_come_back_through_collect_with_their_tags():
+    def work(i):
+        if i == 3:
+            raise ValueError("bad 3")
+        return i * 10
+
+    async def main():
+        pool = Blocking(4)
+        for i in range(20):
+            pool.submit(work, (i,), f"t{i}")
+        got = {}
+        with trio.fail_after(SAFETY):
+            while len(got) < 20:
+                for job in await pool.collect():
+                    try:
+                        got[job.tag] = job.result.unwrap()
+                    except ValueError as exc:
+                        got[job.tag] = str(exc)
+        return got
+
+    assert trio.run(main) == {f"t{i}": ("bad 3" if i == 3 else i * 10) for i in range(20)}
+
+
+def test_an_abandoned_submission_never_runs_if_no_worker_took_it_and_is_never_collected():
+    gate = Gate()
+    ran = []
+
+    async def main():
+        pool = Blocking(1)
+        with trio.fail_after(SAFETY):
+            held = pool.submit(gate.hold, (), "held")
+            await gate.wait_for(1)  # the one worker is busy
+            queued = pool.submit(ran.append, ("queued",), "queued")
+            pool.abandon(queued)  # not taken yet: it must never run
+            pool.abandon(held)  # taken: it runs on, but nobody collects it
+            after = pool.submit(ran.append, ("after",), "after")
+            gate.open.set()
+            batch = await pool.collect()
+            assert [job.tag for job in batch] == ["after"]
+            assert after.result.unwrap() is None
+
+    trio.run(main)
+    assert ran == ["after"]
+
+
+def test_interrupt_wakes_a_collector_whose_calls_were_all_abandoned():
+    gate = Gate()
+
+    async def main():
+        pool = Blocking(1)
+        with trio.fail_after(SAFETY):
+            job = pool.submit(gate.hold, (), "held")
+            await gate.wait_for(1)
+            async with trio.open_nursery() as nursery:
+                got = []
+
+                async def collector():
+                    got.append(await pool.collect())
+
+                nursery.start_soon(collector)
+                await trio.testing.wait_all_tasks_blocked()
+                pool.abandon(job)
+                pool.interrupt()
+            assert got == [[]]  # back with nothing, while the call still holds its thread
+            assert not gate.open.is_set()
+            gate.open.set()
+
+    trio.run(main)

@@ -101,6 +101,8 @@ class Engine:
         self.ready: deque = deque()
         self.draining = False
         self.scopes: dict[str, trio.CancelScope] = {}
+        self.jobs: dict[str, Any] = {}  # blocking built-ins on threads, by node id
+        self.collecting = False
         self.dirty: dict[str, None] = {}
         self.flush_wanted = trio.Event()
         self.inputs: dict[str, Any] = {}
@@ -273,6 +275,8 @@ class Engine:
                 if not self.draining:
                     self.draining = True
                     self.work.start_soon(self._drain)
+            elif _threaded(node):
+                self._submit(node)
             else:
                 self.work.start_soon(self._run, node)
 
@@ -304,6 +308,47 @@ class Engine:
                 self._set(nid, "failed", error=str(exc))
         self._after(nid)
 
+    def _submit(self, node: ToolNode) -> None:
+        """A blocking built-in read goes to a worker thread with no task of its own:
+        one collecting task finishes every such step (_collect), and a quorum drop
+        abandons the call (_drop_items) instead of cancelling a scope."""
+        nid = node.id
+        self._set(nid, "running")
+        try:
+            args = self._render(node.args)
+        except (template.MissingValue, VodouError) as exc:
+            self._set(nid, "failed", error=str(exc))
+            self._after(nid)
+            return
+        self.jobs[nid] = self.threads.submit(builtin.TOOLS[node.tool][0], (args,), nid)
+        if not self.collecting:
+            self.collecting = True
+            self.work.start_soon(self._collect)
+
+    async def _collect(self) -> None:
+        try:
+            while self.jobs:
+                for job in await self.threads.collect():
+                    nid = job.tag
+                    if self.jobs.pop(nid, None) is None:
+                        continue  # dropped by a quorum decided earlier in this batch
+                    try:
+                        out = job.result.unwrap()
+                        crashpoint("reads")
+                        self._set(nid, "succeeded", output=out)
+                    except (ToolError, template.MissingValue, VodouError) as exc:
+                        self._set(nid, "failed", error=str(exc))
+                    self._after(nid)
+        except BaseException:
+            # The run is going down (cancelled, or a step raised): nothing waits for
+            # the calls still out, so none that has not begun may begin.
+            for job in self.jobs.values():
+                self.threads.abandon(job)
+            self.jobs.clear()
+            raise
+        finally:
+            self.collecting = False
+
     def _after(self, nid: str) -> None:
         for s in self.succ[nid]:
             self._try_start(s)
@@ -312,17 +357,24 @@ class Engine:
         ok, bad = self.tally[j.id]
         if ok >= j.need:
             results = {n: ("succeeded" if self.state[n] == "succeeded" else "cancelled" if self.state[n] in ("pending", "running", "waiting") else self.state[n]) for n in j.needs}
-            self._drop_items(j)
+            dropped = self._drop_items(j)
             crashpoint("quorum")
             self._set(j.id, "succeeded", output={"succeeded": [n for n, s in results.items() if s == "succeeded"], "dropped": {n: s for n, s in results.items() if s != "succeeded"}})
             self._after(j.id)
         elif bad > j.of - j.need:
-            self._drop_items(j)
+            dropped = self._drop_items(j)
             self._set(j.id, "failed", error=f"needs {j.need} of {j.of}, but {bad} item(s) did not succeed")
             self._after(j.id)
+        else:
+            return
+        # As a cancelled task would, once the join is decided.
+        for m in dropped:
+            self._after(m)
 
-    def _drop_items(self, j: JoinNode) -> None:
-        """Cancel every item that has not succeeded; an executing effect is shielded."""
+    def _drop_items(self, j: JoinNode) -> list[str]:
+        """Cancel every item that has not succeeded; an executing effect is shielded.
+        Returns the abandoned thread calls, whose successors are still to be told."""
+        dropped = []
         for i, item in enumerate(j.members):
             if self.state[j.needs[i]] == "succeeded":
                 continue
@@ -330,11 +382,20 @@ class Engine:
             for m in item:
                 st = self.state[m]
                 if st == "running":
+                    job = self.jobs.pop(m, None)
+                    if job is not None:
+                        self.threads.abandon(job)
+                        self._set(m, "cancelled", error=f"dropped by the quorum of {j.id}")
+                        dropped.append(m)
+                        continue
                     scope = self.scopes.get(m)
                     if scope is not None:
                         scope.cancel()
                 elif st in ("pending", "waiting"):
                     self._set(m, "cancelled", error=f"dropped by the quorum of {j.id}")
+        if dropped and not self.jobs:
+            self.threads.interrupt()  # the collecting task has nothing left to wait for
+        return dropped
 
     async def _run(self, node) -> None:
         nid = node.id
@@ -581,6 +642,11 @@ def _file_sha(path: str) -> str | None:
 def _inline(node) -> bool:
     """A read-only built-in that never blocks (noop, echo): nothing to wait for."""
     return isinstance(node, ToolNode) and node.server == BUILTIN_SERVER and not node.effectful and not builtin.TOOLS[node.tool][1]
+
+
+def _threaded(node) -> bool:
+    """A read-only built-in that blocks (sleep): a worker thread, and no task of its own."""
+    return isinstance(node, ToolNode) and node.server == BUILTIN_SERVER and not node.effectful and builtin.TOOLS[node.tool][1]
 
 
 def check_stored_plan(plan_json: str, fingerprint: str) -> Plan:

@@ -19,9 +19,11 @@ abandoned call never holds up the interpreter's exit.
 from __future__ import annotations
 
 import contextvars
+import threading
 from collections import deque
 from typing import Any, Callable
 
+import outcome
 import trio
 from trio.lowlevel import Abort, current_task, current_trio_token, reschedule, start_thread_soon, wait_task_rescheduled
 
@@ -29,76 +31,140 @@ from trio.lowlevel import Abort, current_task, current_trio_token, reschedule, s
 class Blocking:
     """At most ``limit`` calls on threads at once, for one trio run.
 
+    Up to ``limit`` worker loops take calls from one queue: a worker that
+    finishes a call takes the next itself, so a long queue never waits for the
+    trio thread to hand out work (as ``ThreadPoolExecutor`` does it).
+
     A cancelled call is abandoned as ``abandon_on_cancel=True`` would: its
-    caller returns at once, its thread (if it began) finishes in the background
-    and keeps its slot until then, and its result is dropped.
+    caller returns at once; if a worker had taken it, it finishes in the
+    background and holds that worker until then, and its result is dropped;
+    if not, it never runs.
     """
 
     def __init__(self, limit: int):
         self.limit = limit
-        self.busy = 0  # calls on a thread, or ended but not drained yet
-        self.queued: deque[_Job] = deque()  # waiting for a thread
+        self.workers = 0  # worker loops alive; changed under ``lock``
+        self.lock = threading.Lock()  # a worker's take-or-exit against a caller's cancel
+        self.queued: deque[_Job] = deque()  # waiting for a worker
         self.done: deque[_Job] = deque()  # appended to by workers
         self.start_asked = False
         self.drain_asked = False
         self.token: trio.lowlevel.TrioToken | None = None
+        self.finished: list[_Job] = []  # ended submitted calls, for collect()
+        self.collector: Any = None  # the task parked in collect()
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        if self.token is None:
-            self.token = current_trio_token()
-        job = _Job(self, fn, args, current_task())
-        self.queued.append(job)
-        self._ask_start()
+        """Call ``fn(*args)`` on a worker thread; cancelling the caller abandons it."""
+        job = self._queue(fn, args, current_task(), None)
         return await wait_task_rescheduled(job.abort)
 
-    def _ask_start(self) -> None:
-        # Threads start in a later pass of the run loop: after every task that
-        # is ready now (more callers, or the callers of calls just drained)
-        # has had its turn.
-        if not self.start_asked and self.busy < self.limit:
+    def submit(self, fn: Callable[..., Any], args: tuple, tag: Any) -> _Job:
+        """Queue ``fn(*args)`` with no task waiting on it: ``collect`` hands it back,
+        ``tag`` and ``result`` (an ``outcome``) set, once it ends. A caller with many
+        calls in flight pays for one collecting task instead of a task per call."""
+        return self._queue(fn, args, None, tag)
+
+    def abandon(self, job: _Job) -> None:
+        """A submitted call is no longer wanted: never run if not yet taken, never collected."""
+        with self.lock:
+            job.tag = None
+
+    async def collect(self) -> list[_Job]:
+        """Submitted calls that ended since the last collect; [] after ``interrupt``.
+        One task at a time may wait here."""
+        if not self.finished:
+            self.collector = current_task()
+            await wait_task_rescheduled(self._stop_collecting)
+        batch, self.finished = self.finished, []
+        return batch
+
+    def interrupt(self) -> None:
+        """Wake the task waiting in ``collect`` with what has ended so far, if anything."""
+        if self.collector is not None:
+            reschedule(self.collector)
+            self.collector = None
+
+    def _stop_collecting(self, _: Any) -> Abort:
+        self.collector = None
+        return Abort.SUCCEEDED
+
+    def _queue(self, fn: Callable[..., Any], args: tuple, task: Any, tag: Any) -> _Job:
+        if self.token is None:
+            self.token = current_trio_token()
+        job = _Job(self, fn, args, task, tag)
+        self.queued.append(job)
+        # Read after the append: if every worker is alive, one of them has yet to
+        # look at the queue again and will find this call.
+        if not self.start_asked and self.workers < self.limit:
+            # Workers start in a later pass of the run loop: after every task that
+            # is ready now (more callers, or the callers of calls just drained)
+            # has had its turn.
             self.start_asked = True
             self.token.run_sync_soon(self._start)
+        return job
 
     def _start(self) -> None:
         self.start_asked = False
+        with self.lock:
+            n = min(self.limit - self.workers, len(self.queued))
+            self.workers += n
+        for _ in range(n):
+            start_thread_soon(self._work, _ignore)
+
+    def _work(self) -> None:
+        """A worker thread: take calls until the queue is empty, then leave."""
+        lock = self.lock
         queued = self.queued
-        while queued and self.busy < self.limit:
-            job = queued.popleft()
-            if job.task is not None:
-                self.busy += 1
-                start_thread_soon(job.call, job.deliver)
+        while True:
+            with lock:
+                while queued:
+                    job = queued.popleft()
+                    if job.task is not None or job.tag is not None:
+                        break
+                else:
+                    self.workers -= 1
+                    return
+            job.deliver(outcome.capture(job.context.run, job.fn, *job.args))
 
     def _drain(self) -> None:
         # Cleared before reading, so a worker that saw it set has already
         # queued its job where this loop will find it.
         self.drain_asked = False
         done = self.done
+        finished = self.finished
         while done:
             job = done.popleft()
-            self.busy -= 1
             if job.task is not None:
                 reschedule(job.task, job.result)
-        if self.queued:
-            self._ask_start()
+            elif job.tag is not None:
+                finished.append(job)
+        if finished and self.collector is not None:
+            reschedule(self.collector)
+            self.collector = None
+
+
+def _ignore(_: Any) -> None:
+    pass
 
 
 class _Job:
-    __slots__ = ("args", "context", "fn", "owner", "result", "task")
+    __slots__ = ("args", "context", "fn", "owner", "result", "tag", "task")
 
-    def __init__(self, owner: Blocking, fn: Callable[..., Any], args: tuple, task: Any):
+    def __init__(self, owner: Blocking, fn: Callable[..., Any], args: tuple, task: Any, tag: Any):
         self.owner = owner
         self.fn = fn
         self.args = args
-        self.task = task
+        self.task = task  # the caller waiting in run(); None once it has given up
+        self.tag = tag  # a submitted call's tag; None once abandoned
         self.context = contextvars.copy_context()
         self.result = None
 
     def abort(self, _: Any) -> Abort:
-        self.task = None  # skipped if not begun, dropped when it ends
+        # Under the workers' lock: a call no worker has taken yet never runs;
+        # one already taken runs on, and its result is dropped when it ends.
+        with self.owner.lock:
+            self.task = None
         return Abort.SUCCEEDED
-
-    def call(self) -> Any:
-        return self.context.run(self.fn, *self.args)
 
     def deliver(self, result: Any) -> None:
         """On the worker thread: queue the result; only the first of a burst wakes trio."""
