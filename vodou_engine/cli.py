@@ -113,6 +113,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # a whole process (the `recipe` script, `python -m vodou_engine`)
+        from .gcpause import own_process
+
+        own_process()
     args = _parser().parse_args(argv)
     from .errors import VodouError
 

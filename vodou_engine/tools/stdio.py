@@ -81,9 +81,12 @@ async def spawn(config: ServerConfig, stderr: IO[bytes]) -> ServerProcess:
 
 
 def _import_sdk() -> None:
-    import mcp.client.session  # noqa: F401
-    import mcp.shared.message  # noqa: F401
-    import mcp_types  # noqa: F401
+    from ..gcpause import paused_for_import
+
+    with paused_for_import():
+        import mcp.client.session  # noqa: F401
+        import mcp.shared.message  # noqa: F401
+        import mcp_types  # noqa: F401
 
 
 async def load_sdk() -> None:
