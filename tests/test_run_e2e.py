@@ -33,8 +33,11 @@ def test_morning_briefing_parks_then_posts_once_when_approved_from_another_proce
     reads_before = len(demo_calls(cli.demo_db, tool="list-events"))
     assert reads_before == 1
 
+    assert set(doc["servers"]) == {"google-calendar", "gmail", "slack"}
     res = cli("approve", doc["run"], "post", "--yes", "--json", expect=0)
     assert res.json()["state"] == "succeeded"
+    # only the server the rest of the run needs was started, and it says how long that took
+    assert list(res.json()["servers"]) == ["slack"] and res.json()["servers"]["slack"]["start_s"] > 0
     posts = demo_calls(cli.demo_db, tool="slack_post_message")
     assert len(posts) == 1 and posts[0]["outcome"] == "ok"
     assert posts[0]["arguments"]["channel"] == "#daily"

@@ -164,8 +164,11 @@ def servers_needed(plan: Plan, done: Callable[[str], bool] = lambda _: False) ->
 
 
 def servers_to_finish(plan: Plan, nodes: Mapping[str, Any]) -> list[str]:
-    """The servers a stored run still needs: ``nodes`` are its stored node records by id."""
-    done = {nid for nid, n in nodes.items() if n.state == "succeeded"}
+    """The servers a stored run still needs: ``nodes`` are its stored node records by id.
+    A step dropped by a quorum, like one that succeeded, will not run again."""
+    from .store.records import TERMINAL_NODE_STATES
+
+    done = {nid for nid, n in nodes.items() if n.state in TERMINAL_NODE_STATES}
     return servers_needed(plan, done.__contains__)
 
 

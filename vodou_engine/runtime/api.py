@@ -23,7 +23,7 @@ from ..errors import RefusedError, UsageError
 from ..plan import Plan, encode_plan
 from ..policy import Policy
 from ..servers import servers_needed, servers_to_finish
-from .engine import Engine, Outcome, check_stored_plan
+from .engine import TERMINAL, Engine, Outcome, check_stored_plan
 from .faults import crashpoint
 
 
@@ -243,7 +243,7 @@ async def _drive(run_id, plan, *, store, servers, policy, model, hub=None, on_ch
     if restore:
         engine.restore(*restore)
     async with AsyncExitStack() as stack:
-        needed = servers_needed(plan, lambda nid: engine.state[nid] == "succeeded")
+        needed = servers_needed(plan, lambda nid: engine.state[nid] in TERMINAL)
         if hub is None and needed:
             from ..tools.hub import open_hub
 
@@ -273,7 +273,7 @@ async def _drive(run_id, plan, *, store, servers, policy, model, hub=None, on_ch
         return store.pending_approvals(run_id)
 
     pending = await _in_thread(finish)
-    outcome = Outcome(run_id, verdict, pending, None)
+    outcome = Outcome(run_id, verdict, pending, None, dict(getattr(hub, "started_in", None) or {}))
     outcome.engine = engine
     return outcome
 

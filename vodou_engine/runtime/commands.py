@@ -132,6 +132,8 @@ def _report(args, outcome, plan: Plan | None) -> int:
             "pending": [{"step": a.step, "approval": a.id, "fingerprint": a.fingerprint, "expires_at": a.expires_at} for a in outcome.pending],
             "together": stats,
         }
+        if outcome.server_start_s:
+            doc["servers"] = {name: {"start_s": s} for name, s in outcome.server_start_s.items()}
         if engine is not None:
             doc["errors"] = {k: v for k, v in engine.errors.items() if engine.state.get(k) in ("failed", "unknown")}
         sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")

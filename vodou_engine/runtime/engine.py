@@ -25,6 +25,7 @@ from ..errors import TamperedError, ToolError, VodouError
 from ..plan import ApprovalNode, JoinNode, Plan, QuestionNode, ToolNode, WriteNode, canonical_bytes, compute_fingerprint, decode_plan, sha256_hex
 from ..policy import BUILTIN_SERVER
 from ..store import ApprovalRecord, NodeRecord
+from ..store.records import TERMINAL_NODE_STATES
 from . import builtin, writer
 from .faults import crashpoint
 from .freeze import IDEMPOTENCY_FIELDS, idempotency_key, payload_fingerprint
@@ -37,8 +38,8 @@ FLUSH_EVERY_S = 0.005
 # Steps that cannot wait (non-blocking built-ins) run in one shared task, at
 # most this many in a row before it lets the other tasks in.
 INLINE_BUDGET = 256
-DONE_BAD = frozenset({"failed", "cancelled", "skipped", "rejected"})
-TERMINAL = DONE_BAD | {"succeeded"}
+TERMINAL = TERMINAL_NODE_STATES
+DONE_BAD = TERMINAL - {"succeeded"}
 _json = msgspec.json.Encoder(order="deterministic")
 
 
@@ -48,6 +49,8 @@ class Outcome:
     state: str
     pending: list[ApprovalRecord] = field(default_factory=list)
     error: str | None = None
+    server_start_s: dict[str, float] = field(default_factory=dict)
+    """Per server this drive's hub started: spawn → tools listed, in seconds."""
 
 
 class Engine:

@@ -18,6 +18,9 @@ RUN_STATES = frozenset({"running", "parked", "succeeded", "failed", "declined", 
 # A run in one of these never runs again, so it gets an ``ended_at``.
 TERMINAL_RUN_STATES = frozenset({"succeeded", "failed", "declined", "cancelled"})
 
+# A node in one of these never runs again in its run: a resume needs no server for it.
+TERMINAL_NODE_STATES = frozenset({"succeeded", "failed", "cancelled", "skipped", "rejected"})
+
 APPROVAL_STATES = frozenset({"pending", "approved", "rejected", "expired", "superseded"})
 # ``superseded`` is only reached through ``ask``: a newer question replaced it.
 DECISION_STATES = frozenset({"approved", "rejected", "expired"})
