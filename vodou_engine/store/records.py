@@ -44,7 +44,7 @@ class RunRecord(Struct, frozen=True):
     error: str | None = None
 
 
-class NodeRecord(Struct, frozen=True):
+class NodeRecord(Struct, frozen=True, gc=False):
     """One node's state; the run id travels beside it, not inside it."""
 
     node_id: str
