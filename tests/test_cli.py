@@ -431,3 +431,13 @@ def test_a_bad_built_in_argument_fails_its_step_not_the_process(cli):
     nodes = {n["node"]: n for n in show["nodes"]}
     assert nodes["a"]["state"] == "failed" and "number of milliseconds" in nodes["a"]["error"]
     assert nodes["b"]["state"] == "succeeded"
+
+
+@pytest.mark.parametrize("value", ["many", "0", "-2", "1.5"])
+def test_a_bad_thread_limit_is_exit_2_and_stores_no_run(cli, value):
+    path = cli.tmp / "nap.recipe"
+    path.write_text('recipe "nap"\nn: vodou.sleep {"ms": 1}\n')
+    res = cli("run", path.name, env={"VODOU_THREADS": value}, expect=2)
+    assert "VODOU_THREADS" in res.err and "hint:" in res.err
+    no_traceback(res)
+    assert cli("runs", "--json", expect=0).json() == []

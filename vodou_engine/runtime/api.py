@@ -24,20 +24,31 @@ from ..plan import Plan, encode_plan
 from ..policy import Policy
 from ..servers import servers_needed, servers_to_finish
 from .engine import TERMINAL, Engine, Outcome, check_stored_plan
+from .threads import DEFAULT_THREADS
 from .faults import crashpoint
 
 
-DEFAULT_THREADS = 256
-"""Blocking steps (built-ins, model writes) in flight at once per run; ``VODOU_THREADS`` overrides."""
-
-
 def thread_limit(given: int | None = None) -> int:
-    if given:
-        return given
-    try:
-        return max(1, int(os.environ.get("VODOU_THREADS", "")))
-    except ValueError:
-        return DEFAULT_THREADS
+    """Blocking steps (built-ins, model writes) in flight at once per run:
+    ``given``, else ``VODOU_THREADS``, else DEFAULT_THREADS. Read before
+    anything is stored, so a bad value leaves no run behind."""
+    if given is not None:
+        value, source = given, "threads"
+    else:
+        raw = os.environ.get("VODOU_THREADS", "").strip()
+        if not raw:
+            return DEFAULT_THREADS
+        try:
+            value = int(raw)
+        except ValueError:
+            value = 0
+        source = f"VODOU_THREADS={raw!r}"
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(
+            f"{source}: the thread limit must be a whole number of at least 1; nothing was run",
+            hint=f"unset VODOU_THREADS for the default ({DEFAULT_THREADS})",
+        )
+    return value
 
 
 def os_user() -> str:
@@ -95,6 +106,7 @@ async def start_run(
     threads: int | None = None,
 ) -> Outcome:
     """Store a new run of a verified plan and drive it until it ends or parks."""
+    threads = thread_limit(threads)
     values = resolve_inputs(plan, inputs or {})
     run_id = run_id or new_run_id()
     actor = actor or os_user()
@@ -146,6 +158,8 @@ async def drive_run(
     from contextlib import AsyncExitStack
 
     from ..graph.verify import check
+
+    threads = thread_limit(threads)
 
     def first_look():
         return store.get_run(run_id), store.get_nodes(run_id)
@@ -237,7 +251,7 @@ async def _drive(run_id, plan, *, store, servers, policy, model, hub=None, on_ch
         approvers=list(plan.options.approvers) or [run.started_by],
         recipe_path=run.recipe_path,
         on_change=on_change,
-        thread_limit=thread_limit(threads),
+        thread_limit=threads if threads is not None else thread_limit(),
     )
     engine.inputs = msgspec.json.decode(run.inputs_json)
     if restore:

@@ -29,7 +29,7 @@ from ..store.records import TERMINAL_NODE_STATES
 from . import builtin, writer
 from .faults import crashpoint
 from .freeze import IDEMPOTENCY_FIELDS, idempotency_key, payload_fingerprint
-from .threads import Blocking
+from .threads import DEFAULT_THREADS, Blocking
 
 # Node states are written at most this often while a run moves: a burst of
 # state changes becomes one transaction and one thread hop instead of many.
@@ -67,7 +67,7 @@ class Engine:
         model: str | None = None,
         approvers: list[str] | None = None,
         recipe_path: str | None = None,
-        thread_limit: int = 64,
+        thread_limit: int = DEFAULT_THREADS,
         on_change: Callable[[str, str], None] | None = None,
         clock: Callable[[], float] = time.time,
     ):

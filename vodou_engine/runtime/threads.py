@@ -27,6 +27,9 @@ import outcome
 import trio
 from trio.lowlevel import Abort, current_task, current_trio_token, reschedule, start_thread_soon, wait_task_rescheduled
 
+DEFAULT_THREADS = 256
+"""Calls on threads at once per run unless the caller says otherwise (``VODOU_THREADS``)."""
+
 
 class Blocking:
     """At most ``limit`` calls on threads at once, for one trio run.
