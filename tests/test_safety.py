@@ -233,6 +233,8 @@ def test_a_crash_before_the_question_resumes_to_one_question_and_one_post(cli, p
     res = cli("resume", run, "--json")
     assert res.code == 3, res.err
     assert [p["step"] for p in res.json()["pending"]] == ["post"]
+    assert "slack" in res.json()["servers"]  # started for the rest of the run (the post's preview)
+    assert demo_server_pids(cli.demo_db) == []  # and stopped when the run parked again
     assert len([a for a in approvals(cli, run) if a["state"] == "pending"]) == 1
     assert posts(cli) == []
     cli("approve", run, "post", "--yes", expect=0)

@@ -245,7 +245,7 @@ def cmd_decide(args) -> int:
             prespawned.close()
 
 
-def _prespawn(args):
+def _prespawn(args, states: tuple[str, ...] = ("parked",)):
     """Start the servers the run still needs before trio and the MCP SDK are imported.
 
     They then boot on the other core while this process imports; nothing is
@@ -263,7 +263,7 @@ def _prespawn(args):
         store = open_store(args.store)
         try:
             run = store.get_run(args.run)
-            if run.state != "parked":
+            if run.state not in states:
                 return None
             nodes = store.get_nodes(args.run)
         finally:
@@ -280,9 +280,15 @@ def _prespawn(args):
 
 
 def cmd_resume(args) -> int:
-    from .runtime.commands import resume_command
+    # A run whose process died is still "running"; resume takes it over.
+    prespawned = _prespawn(args, ("parked", "running"))
+    try:
+        from .runtime.commands import resume_command
 
-    return resume_command(args)
+        return resume_command(args, prespawned)
+    finally:
+        if prespawned is not None:
+            prespawned.close()
 
 
 def cmd_runs(args) -> int:

@@ -351,7 +351,7 @@ def _owner_alive(store, run_id: str) -> bool:
     return False
 
 
-def resume_command(args) -> int:
+def resume_command(args, prespawned=None) -> int:
     import trio
 
     from ..policy import load_policy
@@ -361,7 +361,15 @@ def resume_command(args) -> int:
     take_over = run.state == "running" and not _owner_alive(store, args.run)
     policy = load_policy(args.policy)
     servers = _servers(args)
-    outcome = trio.run(lambda: drive_run(args.run, store=store, servers=servers, policy=policy, take_over=take_over))
+
+    async def resume():
+        if run.state not in ("parked", "running"):
+            return await drive_run(args.run, store=store, servers=servers, policy=policy, take_over=take_over)
+        # As for approve: servers started before trio was imported are taken over here.
+        async with open_run_servers(store, run, servers, prespawned=prespawned) as hub:
+            return await drive_run(args.run, store=store, servers=servers, policy=policy, take_over=take_over, hub=hub)
+
+    outcome = trio.run(resume)
     return _report(args, outcome, _plan_of(outcome, run))
 
 
