@@ -253,3 +253,16 @@ def test_interrupt_wakes_a_collector_whose_calls_were_all_abandoned():
             gate.open.set()
 
     trio.run(main)
+
+
+def test_a_call_queued_as_the_last_worker_leaves_is_still_taken():
+    """One slot, calls back to back: each is queued just as the worker that ran the
+    previous one finds the queue empty and leaves. None may be left with no worker."""
+
+    async def main():
+        pool = Blocking(1)
+        with trio.fail_after(SAFETY):
+            for i in range(3000):
+                assert await pool.run(int, i) == i
+
+    trio.run(main)

@@ -95,10 +95,15 @@ class Blocking:
         if self.token is None:
             self.token = current_trio_token()
         job = _Job(self, fn, args, task, tag)
-        self.queued.append(job)
-        # Read after the append: if every worker is alive, one of them has yet to
-        # look at the queue again and will find this call.
-        if not self.start_asked and self.workers < self.limit:
+        # Append and count under the lock a worker holds to find the queue empty
+        # and leave: either that worker sees this call, or the count read here
+        # already lacks it. (Unlocked, a worker could find the queue empty, this
+        # caller append and count it as alive, and the worker leave: a call
+        # stranded with no worker to take it.)
+        with self.lock:
+            self.queued.append(job)
+            short = self.workers < self.limit
+        if short and not self.start_asked:
             # Workers start in a later pass of the run loop: after every task that
             # is ready now (more callers, or the callers of calls just drained)
             # has had its turn.
