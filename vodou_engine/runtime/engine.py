@@ -3,7 +3,9 @@
 Every ready node starts at once in one nursery. MCP calls go through the hub
 (many in flight per session); blocking work goes to real threads, at most
 thread_limit at a time (threads.py), and is abandoned, never waited for, when
-a quorum drops its branch. Store writes go through one worker thread: node
+a quorum drops its branch. Blocking built-ins have no task each: one
+collecting task finishes them, so a thousand-wide fan-out costs the trio
+thread (which competes for the GIL with every worker) as little as possible. Store writes go through one worker thread: node
 states are batched (a crash may repeat reads, which the contract allows),
 while every approval and effect transition is written, and committed, before
 the engine moves past it.
@@ -272,13 +274,14 @@ class Engine:
             return
         if all(s == "succeeded" for s in needs):
             self.state[nid] = "running"
-            if _inline(node):
+            blocks = _builtin_read(node)
+            if blocks is False:
                 # started like any other ready node, but by one shared task
                 self.ready.append(node)
                 if not self.draining:
                     self.draining = True
                     self.work.start_soon(self._drain)
-            elif _threaded(node):
+            elif blocks:
                 self._submit(node)
             else:
                 self.work.start_soon(self._run, node)
@@ -642,14 +645,13 @@ def _file_sha(path: str) -> str | None:
         return None
 
 
-def _inline(node) -> bool:
-    """A read-only built-in that never blocks (noop, echo): nothing to wait for."""
-    return isinstance(node, ToolNode) and node.server == BUILTIN_SERVER and not node.effectful and not builtin.TOOLS[node.tool][1]
-
-
-def _threaded(node) -> bool:
-    """A read-only built-in that blocks (sleep): a worker thread, and no task of its own."""
-    return isinstance(node, ToolNode) and node.server == BUILTIN_SERVER and not node.effectful and builtin.TOOLS[node.tool][1]
+def _builtin_read(node) -> bool | None:
+    """For a read-only built-in, whether it blocks: sleep goes to a worker thread
+    (and no task of its own), noop and echo run inline (nothing to wait for).
+    None for every other node: it gets a task."""
+    if isinstance(node, ToolNode) and node.server == BUILTIN_SERVER and not node.effectful:
+        return builtin.TOOLS[node.tool][1]
+    return None
 
 
 def check_stored_plan(plan_json: str, fingerprint: str) -> Plan:
