@@ -203,6 +203,35 @@ def test_an_edited_stored_plan_refuses_to_run(cli, brief):
     res = cli("approve", first["run"], "post", "--yes")
     assert res.code == 5 and "plan stored for this run changed" in res.err
     assert posts(cli) == []
+    res = cli("resume", first["run"])
+    assert res.code == 5 and "plan stored for this run changed" in res.err
+    assert posts(cli) == []
+    (listed,) = cli("runs", "--json", expect=0).json()
+    assert listed["state"] == "parked"  # refused before any claim
+
+
+def test_drive_run_refuses_an_edited_plan_before_it_claims_the_run(tmp_path):
+    import trio
+
+    from vodou_engine.compiler import compile_recipe
+    from vodou_engine.errors import TamperedError
+    from vodou_engine.runtime.api import drive_run, start_run
+    from vodou_engine.store import open_store
+
+    plan = compile_recipe('recipe "q"\nask me:\n- go on?\nnote: vodou.echo {"value": "on"}\n')
+    store = open_store(tmp_path / "runs.db")
+    parked = trio.run(lambda: start_run(plan, store=store, servers=None, actor="t"))
+    assert parked.state == "parked"
+    run = store.get_run(parked.run_id)
+    conn = sqlite3.connect(tmp_path / "runs.db")
+    conn.execute("UPDATE runs SET plan_json = ? WHERE id = ?", (run.plan_json.replace('"on"', '"off"'), run.id))
+    conn.commit()
+    conn.close()
+    with pytest.raises(TamperedError):
+        trio.run(lambda: drive_run(parked.run_id, store=store, servers=None))
+    assert store.get_run(parked.run_id).state == "parked"
+    assert [e.kind for e in store.events(parked.run_id)].count("resumed") == 0
+    store.close()
 
 
 def test_an_edited_recipe_file_refuses_to_run(cli, tmp_path):

@@ -149,55 +149,53 @@ async def drive_run(
 ) -> Outcome:
     """Resume a parked run from the store (any process).
 
-    The servers the rest of the run needs are spawned first, before the plan
-    is verified and before the MCP SDK is imported: they boot on another core
-    while this process does its own checks, so a resume costs the slower of
-    the two rather than their sum. A resume that is then refused stops them
-    unused; nothing is called before the claim.
+    One thread hop reads the run, verifies its stored plan and claims it; only
+    then are the servers the rest of the run needs started (unless ``hub`` is
+    given: the CLI starts them before it even imports trio), so a refused
+    resume starts nothing. Nothing is called before the claim.
     """
     from contextlib import AsyncExitStack
 
     from ..graph.verify import check
+    from ..store.records import TERMINAL_RUN_STATES
 
     threads = thread_limit(threads)
+    policy = policy or Policy()
+    expected = ("parked", "running") if take_over else ("parked",)
+    resumed = msgspec.json.encode({"pid": os.getpid()}).decode()
+    want_model = model is None
 
-    def first_look():
-        return store.get_run(run_id), store.get_nodes(run_id)
+    def look_and_claim():
+        run = store.get_run(run_id)
+        if run.state in TERMINAL_RUN_STATES:
+            return run, None, None
+        plan = check_stored_plan(run.plan_json, run.plan_fingerprint)
+        check(plan, policy)
+        # Take the run, settle effects caught mid-flight, then read what the run
+        # holds (its approvals too, for the first gate checks).
+        with store.transaction():
+            if not store.set_run_state(run_id, "running", expected=expected):
+                return run, plan, None
+            store.append_event(run_id, "resumed", data_json=resumed)
+        crashpoint("resume")
+        store.mark_unknown(run_id)
+        started = [e for e in store.events(run_id) if e.kind == "started"] if want_model else []
+        return run, plan, (store.get_nodes(run_id), {e.step: e for e in store.effects(run_id)}, store.approvals(run_id), started)
 
-    run, before = await _in_thread(first_look)
-    if run.state in ("succeeded", "failed", "declined", "cancelled"):
+    run, plan, loaded = await _in_thread(look_and_claim)
+    if plan is None:
         return Outcome(run_id, run.state, [], run.error)
-    plan = check_stored_plan(run.plan_json, run.plan_fingerprint)
+    if loaded is None:
+        raise RefusedError(
+            f"run {run_id} is being driven by another process right now; nothing else was done",
+            hint="it will pick up any decision already made; `recipe show RUN` shows its progress",
+        )
+    nodes, effects, approvals, started = loaded
+    if started:  # write steps after a park use the model the run was started with
+        model = msgspec.json.decode(started[0].data_json or "{}").get("model")
     async with AsyncExitStack() as stack:
         if hub is None:
-            hub = await stack.enter_async_context(open_run_servers(store, run, servers, plan=plan, nodes=before))
-        check(plan, policy or Policy())
-        expected = ("parked", "running") if take_over else ("parked",)
-        resumed = msgspec.json.encode({"pid": os.getpid()}).decode()
-
-        want_model = model is None
-
-        def claim_and_load():
-            # One thread hop: take the run, settle effects caught mid-flight, then
-            # read what the run holds (its approvals too, for the first gate checks).
-            with store.transaction():
-                if not store.set_run_state(run_id, "running", expected=expected):
-                    return None
-                store.append_event(run_id, "resumed", data_json=resumed)
-            crashpoint("resume")
-            store.mark_unknown(run_id)
-            started = [e for e in store.events(run_id) if e.kind == "started"] if want_model else []
-            return store.get_nodes(run_id), {e.step: e for e in store.effects(run_id)}, store.approvals(run_id), started
-
-        loaded = await _in_thread(claim_and_load)
-        if loaded is None:
-            raise RefusedError(
-                f"run {run_id} is being driven by another process right now; nothing else was done",
-                hint="it will pick up any decision already made; `recipe show RUN` shows its progress",
-            )
-        nodes, effects, approvals, started = loaded
-        if started:  # write steps after a park use the model the run was started with
-            model = msgspec.json.decode(started[0].data_json or "{}").get("model")
+            hub = await stack.enter_async_context(open_run_servers(store, run, servers, plan=plan, nodes=nodes))
         if hub is not None:
             await hub.wait_ready()
         return await _drive(run_id, plan, store=store, servers=servers, policy=policy, model=model, hub=hub, on_change=on_change, restore=(nodes, effects, approvals), run=run, threads=threads)
