@@ -235,18 +235,16 @@ def cmd_run(args) -> int:
 
 
 def cmd_decide(args) -> int:
-    prespawned = _prespawn(args) if args.decision == "approve" else None
-    try:
+    # A rejection calls nothing, so it starts nothing.
+    with _prespawn(args, ("parked",) if args.decision == "approve" else ()) as prespawned:
         from .runtime.commands import decide_command
 
         return decide_command(args, prespawned)
-    finally:
-        if prespawned is not None:
-            prespawned.close()
 
 
-def _prespawn(args, states: tuple[str, ...] = ("parked",)):
-    """Start the servers the run still needs before trio and the MCP SDK are imported.
+def _prespawn(args, states: tuple[str, ...]):
+    """Start the servers the run still needs, if it is in one of ``states``,
+    before trio and the MCP SDK are imported.
 
     They then boot on the other core while this process imports; nothing is
     called until the approval is recorded and the run claimed, and whatever
@@ -254,25 +252,28 @@ def _prespawn(args, states: tuple[str, ...] = ("parked",)):
     (unknown run, unreadable store, bad server file) starts nothing: the
     command proper reports it.
     """
+    from .tools.process import Prespawned
+
+    prespawned = Prespawned()  # empty when there is nothing to start; closing it stops what no hub took
+    if not states:
+        return prespawned
     from .plan import decode_plan
     from .servers import load_servers, servers_to_finish
     from .store import open_store
-    from .tools.process import Prespawned
 
     try:
         store = open_store(args.store)
         try:
             run = store.get_run(args.run)
             if run.state not in states:
-                return None
+                return prespawned
             nodes = store.get_nodes(args.run)
         finally:
             store.close()
         needed = servers_to_finish(decode_plan(run.plan_json), nodes)
         configs = load_servers(args.servers).servers
     except Exception:
-        return None
-    prespawned = Prespawned()
+        return prespawned
     for name in needed:
         if name in configs:
             prespawned.start(name, configs[name])
@@ -281,14 +282,10 @@ def _prespawn(args, states: tuple[str, ...] = ("parked",)):
 
 def cmd_resume(args) -> int:
     # A run whose process died is still "running"; resume takes it over.
-    prespawned = _prespawn(args, ("parked", "running"))
-    try:
+    with _prespawn(args, ("parked", "running")) as prespawned:
         from .runtime.commands import resume_command
 
         return resume_command(args, prespawned)
-    finally:
-        if prespawned is not None:
-            prespawned.close()
 
 
 def cmd_runs(args) -> int:

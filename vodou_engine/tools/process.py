@@ -115,6 +115,12 @@ class Prespawned:
         """The process, its stderr file and when it was started; the caller now owns them."""
         return self._waiting.pop(name, None)
 
+    def __enter__(self) -> Prespawned:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
     def close(self) -> None:
         waiting, self._waiting = self._waiting, {}
         for popen, stderr, _ in waiting.values():
