@@ -306,13 +306,17 @@ class Engine:
             self._set(nid, "cancelled", error="dropped by a quorum")
         else:
             self._set(nid, "running")
-            try:
-                out = builtin.TOOLS[node.tool][0](self._render(node.args))
-                crashpoint("reads")
-                self._set(nid, "succeeded", output=out)
-            except (ToolError, template.MissingValue, VodouError) as exc:
-                self._set(nid, "failed", error=str(exc))
+            self._finish_read(nid, lambda: builtin.TOOLS[node.tool][0](self._render(node.args)))
         self._after(nid)
+
+    def _finish_read(self, nid: str, result: Callable[[], Any]) -> None:
+        """Record a read step's result, or the error ``result()`` raises for it."""
+        try:
+            out = result()
+            crashpoint("reads")
+            self._set(nid, "succeeded", output=out)
+        except (ToolError, template.MissingValue, VodouError) as exc:
+            self._set(nid, "failed", error=str(exc))
 
     def _submit(self, node: ToolNode) -> None:
         """A blocking built-in read goes to a worker thread with no task of its own:
@@ -338,12 +342,7 @@ class Engine:
                     nid = job.tag
                     if self.jobs.pop(nid, None) is None:
                         continue  # dropped by a quorum decided earlier in this batch
-                    try:
-                        out = job.result.unwrap()
-                        crashpoint("reads")
-                        self._set(nid, "succeeded", output=out)
-                    except (ToolError, template.MissingValue, VodouError) as exc:
-                        self._set(nid, "failed", error=str(exc))
+                    self._finish_read(nid, job.result.unwrap)
                     self._after(nid)
         except BaseException:
             # The run is going down (cancelled, or a step raised): nothing waits for
