@@ -110,11 +110,23 @@ class ToolError(VodouError):
     """A tool call failed: the server said so, died, or could not start."""
 
 
-class ServerStartError(ToolError):
+class NotSentError(ToolError):
+    """The call never left this process (server not running, tool not listed,
+    arguments refused locally): nothing can have happened on the server."""
+
+
+class NoReplyError(ToolError):
+    """The request may have reached the server, but no well-formed reply came
+    back: the connection dropped, the server exited, the call timed out, or the
+    reply was cut off, malformed, too deep, or failed the tool's own output
+    schema. For an effect this is doubt, recorded ``unknown``, never ``failed``."""
+
+
+class ServerStartError(NotSentError):
     """An MCP server process could not be started or initialized."""
 
 
-class UnknownToolError(ToolError):
+class UnknownToolError(NotSentError):
     """A step names a tool that its server does not list."""
 
     exit_code = EXIT_USAGE
