@@ -1,0 +1,295 @@
+"""A misbehaving MCP server for tests: standard library only, so it starts in a few tens of ms.
+
+It speaks MCP's stdio transport directly (newline-delimited JSON-RPC 2.0 on
+stdin/stdout) and answers ``initialize`` (echoing the client's
+protocolVersion), ``ping``, ``tools/list`` and ``tools/call``; it accepts the
+``notifications/initialized`` and ``notifications/cancelled`` notifications.
+It exits with status 0 when its stdin closes. Run it with::
+
+    [sys.executable, "-I", "-S", "tests/rogue_server.py"]
+
+Tools
+-----
+``post_message``
+    An effect: ``readOnlyHint: false, destructiveHint: false``; arguments
+    ``channel`` and ``text`` (strings, required) and ``idempotency_key``
+    (string, optional); outputSchema ``{ok: boolean, ts: string}``, both
+    required. A normal reply carries structuredContent ``{"ok": true, "ts": ...}``
+    and a text block with the same JSON.
+``get_status``
+    A read: ``readOnlyHint: true``; no arguments; the same outputSchema and reply.
+
+Environment
+-----------
+``ROGUE_LOG``
+    A file to append one JSON line to per event, each flushed and fsynced
+    before the server does anything else (so before any misbehaviour):
+
+    * every ``tools/call``: ``{"tool", "arguments", "pid", "mode", "id"}``;
+    * at start: ``{"event": "start", "pid"}``;
+    * every ``notifications/cancelled``: ``{"event": "cancelled", "request_id", "pid"}``.
+
+    Count calls with the lines that have a ``"tool"`` key.
+``ROGUE_MODES``
+    How each tool misbehaves, e.g. ``post_message=exit1,get_status=hang``;
+    a tool not named is ``ok``. Keyed by the name a tool is listed under
+    (see ``ROGUE_TOOLS``), or by its base name.
+``ROGUE_RPC_CODE``
+    The JSON-RPC error code the ``rpc_error`` mode sends (default -32000).
+``ROGUE_TOOLS``
+    Optional comma list of the tool names to list instead of the two above,
+    e.g. ``post_message2,get_status``: a name that starts with a tool's name
+    is that tool under a new name, so a test can simulate a tool renamed
+    since a question was asked. A call to a tool not listed is a tool error.
+
+Modes (what a ``tools/call`` does after it has been logged)
+-----------------------------------------------------------
+``ok``           answer normally.
+``exit1``        exit at once with status 1 (``os._exit``), without replying.
+``exit0``        exit cleanly with status 0 (``sys.exit``), without replying.
+``hang``         never reply; keep serving everything else (``ping``, other calls).
+``cutoff``       write the first half of the reply line (no newline), then exit (status 0).
+``cutoff_hang``  write the first half of the reply line, then stay alive and
+                 write nothing more (it still exits when stdin closes).
+``wrong_id``     reply with an id that no request has.
+``bad_schema``   a success whose structuredContent breaks the outputSchema (``{"ok": "yes"}``, no ts).
+``rpc_error``    a JSON-RPC error: code ``ROGUE_RPC_CODE``, message ``rogue failure``.
+``tool_error``   a result with ``isError: true`` and the text ``quota exceeded``.
+``escape``       a result with ``isError: true`` whose text starts with terminal
+                 escapes: ``"\\u001b[2J\\u001b[Hrun succeeded. (fake)"``.
+``garbage``      a reply line with the request's id that is not valid JSON-RPC
+                 (its ``result`` is a string, not an object).
+``deep``         a success with only a text block, a JSON array nested 1,000 deep.
+                 A tool in this mode is listed without an outputSchema, so the
+                 client's own schema check does not reject the reply first.
+``slow:MS``      answer normally after MS milliseconds, on a thread: pings and
+                 other calls are answered meanwhile. A call cancelled by the
+                 client (``notifications/cancelled``) is never answered.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+
+PID = os.getpid()
+
+OUTPUT_SCHEMA = {
+    "type": "object",
+    "properties": {"ok": {"type": "boolean"}, "ts": {"type": "string"}},
+    "required": ["ok", "ts"],
+}
+
+TOOLS = {
+    "post_message": {
+        "description": "Post a message to a channel (an effect).",
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "channel": {"type": "string"},
+                "text": {"type": "string"},
+                "idempotency_key": {"type": "string"},
+            },
+            "required": ["channel", "text"],
+        },
+        "outputSchema": OUTPUT_SCHEMA,
+        "annotations": {"readOnlyHint": False, "destructiveHint": False},
+    },
+    "get_status": {
+        "description": "Read the status (a read).",
+        "inputSchema": {"type": "object", "properties": {}},
+        "outputSchema": OUTPUT_SCHEMA,
+        "annotations": {"readOnlyHint": True},
+    },
+}
+
+MODES = {
+    "ok", "exit1", "exit0", "hang", "cutoff", "cutoff_hang", "wrong_id",
+    "bad_schema", "rpc_error", "tool_error", "escape", "garbage", "deep",
+}
+
+_out_lock = threading.Lock()
+_log_lock = threading.Lock()
+_cancelled: set = set()
+_silent = False
+_counter = 0
+
+
+def log(record: dict) -> None:
+    path = os.environ.get("ROGUE_LOG")
+    if not path:
+        return
+    data = (json.dumps(record) + "\n").encode()
+    with _log_lock:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def write_raw(data: bytes) -> None:
+    with _out_lock:
+        if _silent:
+            return
+        try:
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+        except (BrokenPipeError, ValueError):
+            os._exit(0)
+
+
+def send(message: dict) -> None:
+    write_raw(json.dumps(message).encode() + b"\n")
+
+
+def reply(request_id, result: dict) -> None:
+    send({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+
+def parse_modes(text: str) -> dict[str, str]:
+    modes = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, mode = item.partition("=")
+        mode = mode.strip() or "ok"
+        if mode not in MODES and not (mode.startswith("slow:") and mode[5:].isdigit()):
+            sys.exit(f"rogue: unknown mode {mode!r} for {name!r}")
+        modes[name.strip()] = mode
+    return modes
+
+
+def listed_tools() -> dict[str, str]:
+    """Listed name -> base tool name."""
+    wanted = os.environ.get("ROGUE_TOOLS", "").strip()
+    if not wanted:
+        return {name: name for name in TOOLS}
+    out = {}
+    for name in filter(None, (n.strip() for n in wanted.split(","))):
+        base = next((b for b in sorted(TOOLS, key=len, reverse=True) if name.startswith(b)), None)
+        if base is None:
+            sys.exit(f"rogue: ROGUE_TOOLS names {name!r}, which is none of {sorted(TOOLS)}")
+        out[name] = base
+    return out
+
+
+def ok_result() -> dict:
+    global _counter
+    _counter += 1
+    value = {"ok": True, "ts": f"{PID}.{_counter:06d}"}
+    return {"content": [{"type": "text", "text": json.dumps(value)}], "structuredContent": value, "isError": False}
+
+
+def error_result(text: str) -> dict:
+    return {"content": [{"type": "text", "text": text}], "isError": True}
+
+
+def answer_slow(request_id, ms: int) -> None:
+    time.sleep(ms / 1000)
+    if request_id in _cancelled:
+        return  # the spec: a cancelled request is not answered
+    reply(request_id, ok_result())
+
+
+def call_tool(request_id, params: dict, tools: dict[str, str], modes: dict[str, str]) -> None:
+    global _silent
+    name = params.get("name")
+    arguments = params.get("arguments") or {}
+    base = tools.get(name)
+    mode = modes.get(name) or modes.get(base or "") or "ok"
+    log({"tool": name, "arguments": arguments, "pid": PID, "mode": mode, "id": request_id})
+    if base is None:
+        reply(request_id, error_result(f"unknown tool: {name}"))
+        return
+    if mode == "ok":
+        reply(request_id, ok_result())
+    elif mode == "exit1":
+        os._exit(1)
+    elif mode == "exit0":
+        sys.exit(0)
+    elif mode == "hang":
+        return
+    elif mode in ("cutoff", "cutoff_hang"):
+        line = json.dumps({"jsonrpc": "2.0", "id": request_id, "result": ok_result()}).encode()
+        write_raw(line[: len(line) // 2])
+        if mode == "cutoff":
+            os._exit(0)
+        with _out_lock:
+            _silent = True
+    elif mode == "wrong_id":
+        wrong = request_id + 1000 if isinstance(request_id, int) else f"{request_id}-wrong"
+        reply(wrong, ok_result())
+    elif mode == "bad_schema":
+        value = {"ok": "yes"}
+        reply(request_id, {"content": [{"type": "text", "text": json.dumps(value)}], "structuredContent": value})
+    elif mode == "rpc_error":
+        code = int(os.environ.get("ROGUE_RPC_CODE", "-32000"))
+        send({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": "rogue failure"}})
+    elif mode == "tool_error":
+        reply(request_id, error_result("quota exceeded"))
+    elif mode == "escape":
+        reply(request_id, error_result("\u001b[2J\u001b[Hrun succeeded. (fake)"))
+    elif mode == "garbage":
+        send({"jsonrpc": "2.0", "id": request_id, "result": "not an object"})
+    elif mode == "deep":
+        text = "[" * 1000 + "]" * 1000
+        reply(request_id, {"content": [{"type": "text", "text": text}], "isError": False})
+    elif mode.startswith("slow:"):
+        threading.Thread(target=answer_slow, args=(request_id, int(mode[5:])), daemon=True).start()
+
+
+def main() -> None:
+    modes = parse_modes(os.environ.get("ROGUE_MODES", ""))
+    tools = listed_tools()
+    log({"event": "start", "pid": PID})
+    stdin = sys.stdin.buffer
+    while True:
+        line = stdin.readline()
+        if not line:
+            return  # stdin closed: exit 0
+        if not line.strip():
+            continue
+        try:
+            message = json.loads(line)
+        except ValueError:
+            send({"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}})
+            continue
+        method = message.get("method")
+        request_id = message.get("id")
+        params = message.get("params") or {}
+        if method == "notifications/cancelled":
+            _cancelled.add(params.get("requestId"))
+            log({"event": "cancelled", "request_id": params.get("requestId"), "pid": PID})
+            continue
+        if request_id is None:
+            continue  # notifications/initialized and any other notification
+        if method == "initialize":
+            reply(
+                request_id,
+                {
+                    "protocolVersion": params.get("protocolVersion", "2025-06-18"),
+                    "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "rogue", "version": "0"},
+                },
+            )
+        elif method == "ping":
+            reply(request_id, {})
+        elif method == "tools/list":
+            listing = []
+            for name, base in tools.items():
+                tool = {"name": name, **TOOLS[base]}
+                if modes.get(name, modes.get(base)) == "deep":
+                    tool.pop("outputSchema")
+                listing.append(tool)
+            reply(request_id, {"tools": listing})
+        elif method == "tools/call":
+            call_tool(request_id, params, tools, modes)
+        else:
+            send({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32601, "message": f"Method not found: {method}"}})
+
+
+if __name__ == "__main__":
+    main()
