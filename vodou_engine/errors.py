@@ -22,14 +22,22 @@ EXIT_STORE = 6
 
 
 class VodouError(Exception):
-    """Base of every error the engine raises on purpose."""
+    """Base of every error the engine raises on purpose.
+
+    ``code`` is a stable name for programs (docs/python-api.md lists them);
+    ``facts`` holds what the message says as data (run, step, server, ...),
+    so a surface can word it its own way. The hint is surface-neutral: the
+    wording that names ``recipe …`` commands belongs to the CLI.
+    """
 
     exit_code = EXIT_FAILED
+    code = "failed"
 
-    def __init__(self, message: str, *, hint: str | None = None):
+    def __init__(self, message: str, *, hint: str | None = None, **facts: object):
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self.facts = facts
 
     def __str__(self) -> str:
         if self.hint:
@@ -41,6 +49,7 @@ class UsageError(VodouError):
     """A command was called with arguments that cannot work."""
 
     exit_code = EXIT_USAGE
+    code = "usage"
 
 
 class RecipeError(VodouError):
@@ -51,6 +60,7 @@ class RecipeError(VodouError):
     """
 
     exit_code = EXIT_USAGE
+    code = "recipe.invalid"
 
     def __init__(
         self,
@@ -63,7 +73,7 @@ class RecipeError(VodouError):
         hint: str | None = None,
         width: int = 1,
     ):
-        super().__init__(message, hint=hint)
+        super().__init__(message, hint=hint, path=path, line=line, column=column, source_line=source_line)
         self.path = path
         self.line = line
         self.column = column
@@ -89,30 +99,40 @@ class RecipeError(VodouError):
 class PlanError(RecipeError):
     """An actions.json document is malformed or fails verification."""
 
+    code = "plan.invalid"
+
 
 class UnguardedEffectError(PlanError):
     """An effectful step is not dominated by its own approval node."""
+
+    code = "plan.unguarded"
 
 
 class PolicyError(VodouError):
     """The tool policy file is unreadable or invalid."""
 
     exit_code = EXIT_USAGE
+    code = "policy.invalid"
 
 
 class ServerConfigError(VodouError):
     """The MCP server configuration is missing, unreadable or invalid."""
 
     exit_code = EXIT_USAGE
+    code = "servers.invalid"
 
 
 class ToolError(VodouError):
     """A tool call failed: the server said so, died, or could not start."""
 
+    code = "tool.failed"
+
 
 class NotSentError(ToolError):
     """The call never left this process (server not running, tool not listed,
     arguments refused locally): nothing can have happened on the server."""
+
+    code = "tool.not_sent"
 
 
 class NoReplyError(ToolError):
@@ -121,48 +141,104 @@ class NoReplyError(ToolError):
     reply was cut off, malformed, too deep, or failed the tool's own output
     schema. For an effect this is doubt, recorded ``unknown``, never ``failed``."""
 
+    code = "tool.no_reply"
+
+
+class ModelError(VodouError):
+    """A ``write`` step's model could not run (unknown model, missing key, a failed request)."""
+
+    code = "model.failed"
+
 
 class ServerStartError(NotSentError):
     """An MCP server process could not be started or initialized."""
+
+    code = "server.start_failed"
 
 
 class UnknownToolError(NotSentError):
     """A step names a tool that its server does not list."""
 
     exit_code = EXIT_USAGE
+    code = "tool.unknown"
 
 
 class StoreError(VodouError):
     """The run store cannot be opened or read: not a store, or corrupt."""
 
     exit_code = EXIT_STORE
+    code = "store.unreadable"
+
+
+class StoreMissingError(StoreError):
+    """No store exists at the path given: nothing was created (a typo must not make an empty store)."""
+
+    code = "store.missing"
 
 
 class RefusedError(VodouError):
     """The store refused a request; nothing was changed."""
 
     exit_code = EXIT_REFUSED
+    code = "refused"
 
 
 class UnknownRunError(RefusedError):
     """No run with that id exists in the store."""
 
+    code = "run.unknown"
+
 
 class AlreadyDecidedError(RefusedError):
-    """The approval was already approved, rejected, expired or superseded."""
+    """The approval was already approved, rejected, expired, superseded or withdrawn."""
+
+    code = "approval.decided"
 
 
 class NotAllowedError(RefusedError):
     """The person deciding is not among the run's approvers."""
 
+    code = "approval.not_allowed"
+
 
 class ExpiredError(RefusedError):
     """The approval's lifetime has passed; the run must ask again."""
+
+    code = "approval.expired"
 
 
 class StaleError(RefusedError):
     """A check read changed, or the payload no longer matches its fingerprint."""
 
+    code = "approval.stale"
+
 
 class TamperedError(RefusedError):
     """Stored plan, payload or recipe source changed after the question."""
+
+    code = "run.tampered"
+
+
+class LostRunError(RefusedError):
+    """This process no longer drives the run: it was taken over, cancelled or ended elsewhere."""
+
+    code = "run.lost"
+
+
+class BusyError(RefusedError):
+    """Another live process drives the run right now; it picks up decisions already made."""
+
+    code = "run.busy"
+
+
+class ServerMismatchError(RefusedError):
+    """The servers configured here resolve a server of the run differently from
+    the configuration it was started (and approved) with; nothing ran."""
+
+    code = "servers.mismatch"
+
+
+class IdentityError(RefusedError):
+    """Acting under a name without proof of it (the approver's secret)."""
+
+    code = "identity.refused"
