@@ -255,3 +255,32 @@ def test_a_resume_starts_no_server_for_a_step_a_quorum_dropped():
     assert servers_to_finish(plan, nodes) == ["slack"]  # the post; not google-calendar
     nodes["calendar"] = SimpleNamespace(state="running")  # a crash mid-read: it runs again
     assert servers_to_finish(plan, nodes) == ["google-calendar", "slack"]
+
+
+def test_timeouts_are_optional_seconds(tmp_path):
+    import msgspec
+
+    path = str(tmp_path / "mcp.json")
+    doc = {"mcpServers": {"slow": {"command": "x", "startTimeout": 60, "callTimeout": 0.5}, "plain": {"command": "y"}}}
+    servers = parse_servers(json.dumps(doc), path)
+    assert (servers["slow"].start_timeout, servers["slow"].call_timeout) == (60.0, 0.5)
+    assert (servers["plain"].start_timeout, servers["plain"].call_timeout) == (None, None)
+    # Written back under the same keys; a server without them gains none.
+    assert msgspec.json.decode(msgspec.json.encode(servers["slow"])) == doc["mcpServers"]["slow"]
+    assert msgspec.json.decode(msgspec.json.encode(servers["plain"])) == {"command": "y"}
+    assert msgspec.json.decode(msgspec.json.encode(servers["slow"]), type=ServerConfig) == servers["slow"]
+
+
+@pytest.mark.parametrize("key", ["startTimeout", "callTimeout"])
+@pytest.mark.parametrize("raw", ["0", "-1", '"30"', "true", "[5]", "1e400"])
+def test_bad_timeouts_name_file_server_and_key(tmp_path, key, raw):
+    path = tmp_path / "mcp.json"
+    path.write_text('{"mcpServers": {"web": {"command": "x", "%s": %s}}}' % (key, raw))
+    with pytest.raises(ServerConfigError) as info:
+        load_servers(str(path), cwd=tmp_path, environ={})
+    message = str(info.value)
+    assert str(path) in message
+    assert "server 'web'" in message
+    assert key in message
+    assert "seconds" in message  # the hint says what the key wants
+    assert info.value.exit_code == 2

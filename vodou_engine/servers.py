@@ -7,7 +7,8 @@ similar clients, so an existing file can be pointed at as is::
 
 Keys this engine does not use ("type", "disabled", a top-level
 "globalShortcut", ...) are ignored rather than rejected: the same file is
-shared with other programs that put their own settings in it.
+shared with other programs that put their own settings in it. Two keys are
+this engine's own, both optional: "startTimeout" and "callTimeout" (seconds).
 
 Importing this module must stay cheap (the CLI imports it for every
 command), so it depends on msgspec and the standard library only; the MCP
@@ -17,6 +18,7 @@ SDK is imported by the hub when servers are actually started.
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
 import shlex
@@ -58,12 +60,22 @@ class ServerConfig(msgspec.Struct, omit_defaults=True):
     ``env`` is laid over the SDK's minimal inherited environment (PATH, HOME,
     ...), not over the whole parent environment, so secrets in the caller's
     shell do not leak into every server by accident.
+
+    ``start_timeout`` and ``call_timeout`` (JSON keys ``startTimeout`` and
+    ``callTimeout``, camelCase like the rest of the file's format) are in
+    seconds; unset, the hub's defaults apply (``tools.hub.DEFAULT_START_TIMEOUT``,
+    ``tools.hub.DEFAULT_CALL_TIMEOUT``). :func:`parse_servers` checks they are
+    positive finite numbers; a struct built in code is taken as it is.
     """
 
     command: str
     args: list[str] = []
     env: dict[str, str] = {}
     cwd: str | None = None
+    start_timeout: float | None = msgspec.field(default=None, name="startTimeout")
+    """Seconds the server gets to start, answer ``initialize`` and list its tools."""
+    call_timeout: float | None = msgspec.field(default=None, name="callTimeout")
+    """Seconds one tool call may take before it is given up as unanswered (and cancelled)."""
 
     def command_line(self) -> str:
         """The command as a person would type it, for error messages."""
@@ -207,6 +219,10 @@ def _syntax_error(path: str, data: bytes, exc: msgspec.DecodeError) -> ServerCon
     return ServerConfigError(message, hint="the server file must be JSON (no comments, no trailing commas)")
 
 
+_SHAPE_HINT = 'each server needs "command" (a string); "args" is a list of strings, "env" an object of strings'
+_TIMEOUT_HINT = '"startTimeout" and "callTimeout" are numbers of seconds, e.g. "callTimeout": 300'
+
+
 def parse_servers(data: bytes | str, path: str) -> dict[str, ServerConfig]:
     """Decode a server file's bytes; ``path`` is used in messages and to anchor relative ``cwd`` values."""
     if isinstance(data, str):
@@ -230,12 +246,19 @@ def parse_servers(data: bytes | str, path: str) -> dict[str, ServerConfig]:
             config = msgspec.json.decode(raw, type=ServerConfig)
         except msgspec.ValidationError as exc:
             detail = str(exc).replace("`$.", "`").replace(" - at `$`", "")
+            timing = "`startTimeout`" in detail or "`callTimeout`" in detail
             raise ServerConfigError(
                 f"{path}: server {name!r}: {detail}",
-                hint='each server needs "command" (a string); "args" is a list of strings, "env" an object of strings',
+                hint=_TIMEOUT_HINT if timing else _SHAPE_HINT,
             ) from None
         if not config.command.strip():
             raise ServerConfigError(f"{path}: server {name!r}: \"command\" is empty")
+        for key, value in (("startTimeout", config.start_timeout), ("callTimeout", config.call_timeout)):
+            if value is not None and not (value > 0 and math.isfinite(value)):
+                raise ServerConfigError(
+                    f"{path}: server {name!r}: \"{key}\" must be a number of seconds greater than 0, not {value:g}",
+                    hint=_TIMEOUT_HINT,
+                )
         if config.cwd is not None and base is not None and not os.path.isabs(config.cwd):
             # Relative to the file, so a project's mcp.json works wherever it is run from.
             config.cwd = os.path.normpath(os.path.join(base, config.cwd))
