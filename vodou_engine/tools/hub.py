@@ -9,6 +9,14 @@ task unwinds the wrong cancel scope and corrupts the nursery stack, so the
 hub only ever *asks* an owner to close (an event), or cancels the owner's
 own scope while a start is still in progress, and lets the owner do it.
 
+A call ends in one of a few outcomes that each mean one thing (see
+:meth:`Hub.call`): above all, "the request never left" (``NotSentError``)
+is kept apart from "it left and no usable answer came back"
+(``NoReplyError``), because for an effect the first is nothing and the
+second is doubt. The SDK alone cannot tell them apart, nor a server's own
+-32000 error from a closed connection; the transport (``tools/stdio.py``)
+notes what it wrote and read for each call, and the hub judges by that.
+
 The MCP SDK costs about a second to import. It is imported inside the
 functions that start servers and call tools, never at module level, so
 commands that only compile or inspect recipes do not pay for it; and it is
@@ -19,7 +27,9 @@ its import overlaps the servers' own start.
 from __future__ import annotations
 
 import logging
+import math
 import os
+import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
@@ -29,21 +39,40 @@ from typing import IO, TYPE_CHECKING, Any
 import msgspec
 import trio
 
-from vodou_engine.errors import ServerConfigError, ServerStartError, ToolError, UnknownToolError
+from vodou_engine.errors import (
+    NoReplyError,
+    NotSentError,
+    ServerConfigError,
+    ServerStartError,
+    ToolError,
+    UnknownToolError,
+)
+from vodou_engine.limits import check_json_depth, check_value_depth
 from vodou_engine.servers import ServerConfig, unknown_server_error
 
 if TYPE_CHECKING:
     from mcp.client.session import ClientSession
 
     from vodou_engine.tools.process import Prespawned
+    from vodou_engine.tools.stdio import ServerProcess, Wire
     from mcp_types import CallToolResult, Tool
 
-__all__ = ["DEFAULT_START_TIMEOUT", "Hub", "ToolInfo", "ToolResult", "open_hub"]
+__all__ = ["DEFAULT_CALL_TIMEOUT", "DEFAULT_START_TIMEOUT", "Hub", "ToolInfo", "ToolResult", "open_hub"]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_START_TIMEOUT = 20.0
-"""Seconds a server gets to spawn, answer ``initialize`` and list its tools."""
+"""Seconds a server gets to spawn, answer ``initialize`` and list its tools,
+unless its ``startTimeout`` (or ``open_hub(start_timeout=...)``) says otherwise."""
+
+DEFAULT_CALL_TIMEOUT = 120.0
+"""Seconds a tool call may take, unless the server's ``callTimeout`` (or
+``Hub.call(timeout=...)``) says otherwise. Every call has a limit: a server
+that never answers must not hold a run forever."""
+
+_EXIT_STATUS_WAIT_S = 0.5
+"""How long a failed call waits for a server whose output ended to exit, so the
+error can give its exit status; the process normally exits with its output."""
 
 STDERR_TAIL_LINES = 20
 _STDERR_TAIL_BYTES = 64 * 1024
@@ -106,6 +135,10 @@ class _Server:
         self.close_requested = trio.Event()
         self.failure: str | None = None
         self.closed = False
+        self.process: ServerProcess | None = None
+        """Set once spawned; after the hub closes, ``process.returncode`` says how it ended."""
+        self.wire: Wire | None = None
+        """What the transport saw: set with the session."""
 
     def stderr_tail(self, lines: int = STDERR_TAIL_LINES) -> list[str]:
         return _tail(self.stderr, lines)
@@ -144,6 +177,15 @@ def _is_cancellation(exc: BaseException) -> bool:
     return any(isinstance(leaf, trio.Cancelled) for leaf in _leaves(exc))
 
 
+def _leaf_text(exc: BaseException) -> str:
+    leaf = _leaves(exc)[0]
+    text = str(leaf).strip().splitlines()
+    if not text:
+        return type(leaf).__name__
+    # The SDK raises plain RuntimeErrors with full sentences; other types say something by their name.
+    return text[0] if type(leaf) is RuntimeError else f"{type(leaf).__name__}: {text[0]}"
+
+
 def _tool_info(tool: Tool) -> ToolInfo:
     ann = tool.annotations
     return ToolInfo(
@@ -160,6 +202,14 @@ def _tool_info(tool: Tool) -> ToolInfo:
 
 
 def _maybe_json(text: str) -> Any:
+    """The text decoded as JSON where it is JSON, else the text itself.
+
+    Raises ``limits.TooDeep`` for JSON nested deeper than ``limits.MAX_DEPTH``:
+    such a value would break whatever handles it later (a recursion limit,
+    far from the server that sent it), so it is refused here, at the door.
+    """
+    if text.lstrip()[:1] in ("[", "{"):  # only an array or object can nest
+        check_json_depth(text)
     try:
         return msgspec.json.decode(text)
     except msgspec.DecodeError:
@@ -167,6 +217,7 @@ def _maybe_json(text: str) -> Any:
 
 
 def _to_result(result: CallToolResult, duration: float) -> ToolResult:
+    """Raises ``limits.TooDeep`` when the result nests deeper than ``limits.MAX_DEPTH``."""
     texts: list[str] = []
     others: list[Any] = []
     for block in result.content:
@@ -174,7 +225,10 @@ def _to_result(result: CallToolResult, duration: float) -> ToolResult:
             texts.append(block.text)
         else:
             others.append(block.model_dump(mode="json", by_alias=True, exclude_none=True))
+    for other in others:
+        check_value_depth(other)
     if result.structured_content is not None:
+        check_value_depth(result.structured_content)
         value: Any = result.structured_content
     elif texts:
         parsed = [_maybe_json(t) for t in texts]
@@ -222,7 +276,13 @@ class Hub:
     Obtained from :func:`open_hub`, which owns the sessions' lifetimes.
     """
 
-    def __init__(self, configs: Mapping[str, ServerConfig], names: list[str], start_timeout: float, prespawned: Prespawned | None = None):
+    def __init__(
+        self,
+        configs: Mapping[str, ServerConfig],
+        names: list[str],
+        start_timeout: float | None = None,
+        prespawned: Prespawned | None = None,
+    ):
         self._prespawned = prespawned
         self._configs = dict(configs)
         self._names = names
@@ -250,6 +310,12 @@ class Hub:
         except KeyError:
             raise self._unknown_tool(srv, tool) from None
 
+    def call_timeout(self, server: str) -> float:
+        """Seconds a call to ``server`` may take when the caller names no timeout:
+        its ``callTimeout``, else DEFAULT_CALL_TIMEOUT."""
+        config = self._server(server).config
+        return config.call_timeout if config.call_timeout is not None else DEFAULT_CALL_TIMEOUT
+
     async def call(
         self,
         server: str,
@@ -260,15 +326,36 @@ class Hub:
     ) -> ToolResult:
         """Call one tool; safe to run many at once, on one server or several.
 
-        Raises ToolError only when no answer can be had (server dead, transport
-        broken, ``timeout`` seconds passed, or an unusable reply); a tool that
-        ran and failed comes back as ``is_error=True``. Cancelling the caller
-        abandons the request (the server is told with ``notifications/cancelled``)
-        and leaves the session usable.
+        Every call ends in exactly one of these, and each means one thing:
+
+        * ``NotSentError`` (or its kinds ``UnknownToolError``, ``ServerStartError``):
+          the request never left this process (the server did not start, is
+          known to have stopped, or does not list the tool; or the arguments
+          could not be encoded). Nothing can have happened on the server.
+        * ``NoReplyError``: the request may have reached the server, but no
+          well-formed reply came back: the connection closed or the server
+          exited mid-call, the call timed out, the reply was cut off, could
+          not be parsed, failed validation (the tool's own output schema
+          included), or nests deeper than ``limits.MAX_DEPTH``. The tool may
+          or may not have run: for an effect this is doubt, never failure.
+        * a :class:`ToolResult` with ``is_error=True`` and ``error_code`` set:
+          the live server refused the request with a JSON-RPC error (any
+          code, -32000 included: what tells a server's error from a dropped
+          connection is what the transport saw, not the number).
+        * a :class:`ToolResult` with ``is_error=True`` and no ``error_code``:
+          the tool ran and reported failure (``isError: true``).
+        * a :class:`ToolResult` with ``is_error=False``: success.
+
+        ``timeout`` (seconds) wins over the server's ``callTimeout``, which wins
+        over DEFAULT_CALL_TIMEOUT; ``math.inf`` waits for ever. A call that runs
+        out of time is cancelled on the server (``notifications/cancelled``) and
+        the session stays usable. Cancelling the caller does the same and
+        raises trio's Cancelled as usual; a server left working on a call
+        nobody waits for is stopped without the usual grace when the hub closes.
         """
-        import anyio
         from mcp.shared.exceptions import MCPError
-        from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
+        from . import stdio
 
         srv = self._server(server)
         if not srv.ready.is_set():  # a hub opened with wait=False
@@ -277,33 +364,57 @@ class Hub:
             raise srv.start_error
         if tool not in srv.tools:
             raise self._unknown_tool(srv, tool)
-        if self._closed or srv.closed or srv.session is None:
+        if self._closed or srv.closed or srv.session is None or srv.wire is None:
             reason = srv.failure or "the hub is closed"
-            raise ToolError(f"cannot call {server}.{tool}: MCP server {server!r} is not running ({reason})")
-
-        started = time.perf_counter()
-        try:
-            result = await srv.session.call_tool(tool, dict(arguments or {}), read_timeout_seconds=timeout)
-        except MCPError as exc:
-            elapsed = time.perf_counter() - started
-            if exc.code == CONNECTION_CLOSED:
-                raise self._dead(srv, f"the connection closed during {tool}") from exc
-            if exc.code == REQUEST_TIMEOUT:
-                within = f" within {timeout:g} s" if timeout is not None else ""
-                raise ToolError(
-                    f"{server}.{tool} did not answer{within}; the request was cancelled",
-                    hint="raise the step's timeout, or check the server",
-                ) from exc
-            return ToolResult(
-                value=None, is_error=True, text=exc.message, duration_s=elapsed, error_code=exc.code
+            raise NotSentError(
+                f"{server}.{tool} was not sent: MCP server {server!r} is not running ({reason})", server=server, tool=tool
             )
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, OSError) as exc:
-            raise self._dead(srv, f"the transport failed during {tool}: {exc!r}") from exc
-        except Exception as exc:
-            # Output-schema mismatch, an input_required/extension result we did not
-            # ask for, or a reply that does not parse: the call produced nothing usable.
-            raise ToolError(f"{server}.{tool} failed without a usable result: {exc}") from exc
-        return _to_result(result, time.perf_counter() - started)
+        wire = srv.wire
+        if wire.gone:
+            raise await self._not_sent(srv, tool)
+
+        limit = timeout if timeout is not None else self.call_timeout(server)
+        watch = stdio.CallWatch()
+        error: BaseException | None = None
+        result: CallToolResult | None = None
+        started = time.perf_counter()
+        token = stdio.CURRENT_CALL.set(watch)
+        try:
+            with trio.CancelScope(deadline=trio.current_time() + limit if math.isfinite(limit) else math.inf) as scope:
+                watch.scope = scope
+                try:
+                    result = await srv.session.call_tool(tool, dict(arguments or {}))
+                except Exception as exc:
+                    error = exc
+        finally:
+            stdio.CURRENT_CALL.reset(token)
+            wire.finish(watch)
+        elapsed = time.perf_counter() - started
+
+        if scope.cancelled_caught:
+            if not watch.may_have_left:
+                raise await self._not_sent(srv, tool, f"it could not be sent within {limit:g} s")
+            if watch.bad_reply is not None:
+                raise self._no_reply(srv, tool, f"its reply could not be read: {watch.bad_reply}")
+            raise self._timed_out(srv, tool, limit, explicit=timeout is not None)
+        if error is not None:
+            if not watch.may_have_left:
+                why = None if wire.gone else f"it could not be sent ({_leaf_text(error)})"
+                raise await self._not_sent(srv, tool, why) from error
+            if isinstance(error, MCPError) and watch.error_reply:
+                return ToolResult(value=None, is_error=True, text=error.message, duration_s=elapsed, error_code=error.code)
+            if isinstance(error, MCPError):
+                # No error line came for this call: the SDK made this one up (the connection closed).
+                what = await self._ending(srv) if wire.gone else f"the connection failed ({error.message})"
+                raise self._no_reply(srv, tool, what) from error
+            # Output-schema mismatch, a result of the wrong shape, an input_required or
+            # extension result we did not ask for: a reply came, but nothing usable.
+            raise self._no_reply(srv, tool, f"its reply was not usable: {_leaf_text(error)}") from error
+        assert result is not None
+        try:
+            return _to_result(result, elapsed)
+        except Exception as exc:  # limits.TooDeep, or a content block that will not serialise
+            raise self._no_reply(srv, tool, f"its result was refused: {exc}") from exc
 
     # -- internals ----------------------------------------------------------
 
@@ -329,12 +440,83 @@ class Hub:
             hint=f"did you mean {close[0]!r}?" if close else None,
         )
 
-    def _dead(self, srv: _Server, what: str) -> ToolError:
-        message = f"MCP server {srv.name!r} stopped answering: {what}\n  command: {srv.config.command_line()}"
+    def _start_timeout_for(self, config: ServerConfig) -> float:
+        if self._start_timeout is not None:
+            return self._start_timeout
+        return config.start_timeout if config.start_timeout is not None else DEFAULT_START_TIMEOUT
+
+    def _details(self, srv: _Server, message: str) -> str:
+        """The command and the stderr tail, for a server that has stopped."""
+        message += f"\n  command: {srv.config.command_line()}"
         tail = srv.stderr_tail()
         if tail:
             message += "\n  stderr (last lines):\n" + "\n".join(f"    {line}" for line in tail)
-        return ToolError(message)
+        return message
+
+    async def _exit_status(self, srv: _Server) -> str | None:
+        process = srv.process
+        if process is None:
+            return None
+        if process.returncode is None:
+            # Its output has ended; the exit itself is normally a moment behind.
+            with trio.move_on_after(_EXIT_STATUS_WAIT_S):
+                await process.wait()
+        code = process.returncode
+        if code is None:
+            return None
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return f"it was killed by {name}"
+        return f"it exited with status {code}"
+
+    async def _ending(self, srv: _Server) -> str:
+        """How the connection to a server that stopped answering ended, as far as the transport saw."""
+        wire = srv.wire
+        status = await self._exit_status(srv)
+        if wire is not None and wire.cut_off:
+            what = f"its output ended in the middle of a line ({wire.cut_off} bytes): the reply was cut off"
+            return f"{what}; {status}" if status else what
+        if status is not None:
+            return status
+        if wire is not None and wire.write_failed and not wire.eof:
+            return "its input pipe broke"
+        return "it closed its output"
+
+    def _no_reply(self, srv: _Server, tool: str, what: str) -> NoReplyError:
+        message = f"no usable reply from MCP server {srv.name!r} to {tool}: {what}"
+        if srv.wire is not None and srv.wire.gone:
+            message = self._details(srv, message)
+        return NoReplyError(message, server=srv.name, tool=tool)
+
+    async def _not_sent(self, srv: _Server, tool: str, why: str | None = None) -> NotSentError:
+        """``why`` is what stopped the request; by default, how the server ended."""
+        if why is None:
+            why = f"MCP server {srv.name!r} is not running: {await self._ending(srv)}"
+        message = f"{srv.name}.{tool} was not sent: {why}"
+        if srv.wire is not None and srv.wire.gone:
+            message = self._details(srv, message)
+        return NotSentError(message, server=srv.name, tool=tool)
+
+    def _timed_out(self, srv: _Server, tool: str, limit: float, *, explicit: bool) -> NoReplyError:
+        wire = srv.wire
+        seen = []
+        if wire is not None and wire.unfinished:
+            seen.append(f"{wire.unfinished} bytes of a line arrived without its end: the reply may have been cut off")
+        if wire is not None and wire.stray_ids:
+            seen.append(f"it sent a reply with id {wire.stray_ids[-1]!r}, which matches no request")
+        if wire is not None and wire.bad_lines:
+            seen.append(f"it sent {wire.bad_lines} line(s) that are not JSON-RPC ({wire.last_bad_line})")
+        message = f"{srv.name}.{tool} did not answer within {limit:g} s; the request was cancelled"
+        if seen:
+            message += "\n  " + "\n  ".join(seen)
+        if explicit:
+            hint = f'this call was given {limit:g} s, which overrides "callTimeout" for server {srv.name!r} in the server file'
+        else:
+            hint = f'raise "callTimeout" for server {srv.name!r} in the server file (now {limit:g} s), or check the server'
+        return NoReplyError(message, hint=hint, server=srv.name, tool=tool, timeout=limit)
 
     def _start_error(self, name: str, config: ServerConfig, stderr: IO[bytes], exc: BaseException) -> ServerStartError:
         # Only a start that got as far as the handshake has loaded the SDK; a spawn
@@ -357,8 +539,12 @@ class Hub:
         elif isinstance(cause, OSError):
             reason = f"cannot run {config.command}: {cause.strerror or cause}"
         elif isinstance(cause, trio.TooSlowError):
-            reason = f"it did not finish initializing within {self._start_timeout:g} s"
-            hint = "a slow first start (downloads, caches) may need a longer start timeout"
+            limit = self._start_timeout_for(config)
+            reason = f"it did not finish initializing within {limit:g} s"
+            hint = (
+                f'raise "startTimeout" for server {name!r} in the server file (now {limit:g} s): '
+                "a slow first start (downloads, caches) may need more"
+            )
         elif isinstance(cause, MCPError) and cause.code == CONNECTION_CLOSED:
             reason = "it exited, or closed its output, before answering initialize"
         elif isinstance(cause, MCPError):
@@ -401,15 +587,17 @@ class Hub:
                 with srv.owner_scope:
                     try:
                         process = stdio.ServerProcess(popen) if adopted is not None else await stdio.spawn(config, stderr)
+                        srv.process = process
                     finally:
                         spawned.set()
-                    async with stdio.session_streams(process) as (read, write):
+                    async with stdio.session_streams(process) as (read, write, wire):
                         from mcp.client.session import ClientSession
 
                         async with ClientSession(read, write, client_info=_client_info()) as session:
-                            with trio.fail_after(self._start_timeout):
+                            with trio.fail_after(self._start_timeout_for(config)):
                                 await session.initialize()
                                 tools = await _list_all_tools(session)
+                            srv.wire = wire
                             srv.session = session
                             srv.tools = {t.name: _tool_info(t) for t in tools}
                             self.started_in[name] = time.perf_counter() - clock
@@ -493,7 +681,7 @@ async def open_hub(
     servers: Mapping[str, ServerConfig],
     names: Iterable[str],
     *,
-    start_timeout: float = DEFAULT_START_TIMEOUT,
+    start_timeout: float | None = None,
     wait: bool = True,
     prespawned: Prespawned | None = None,
 ) -> AsyncIterator[Hub]:
@@ -501,7 +689,9 @@ async def open_hub(
 
     Raises ServerConfigError before anything starts if a name is not
     configured, and ServerStartError if any server fails to start; servers
-    that did start are closed first. With ``wait=False`` the hub is handed
+    that did start are closed first. Each server gets ``start_timeout``
+    seconds to start if given, else its own ``startTimeout``, else
+    DEFAULT_START_TIMEOUT. With ``wait=False`` the hub is handed
     over as soon as the processes exist, and ``await hub.wait_ready()`` is
     where that error surfaces: the caller's own work then overlaps the
     servers' start. Servers in ``prespawned`` (started before trio was

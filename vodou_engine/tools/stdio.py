@@ -8,21 +8,31 @@ waits for the slower of the two instead of their sum. Everything above the
 pipes (framing aside) is still the SDK: its session, its message types, its
 validation.
 
+The transport also keeps its own account of each ``tools/call`` (a
+:class:`CallWatch`, see :class:`Wire`): whether the request reached the pipe,
+whether a line with its id came back and what kind, whether the server's
+output ended, mid-line or not. The SDK folds all of that into one error code
+(a server's own -32000 error and a closed connection look the same), so the
+hub asks the transport, which saw the bytes, what really happened.
+
 The transport follows the spec's shutdown order (close stdin, wait, then
 terminate, then kill), bounded and shielded, so neither a cancelled caller nor
-a stuck server leaves a process behind. The server runs in its own process
-group so the whole tree it starts (``npx`` → ``node``, ``uvx`` → ``python``)
-is signalled together.
+a stuck server leaves a process behind. A server still working on a call its
+caller gave up on gets no stdin grace: it is terminated at once. The server
+runs in its own process group so the whole tree it starts (``npx`` → ``node``,
+``uvx`` → ``python``) is signalled together.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
+from contextvars import ContextVar
 from typing import IO, Any
 
 import trio
@@ -30,12 +40,13 @@ import trio
 from vodou_engine.servers import ServerConfig
 from vodou_engine.tools.process import STDIN_GRACE_S, TERM_GRACE_S, signal_group, start
 
-__all__ = ["ServerProcess", "load_sdk", "session_streams", "spawn", "stop"]
+__all__ = ["CURRENT_CALL", "CallWatch", "ServerProcess", "Wire", "load_sdk", "session_streams", "spawn", "stop"]
 
 FLUSH_S = 0.5
 """How long queued requests get to reach the server before it is told to stop."""
 
 _READ_CHUNK = 1 << 16
+_STRAY_KEPT = 5
 
 
 class ServerProcess:
@@ -55,17 +66,21 @@ class ServerProcess:
         if hasattr(os, "pidfd_open"):
             with suppress(OSError):
                 self._pidfd = os.pidfd_open(popen.pid)
+        # Trio lets one task at a time wait on a descriptor; a failing call and the
+        # shutdown may both want the exit status.
+        self._waiting = trio.Lock()
 
     @property
     def returncode(self) -> int | None:
         return self.popen.poll()
 
     async def wait(self) -> int:
-        if self._pidfd is not None:
-            while self.popen.poll() is None:
-                await trio.lowlevel.wait_readable(self._pidfd)
-        elif self.popen.poll() is None:
-            await trio.to_thread.run_sync(self.popen.wait, abandon_on_cancel=True)
+        async with self._waiting:
+            if self._pidfd is not None:
+                while self.popen.poll() is None:
+                    await trio.lowlevel.wait_readable(self._pidfd)
+            elif self.popen.poll() is None:
+                await trio.to_thread.run_sync(self.popen.wait, abandon_on_cancel=True)
         return self.popen.wait()
 
     def release(self) -> None:
@@ -73,6 +88,222 @@ class ServerProcess:
             fd, self._pidfd = self._pidfd, None
             trio.lowlevel.notify_closing(fd)
             os.close(fd)
+
+
+class CallWatch:
+    """What the transport saw of one ``tools/call``: the facts ``Hub.call`` judges its outcome by.
+
+    The hub puts one in :data:`CURRENT_CALL` before it calls the SDK; the
+    transport fills it in from the bytes it writes and reads.
+    """
+
+    __slots__ = ("request_id", "refused", "answered", "error_reply", "bad_reply", "scope", "caller_done")
+
+    def __init__(self, scope: trio.CancelScope | None = None):
+        self.request_id: Any = None
+        """Set when the request reaches the transport (the SDK chose its id)."""
+        self.refused = False
+        """The transport's writer was gone when the request was handed to it: it provably never left."""
+        self.answered = False
+        """A line with this request's id came back (well-formed or not)."""
+        self.error_reply = False
+        """That line was a JSON-RPC error object the server itself wrote."""
+        self.bad_reply: str | None = None
+        """Why a line with this request's id could not be parsed as JSON-RPC."""
+        self.scope = scope
+        """Cancelled by the transport when a reply for this call arrives unreadable:
+        the SDK would otherwise wait for a well-formed one until the call times out."""
+        self.caller_done = False
+        """``Hub.call`` has returned or raised (an answer, a timeout, or its caller was cancelled)."""
+
+    @property
+    def may_have_left(self) -> bool:
+        """False only when the request provably never reached the server's pipe."""
+        return self.request_id is not None and not self.refused
+
+    @property
+    def in_flight(self) -> bool:
+        return self.may_have_left and not self.answered
+
+
+CURRENT_CALL: ContextVar[CallWatch | None] = ContextVar("vodou_current_call", default=None)
+"""The call the current task is making; read by the transport when the SDK writes a ``tools/call``."""
+
+
+class Wire:
+    """The transport's own knowledge of one server connection."""
+
+    def __init__(self, process: ServerProcess):
+        self.process = process
+        self.calls: dict[Any, CallWatch] = {}
+        """Calls by request id, from the moment they are sent until they are answered, or
+        until their caller is done with them: a call its caller abandoned stays here,
+        unanswered, and makes the shutdown skip the stdin grace (:meth:`in_doubt`)."""
+        self.outstanding: set[Any] = set()
+        """Ids of every request written and not yet answered (the SDK's own included)."""
+        self.eof = False
+        """The server's output has ended (or the transport was shut down)."""
+        self.cut_off = 0
+        """Bytes of an unfinished line the output ended with."""
+        self.unfinished = 0
+        """Bytes of a line received so far without its newline."""
+        self.write_failed = False
+        """Writing to the server's stdin failed: it is gone, or closed its input."""
+        self.stray_ids: list[Any] = []
+        """Ids of the last replies that matched no request in flight."""
+        self.bad_lines = 0
+        """Lines that were not JSON-RPC and named no call in flight."""
+        self.last_bad_line: str | None = None
+
+    @property
+    def gone(self) -> bool:
+        """Nothing sent now can be answered: the server's output ended or its input broke.
+
+        (Not "the process exited": a launcher may exit and leave the real server,
+        its child, serving on the same pipes.)"""
+        return self.eof or self.write_failed
+
+    def in_doubt(self) -> bool:
+        """Some call was sent and not answered. Asked at shutdown, when every caller has
+        returned: such a call was given up on (cancelled, or timed out) while the server
+        may still be working on it."""
+        return any(watch.in_flight for watch in self.calls.values())
+
+    def finish(self, watch: CallWatch) -> None:
+        """The caller is done with ``watch``; an unanswered call stays on record until its reply comes."""
+        watch.caller_done = True
+        watch.scope = None  # nobody left to wake
+        if watch.request_id is not None and not watch.in_flight:
+            self.calls.pop(_key(watch.request_id), None)
+
+    # -- the transport's side ---------------------------------------------
+
+    def request_written(self, request_id: Any) -> None:
+        self.outstanding.add(_key(request_id))
+
+    def reply_read(self, request_id: Any, *, error: bool) -> None:
+        key = _key(request_id) if request_id is not None else None
+        if key in self.outstanding:
+            self.outstanding.discard(key)
+        else:
+            self.stray_ids = [*self.stray_ids, request_id][-_STRAY_KEPT:]
+        watch = self.calls.get(key)
+        if watch is not None:
+            watch.answered = True
+            watch.error_reply = error
+            if watch.caller_done:  # a late reply to a call given up on: nothing more to keep
+                del self.calls[key]
+
+    def bad_line_read(self, line: bytes, exc: Exception) -> None:
+        reason = _describe(line, exc)
+        request_id = _top_level_id(line)
+        watch = self.calls.get(_key(request_id)) if request_id is not None else None
+        if watch is None:
+            self.bad_lines += 1
+            self.last_bad_line = reason
+            return
+        self.outstanding.discard(_key(request_id))
+        watch.answered = True
+        watch.bad_reply = reason
+        if watch.caller_done:
+            del self.calls[_key(request_id)]
+        elif watch.scope is not None:
+            watch.scope.cancel()
+
+    def ended(self, unfinished: int) -> None:
+        self.eof = True
+        self.cut_off = unfinished
+
+
+def _key(request_id: Any) -> Any:
+    # The SDK's correlation rule ("7" and 7 are one id), so we match what it matches.
+    from mcp.shared.dispatcher import coerce_request_id
+
+    return coerce_request_id(request_id)
+
+
+_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.S)
+_ID_VALUE = re.compile(rb'\s*:\s*(-?\d+(?![.eE\d])|"(?:[^"\\]|\\.)*")', re.S)
+
+
+def _top_level_id(line: bytes) -> Any:
+    """The ``id`` member of a line that did not parse, found without parsing it (it may be
+    nested too deep for any parser); None when there is none to be had."""
+    import json
+
+    depth = 0
+    for match in _TOKEN.finditer(line):
+        token = match.group()
+        if token in (b"[", b"{"):
+            depth += 1
+        elif token in (b"]", b"}"):
+            depth -= 1
+        elif depth == 1 and token == b'"id"':
+            value = _ID_VALUE.match(line, match.end())
+            if value is not None:
+                try:
+                    found = json.loads(value.group(1))
+                except ValueError:
+                    return None
+                return found if isinstance(found, (int, str)) and not isinstance(found, bool) else None
+    return None
+
+
+def _describe(line: bytes, exc: Exception) -> str:
+    """Why a line is not JSON-RPC, in a few words (pydantic's own report lists every union member)."""
+    try:
+        errors = exc.errors()  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - not a pydantic error: say what it says
+        text = str(exc).strip().splitlines()
+        return text[0][:200] if text else type(exc).__name__
+    if errors and str(errors[0].get("msg", "")).startswith("Invalid JSON"):
+        return "invalid JSON: " + str(errors[0]["msg"]).removeprefix("Invalid JSON: ")[:200]
+    member = "JSONRPCError" if b'"error"' in line else "JSONRPCResponse"
+    for error in errors:
+        loc = tuple(error.get("loc", ()))
+        if loc[:1] == (member,):
+            where = ".".join(str(part) for part in loc[1:])
+            return f"not a valid JSON-RPC reply ({where}: {error.get('msg', '')})"[:200]
+    return "not a valid JSON-RPC message"
+
+
+class _WatchedWrites:
+    """The session's write stream: notes, in the caller's own task, which call a
+    ``tools/call`` request belongs to before handing it to the pipe writer."""
+
+    def __init__(self, inner: Any, wire: Wire):
+        self._inner = inner
+        self._wire = wire
+
+    async def send(self, item: Any) -> None:
+        import anyio
+        from mcp_types import JSONRPCRequest
+
+        watch = CURRENT_CALL.get()
+        message = item.message
+        if watch is None or watch.request_id is not None or not isinstance(message, JSONRPCRequest) or message.method != "tools/call":
+            await self._inner.send(item)
+            return
+        watch.request_id = message.id
+        self._wire.calls[_key(message.id)] = watch
+        try:
+            await self._inner.send(item)
+        except anyio.BrokenResourceError:
+            # anyio raises this only when the item was not taken: the writer had already ended.
+            watch.refused = True
+            raise
+
+    def close(self) -> None:
+        self._inner.close()
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _WatchedWrites:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 async def spawn(config: ServerConfig, stderr: IO[bytes]) -> ServerProcess:
@@ -96,8 +327,9 @@ async def load_sdk() -> None:
 
 
 @asynccontextmanager
-async def session_streams(process: ServerProcess) -> AsyncIterator[tuple[Any, Any]]:
-    """The (read, write) message streams a ``ClientSession`` takes, bridged to the process's pipes.
+async def session_streams(process: ServerProcess) -> AsyncIterator[tuple[Any, Any, Wire]]:
+    """The (read, write) message streams a ``ClientSession`` takes, bridged to the
+    process's pipes, and the :class:`Wire` that watches them.
 
     The SDK is imported here, after the spawn, so the two overlap. On exit,
     or if the import is cancelled, the server is stopped (see the module
@@ -112,29 +344,42 @@ async def session_streams(process: ServerProcess) -> AsyncIterator[tuple[Any, An
     import mcp_types
     from mcp.shared.message import SessionMessage
 
+    wire = Wire(process)
     to_session, read_stream = anyio.create_memory_object_stream[Any](0)
     write_stream, from_session = anyio.create_memory_object_stream[Any](0)
     writer_done = trio.Event()
     adapter = mcp_types.jsonrpc_message_adapter
+    replies = (mcp_types.JSONRPCResponse, mcp_types.JSONRPCError)
 
     async def read_pipe() -> None:
         pending = bytearray()  # grows in place: a result of many chunks is not copied per chunk
         try:
             async with to_session:
-                while chunk := await process.stdout.receive_some(_READ_CHUNK):
-                    pending += chunk
-                    if b"\n" not in chunk:
-                        continue
-                    *lines, rest = pending.split(b"\n")
-                    pending = bytearray(rest)
-                    for line in lines:
-                        if not line.strip():
+                try:
+                    while chunk := await process.stdout.receive_some(_READ_CHUNK):
+                        pending += chunk
+                        if b"\n" not in chunk:
+                            wire.unfinished = len(pending)
                             continue
-                        try:
-                            message: Any = SessionMessage(adapter.validate_json(line, by_name=False))
-                        except ValueError as exc:  # the session reports it against the pending request
-                            message = exc
-                        await to_session.send(message)
+                        *lines, rest = pending.split(b"\n")
+                        pending = bytearray(rest)
+                        wire.unfinished = len(pending)
+                        for line in lines:
+                            if not line.strip():
+                                continue
+                            try:
+                                message: Any = SessionMessage(adapter.validate_json(line, by_name=False))
+                            except ValueError as exc:  # the session reports it against the pending request
+                                wire.bad_line_read(bytes(line), exc)
+                                message = exc
+                            else:
+                                # Noted before the session sees it, so a caller woken by it finds the note.
+                                if isinstance(message.message, replies):
+                                    wire.reply_read(message.message.id, error=isinstance(message.message, mcp_types.JSONRPCError))
+                            await to_session.send(message)
+                finally:
+                    # Before the stream closes: the callers the SDK then wakes read this.
+                    wire.ended(len(pending.strip()))
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, trio.ClosedResourceError, trio.BrokenResourceError, OSError):
             pass  # the session or our own shutdown closed one end; nothing is left to deliver
 
@@ -142,9 +387,12 @@ async def session_streams(process: ServerProcess) -> AsyncIterator[tuple[Any, An
         try:
             async with from_session:
                 async for message in from_session:
+                    if isinstance(message.message, mcp_types.JSONRPCRequest):
+                        wire.request_written(message.message.id)
                     data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
                     await process.stdin.send_all(data.encode() + b"\n")
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, trio.ClosedResourceError, trio.BrokenResourceError, OSError):
+            wire.write_failed = True
             await to_session.aclose()  # the server is gone: let the session see end of stream
         finally:
             writer_done.set()
@@ -153,37 +401,44 @@ async def session_streams(process: ServerProcess) -> AsyncIterator[tuple[Any, An
         pipes.start_soon(read_pipe)
         pipes.start_soon(write_pipe)
         try:
-            yield read_stream, write_stream
+            yield read_stream, _WatchedWrites(write_stream, wire), wire
         finally:
             with trio.CancelScope(shield=True):
                 write_stream.close()
                 read_stream.close()
                 with trio.move_on_after(FLUSH_S):
                     await writer_done.wait()
-                await stop(process)
+                await stop(process, in_doubt=wire.in_doubt())
             pipes.cancel_scope.cancel()
 
 
-async def stop(process: ServerProcess) -> None:
-    """Close stdin, wait; then SIGTERM the process group, wait; then SIGKILL it. Always reaps."""
+async def stop(process: ServerProcess, *, in_doubt: bool = False) -> None:
+    """Close stdin, wait; then SIGTERM the process group, wait; then SIGKILL it. Always reaps.
+
+    ``in_doubt``: the server may still be working on a call nobody waits for
+    any more (a caller cancelled it, or it timed out, and no reply came). Such
+    a server is not given the stdin grace, which could let that work run on
+    for seconds after the run has moved past it: its group is sent SIGTERM
+    at once (stdin is closed only after the signal, so a server that exits on
+    end of input cannot slip out before it), then SIGKILL after TERM_GRACE_S.
+    """
     with trio.CancelScope(shield=True):
+        if in_doubt and process.returncode is None:
+            signal_group(process.popen, signal.SIGTERM)
         with suppress(trio.ClosedResourceError, trio.BrokenResourceError, OSError):
             await process.stdin.aclose()
-        with trio.move_on_after(STDIN_GRACE_S):
-            await process.wait()
-        for sig, grace in ((signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, None)):
-            if process.returncode is not None:
-                break
-            signal_group(process.popen, sig)
-            if grace is None:
+        if not in_doubt:
+            with trio.move_on_after(STDIN_GRACE_S):
                 await process.wait()
-            else:
-                with trio.move_on_after(grace):
-                    await process.wait()
+            if process.returncode is None:
+                signal_group(process.popen, signal.SIGTERM)
+        with trio.move_on_after(TERM_GRACE_S):
+            await process.wait()
+        if process.returncode is None:
+            signal_group(process.popen, signal.SIGKILL)
+            await process.wait()
         # Children the server left behind in its group go with it.
         signal_group(process.popen, signal.SIGKILL, leader_too=False)
         with suppress(trio.ClosedResourceError, OSError):
             await process.stdout.aclose()
         process.release()
-
-
