@@ -14,6 +14,8 @@ from .base import SqlRunStore, latest_version
 from .protocol import RunStore
 from .records import (
     APPROVAL_STATES,
+    ApproverRecord,
+    AuditRecord,
     DECISION_STATES,
     EFFECT_STATES,
     RUN_STATES,
@@ -40,18 +42,23 @@ def default_store_path() -> str:
     return str(base / "vodou" / "runs.db")
 
 
-def open_store(path_or_url: str | os.PathLike[str] | None = None) -> RunStore:
+def open_store(path_or_url: str | os.PathLike[str] | None = None, *, readonly: bool = False, create: bool = True) -> RunStore:
+    """The store at a path (SQLite) or URL. ``readonly``: for commands that only
+    look, on a file this user may not be able to write. ``create=False``: an
+    absent store is an error naming the path, not a new empty store."""
     location = default_store_path() if path_or_url is None else os.fspath(path_or_url)
     if location.startswith(POSTGRES_SCHEMES):
         raise StoreError(
             f"cannot open {location}: PostgreSQL stores are not available yet",
             hint="use a file path (a SQLite store) in VODOU_STORE for now",
         )
-    return SqliteRunStore(location)
+    return SqliteRunStore(location, readonly=readonly, create=create)
 
 
 __all__ = [
     "APPROVAL_STATES",
+    "ApproverRecord",
+    "AuditRecord",
     "DECISION_STATES",
     "EFFECT_STATES",
     "RUN_STATES",

@@ -26,6 +26,7 @@ import msgspec
 from ..errors import (
     AlreadyDecidedError,
     ExpiredError,
+    LostRunError,
     NotAllowedError,
     RefusedError,
     StaleError,
@@ -33,13 +34,18 @@ from ..errors import (
     UnknownRunError,
     VodouError,
 )
+from ..states import ApprovalState, EffectState, RunState
 from .records import (
     APPROVAL_STATES,
     DECISION_STATES,
     EFFECT_STATES,
+    RESUMABLE_RUN_STATES,
     RUN_STATES,
+    SETTLEABLE_EFFECT_STATES,
     TERMINAL_RUN_STATES,
     ApprovalRecord,
+    ApproverRecord,
+    AuditRecord,
     EffectRecord,
     EventRecord,
     NodeRecord,
@@ -49,6 +55,8 @@ from .records import (
 # Tables every store of schema version >= 1 has; used to tell a damaged store
 # from a healthy one before touching it.
 CORE_TABLES = frozenset({"schema_version", "runs", "nodes", "approvals", "effects", "events"})
+# Tables added by later migrations: a store of that version must have them too.
+TABLES_SINCE = {2: frozenset({"approvers", "audit"})}
 
 RUNS_HINT = "`recipe runs` lists the runs in this store"
 
@@ -217,6 +225,8 @@ _NODE_COLS = _cols(NodeRecord)
 _APPROVAL_COLS = _cols(ApprovalRecord)
 _EFFECT_COLS = _cols(EffectRecord)
 _EVENT_COLS = _cols(EventRecord)
+_APPROVER_COLS = _cols(ApproverRecord)
+_AUDIT_COLS = _cols(AuditRecord)
 
 
 def _values(record: type[msgspec.Struct]) -> str:
@@ -229,17 +239,37 @@ def _values(record: type[msgspec.Struct]) -> str:
 INSERT_RUN = f"INSERT INTO runs ({_RUN_COLS}) VALUES {_values(RunRecord)}"
 SELECT_RUN = f"SELECT {_RUN_COLS} FROM runs WHERE id = ?"
 RUN_EXISTS = "SELECT 1 FROM runs WHERE id = ?"
-LIST_RUNS = f"SELECT {_RUN_COLS} FROM runs ORDER BY created_at DESC, id DESC LIMIT ?"
-LIST_RUNS_IN = f"SELECT {_RUN_COLS} FROM runs WHERE state = ? ORDER BY created_at DESC, id DESC LIMIT ?"
+LIST_RUNS = f"SELECT {_RUN_COLS} FROM runs"
+LIST_RUNS_ORDER = " ORDER BY created_at DESC, id DESC LIMIT ?"
 RECENT_RUN_IDS = "SELECT id FROM runs ORDER BY created_at DESC LIMIT 2000"
 RUN_IDS_WITH_PREFIX = "SELECT id FROM runs WHERE substr(id, 1, ?) = ? ORDER BY created_at DESC LIMIT 5"
-SET_RUN_STATE = "UPDATE runs SET state = ?, updated_at = ?, ended_at = ?, error = ? WHERE id = ?"
+SET_RUN_STATE = (
+    "UPDATE runs SET state = ?, updated_at = ?, ended_at = ?, error = ?, "
+    "owner = CASE WHEN ? = 'running' THEN owner ELSE NULL END, "
+    "lease_expires_at = CASE WHEN ? = 'running' THEN lease_expires_at ELSE NULL END WHERE id = ?"
+)
+# Taking a run: resumable, or running under an owner that is gone (its lease ran
+# out, or the caller saw its process dead and names it).
+TAKE_RUN = (
+    "UPDATE runs SET state = 'running', owner = ?, lease_expires_at = ?, updated_at = ? WHERE id = ? AND ("
+    "state IN ('parked', 'interrupted') OR (state = 'running' AND ("
+    "owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at < ? OR owner = ?)))"
+)
+RENEW_LEASE = "UPDATE runs SET lease_expires_at = ? WHERE id = ? AND state = 'running' AND owner = ?"
+RUN_OWNER = "SELECT state, owner FROM runs WHERE id = ?"
+WITHDRAW_RUN = (
+    "UPDATE approvals SET state = 'withdrawn', decided_at = ?, reason = ? WHERE run_id = ? AND state = 'pending'"
+)
+WITHDRAW_NODE = (
+    "UPDATE approvals SET state = 'withdrawn', decided_at = ?, reason = ? "
+    "WHERE run_id = ? AND node_id = ? AND state = 'pending'"
+)
 
 UPSERT_NODE = (
     f"INSERT INTO nodes (run_id, {_NODE_COLS}) VALUES {_in(len(NodeRecord.__struct_fields__) + 1)} "
     "ON CONFLICT (run_id, node_id) DO UPDATE SET state = excluded.state, "
     "output_json = excluded.output_json, error = excluded.error, started_at = excluded.started_at, "
-    "ended_at = excluded.ended_at, attempts = excluded.attempts"
+    "ended_at = excluded.ended_at, attempts = excluded.attempts, ready_at = excluded.ready_at"
 )
 SELECT_NODES = f"SELECT {_NODE_COLS} FROM nodes WHERE run_id = ? ORDER BY node_id"
 
@@ -273,7 +303,8 @@ FINISH_EFFECT = (
 )
 SETTLE_EFFECT = (
     "UPDATE effects SET state = ?, settled_by = ?, result_json = COALESCE(?, result_json), error = ?, "
-    "ended_at = COALESCE(ended_at, ?) WHERE run_id = ? AND step = ? AND state = 'unknown'"
+    "ended_at = COALESCE(ended_at, ?) WHERE run_id = ? AND step = ? AND state IN ('unknown', 'failed') "
+    "AND settled_by IS NULL"
 )
 MARK_UNKNOWN = (
     "UPDATE effects SET state = 'unknown', error = COALESCE(error, ?) WHERE run_id = ? AND state = 'executing'"
@@ -283,6 +314,14 @@ INTERRUPTED = "the process running this effect ended before it reported back; it
 INSERT_EVENT = "INSERT INTO events (run_id, ts, kind, node_id, actor, data_json) VALUES (?, ?, ?, ?, ?, ?)"
 SELECT_EVENTS = f"SELECT {_EVENT_COLS} FROM events WHERE run_id = ? AND seq > ? ORDER BY seq"
 SELECT_EVENTS_LIMIT = SELECT_EVENTS + " LIMIT ?"
+
+INSERT_APPROVER = f"INSERT INTO approvers ({_APPROVER_COLS}) VALUES {_values(ApproverRecord)}"
+UPDATE_APPROVER = "UPDATE approvers SET token_sha256 = ?, created_at = ?, created_by = ? WHERE name = ?"
+SELECT_APPROVER = f"SELECT {_APPROVER_COLS} FROM approvers WHERE name = ?"
+SELECT_APPROVERS = f"SELECT {_APPROVER_COLS} FROM approvers ORDER BY name"
+DELETE_APPROVER = "DELETE FROM approvers WHERE name = ?"
+INSERT_AUDIT = "INSERT INTO audit (ts, kind, actor, run_id, data_json) VALUES (?, ?, ?, ?, ?)"
+SELECT_AUDIT = f"SELECT {_AUDIT_COLS} FROM audit WHERE seq > ? ORDER BY seq"
 
 CREATE_SCHEMA_VERSION = (
     "CREATE TABLE IF NOT EXISTS schema_version ("
@@ -471,12 +510,18 @@ class SqlRunStore:
         started_by: str,
         state: str = "running",
         now: float | None = None,
+        owner: str | None = None,
+        lease_s: float | None = None,
+        servers_json: Any = "{}",
     ) -> None:
+        """A new run; one created ``running`` under ``owner`` holds a lease of ``lease_s``."""
         _check_states((state,), RUN_STATES, "run state")
         now = _now(now)
         ended = now if state in TERMINAL_RUN_STATES else None
+        lease = now + lease_s if owner is not None and lease_s is not None else None
         row = (run_id, recipe_name, recipe_path, source_sha256, _text(plan_json), plan_fingerprint,
-               _text(inputs_json), started_by, state, now, now, ended, None)  # fmt: skip
+               _text(inputs_json), started_by, state, now, now, ended, None, owner, lease,
+               _text(servers_json))  # fmt: skip
         try:
             with self._write() as cur:
                 cur.execute(self._q(INSERT_RUN), row)
@@ -489,13 +534,29 @@ class SqlRunStore:
             raise self._unknown_run(run_id)
         return RunRecord(*row)
 
-    def list_runs(self, limit: int = 50, *, state: str | None = None) -> list[RunRecord]:
-        """Newest first."""
-        if state is None:
-            rows = self._all(LIST_RUNS, (limit,))
-        else:
-            rows = self._all(LIST_RUNS_IN, (state, limit))
-        return [RunRecord(*r) for r in rows]
+    def list_runs(
+        self,
+        limit: int = 50,
+        *,
+        state: str | Iterable[str] | None = None,
+        recipe: str | None = None,
+        since: float | None = None,
+    ) -> list[RunRecord]:
+        """Newest first; ``recipe`` matches the recipe's name, ``since`` the creation time."""
+        where: list[str] = []
+        params: list[Any] = []
+        if state is not None:
+            states = _states(state, RUN_STATES, "run state")
+            where.append("state IN " + _in(len(states)))
+            params.extend(states)
+        if recipe is not None:
+            where.append("recipe_name = ?")
+            params.append(recipe)
+        if since is not None:
+            where.append("created_at >= ?")
+            params.append(since)
+        sql = LIST_RUNS + (" WHERE " + " AND ".join(where) if where else "") + LIST_RUNS_ORDER
+        return [RunRecord(*r) for r in self._all(sql, (*params, limit))]
 
     def set_run_state(
         self,
@@ -505,33 +566,98 @@ class SqlRunStore:
         expected: str | Iterable[str] | None,
         error: str | None = None,
         now: float | None = None,
+        owner: str | None = None,
     ) -> bool:
-        """Compare-and-set; False means another writer moved the run first."""
+        """Compare-and-set; False means another writer moved the run first.
+
+        ``owner``: only while the run is still held by that owner. Leaving
+        ``running`` clears the owner; reaching a final state withdraws every
+        question still pending, so nobody can decide for a run that is over.
+        """
         _check_states((new,), RUN_STATES, "run state")
         now = _now(now)
-        params: tuple = (new, now, now if new in TERMINAL_RUN_STATES else None, error, run_id)
+        params: tuple = (new, now, now if new in TERMINAL_RUN_STATES else None, error, new, new, run_id)
         sql = SET_RUN_STATE
         if expected is not None:
             states = _states(expected, RUN_STATES, "run state")
             sql += " AND state IN " + _in(len(states))
             params += states
+        if owner is not None:
+            sql += " AND owner = ?"
+            params += (owner,)
         with self._write() as cur:
             cur.execute(self._q(sql), params)
             won = cur.rowcount == 1
             if not won:
                 self._require_run(run_id)
+            elif new in TERMINAL_RUN_STATES:
+                cur.execute(self._q(WITHDRAW_RUN), (now, f"the run ended {new}", run_id))
         return won
+
+    # -- owners -----------------------------------------------------------
+
+    def take_run(self, run_id: str, owner: str, *, lease_s: float, dead_owner: str | None = None, now: float | None = None) -> bool:
+        """Make ``owner`` the one driver of a run: True if it won.
+
+        A run can be taken when it is parked or interrupted, or running under
+        an owner that is gone: no owner, a lease that ran out, or the
+        ``dead_owner`` the caller found dead (a process on this host that no
+        longer exists). Two callers racing for it: one wins.
+        """
+        now = _now(now)
+        with self._write() as cur:
+            cur.execute(self._q(TAKE_RUN), (owner, now + lease_s, now, run_id, now, dead_owner))
+            won = cur.rowcount == 1
+            if not won:
+                self._require_run(run_id)
+        return won
+
+    def renew_lease(self, run_id: str, owner: str, *, lease_s: float, now: float | None = None) -> bool:
+        """Extend the owner's claim; False: the run was taken, cancelled or ended meanwhile."""
+        with self._write() as cur:
+            cur.execute(self._q(RENEW_LEASE), (_now(now) + lease_s, run_id, owner))
+            return cur.rowcount == 1
+
+    def _check_owner(self, cur: Any, run_id: str, owner: str | None) -> None:
+        """Inside a write: refuse unless ``owner`` still drives ``run_id`` (None: no check)."""
+        if owner is None:
+            return
+        cur.execute(self._q(RUN_OWNER), (run_id,))
+        row = cur.fetchone()
+        if row is None:
+            raise self._unknown_run(run_id)
+        state, holder = row
+        if state != RunState.RUNNING or holder != owner:
+            raise LostRunError(
+                f"run {run_id} is no longer driven by this process (it is {state}"
+                + (f", held by {holder}" if holder and holder != owner else "")
+                + "); nothing more was written",
+                run=run_id,
+                state=state,
+            )
+
+    def withdraw(self, run_id: str, node_id: str, *, reason: str, owner: str | None = None, now: float | None = None) -> int:
+        """The pending question of one gate can no longer be decided (its branch was dropped)."""
+        now = _now(now)
+        with self._write() as cur:
+            self._check_owner(cur, run_id, owner)
+            cur.execute(self._q(WITHDRAW_NODE), (now, reason, run_id, node_id))
+            n = cur.rowcount
+            if n:
+                self._insert_event(cur, run_id, "approval.withdrawn", node_id, None, _json({"reason": reason}), now)
+            return n
 
     # -- nodes ------------------------------------------------------------
 
-    def save_nodes(self, run_id: str, records: Iterable[NodeRecord]) -> None:
+    def save_nodes(self, run_id: str, records: Iterable[NodeRecord], *, owner: str | None = None) -> None:
         """Upsert many node states in one transaction (the runtime batches)."""
-        rows = [(run_id, r.node_id, r.state, _text(r.output_json), r.error, r.started_at, r.ended_at, r.attempts)
-                for r in records]  # fmt: skip
+        rows = [(run_id, r.node_id, r.state, _text(r.output_json), r.error, r.started_at, r.ended_at, r.attempts,
+                 r.ready_at) for r in records]  # fmt: skip
         if not rows:
             return
         try:
             with self._write() as cur:
+                self._check_owner(cur, run_id, owner)
                 cur.executemany(self._q(UPSERT_NODE), rows)
         except self._d.IntegrityError as exc:
             raise self._integrity(exc, run_id, "node") from exc
@@ -544,7 +670,7 @@ class SqlRunStore:
 
     # -- approvals --------------------------------------------------------
 
-    def ask(self, approval: ApprovalRecord) -> None:
+    def ask(self, approval: ApprovalRecord, *, owner: str | None = None) -> None:
         """Open a question; any older question for the same step, open or approved but unused, is superseded."""
         a = approval
         if a.state != "pending" or a.decided_by or a.decided_at is not None or a.superseded_by:
@@ -552,6 +678,7 @@ class SqlRunStore:
         row = tuple(_text(v) for v in msgspec.structs.astuple(a))
         try:
             with self._write() as cur:
+                self._check_owner(cur, a.run_id, owner)
                 cur.execute(self._q(PENDING_FOR_STEP + self._d.for_update), (a.run_id, a.step))
                 older = [r[0] for r in cur.fetchall()]
                 if older:
@@ -671,6 +798,7 @@ class SqlRunStore:
         idempotency_key: str,
         payload_json: Any,
         now: float | None = None,
+        owner: str | None = None,
     ) -> bool:
         """Claim the one execution of an approved step.
 
@@ -682,6 +810,7 @@ class SqlRunStore:
         """
         now = _now(now)
         with self._write() as cur:
+            self._check_owner(cur, run_id, owner)
             cur.execute(self._q(SELECT_APPROVAL), (approval_id,))
             row = cur.fetchone()
             if row is None:
@@ -700,6 +829,7 @@ class SqlRunStore:
         idempotency_key: str,
         payload_json: Any,
         now: float | None = None,
+        owner: str | None = None,
     ) -> bool:
         """Claim the one execution of a step the plan marks ``without asking``.
 
@@ -709,6 +839,7 @@ class SqlRunStore:
         """
         params = (run_id, step, None, fingerprint, idempotency_key, _text(payload_json), _now(now))
         with self._write() as cur:
+            self._check_owner(cur, run_id, owner)
             cur.execute(self._q(INSERT_EFFECT), params)
             return cur.rowcount == 1
 
@@ -760,7 +891,9 @@ class SqlRunStore:
         reason: str | None = None,
         now: float | None = None,
     ) -> EffectRecord:
-        """A person's word on an effect nobody knows the fate of (reconcile)."""
+        """A person's word on an effect nobody knows the fate of (reconcile): one left
+        ``unknown``, or one the server reported failed (it may have acted anyway).
+        Each effect is settled once."""
         now = _now(now)
         state = "executed" if executed else "failed"
         error = None if executed else (reason or f"did not happen, according to {by}")
@@ -780,7 +913,8 @@ class SqlRunStore:
         e = EffectRecord(*row)
         by = f", settled by {e.settled_by}" if e.settled_by else ""
         return RefusedError(
-            f"the effect of step {step!r} in run {run_id} is {e.state}{by}, not unknown; nothing was changed"
+            f"the effect of step {step!r} in run {run_id} is {e.state}{by}; only an effect left unknown, "
+            "or one the server reported failed, can be settled, once; nothing was changed"
         )
 
     def mark_unknown(self, run_id: str, *, now: float | None = None) -> int:
@@ -823,6 +957,41 @@ class SqlRunStore:
         if not rows and after == 0:
             self._require_run(run_id)
         return [EventRecord(*r) for r in rows]
+
+    # -- identity and the store-wide audit log ------------------------------
+
+    def set_approver(self, name: str, token_sha256: str, *, by: str, now: float | None = None) -> None:
+        """Add a person who may act under ``name``, or give them a new secret (the old one stops working)."""
+        now = _now(now)
+        with self._write() as cur:
+            cur.execute(self._q(UPDATE_APPROVER), (token_sha256, now, by, name))
+            if cur.rowcount == 0:
+                cur.execute(self._q(INSERT_APPROVER), (name, token_sha256, now, by))
+            cur.execute(self._q(INSERT_AUDIT), (now, "approver.set", by, None, _json({"name": name})))
+
+    def get_approver(self, name: str) -> ApproverRecord | None:
+        row = self._one(SELECT_APPROVER, (name,))
+        return None if row is None else ApproverRecord(*row)
+
+    def approvers_list(self) -> list[ApproverRecord]:
+        return [ApproverRecord(*r) for r in self._all(SELECT_APPROVERS, ())]
+
+    def remove_approver(self, name: str, *, by: str, now: float | None = None) -> bool:
+        now = _now(now)
+        with self._write() as cur:
+            cur.execute(self._q(DELETE_APPROVER), (name,))
+            gone = cur.rowcount == 1
+            if gone:
+                cur.execute(self._q(INSERT_AUDIT), (now, "approver.removed", by, None, _json({"name": name})))
+        return gone
+
+    def audit(self, kind: str, *, actor: str | None, run_id: str | None = None, data: dict[str, Any] | None = None, now: float | None = None) -> None:
+        """Record an attempt in the store-wide log (no run needed: the run may not exist)."""
+        with self._write() as cur:
+            cur.execute(self._q(INSERT_AUDIT), (_now(now), kind, actor, run_id, _json(data or {})))
+
+    def audit_log(self, *, after: int = 0) -> list[AuditRecord]:
+        return [AuditRecord(*r) for r in self._all(SELECT_AUDIT, (after,))]
 
 
 def describe_decision(a: ApprovalRecord) -> str:

@@ -14,18 +14,16 @@ from __future__ import annotations
 
 from msgspec import Struct
 
-RUN_STATES = frozenset({"running", "parked", "succeeded", "failed", "declined", "cancelled"})
-# A run in one of these never runs again, so it gets an ``ended_at``.
-TERMINAL_RUN_STATES = frozenset({"succeeded", "failed", "declined", "cancelled"})
-
-# A node in one of these never runs again in its run: a resume needs no server for it.
-TERMINAL_NODE_STATES = frozenset({"succeeded", "failed", "cancelled", "skipped", "rejected"})
-
-APPROVAL_STATES = frozenset({"pending", "approved", "rejected", "expired", "superseded"})
-# ``superseded`` is only reached through ``ask``: a newer question replaced it.
-DECISION_STATES = frozenset({"approved", "rejected", "expired"})
-
-EFFECT_STATES = frozenset({"executing", "executed", "failed", "unknown"})
+from ..states import (  # noqa: F401 - re-exported: the store names states through these
+    APPROVAL_STATES,
+    DECISION_STATES,
+    EFFECT_STATES,
+    RESUMABLE_RUN_STATES,
+    RUN_STATES,
+    SETTLEABLE_EFFECT_STATES,
+    TERMINAL_NODE_STATES,
+    TERMINAL_RUN_STATES,
+)
 
 
 class RunRecord(Struct, frozen=True):
@@ -42,6 +40,11 @@ class RunRecord(Struct, frozen=True):
     updated_at: float
     ended_at: float | None = None
     error: str | None = None
+    owner: str | None = None
+    """The process driving the run (``host:pid:start``), while it is ``running``."""
+    lease_expires_at: float | None = None
+    servers_json: str = "{}"
+    """The server bindings the run was started with (``binding.py``)."""
 
 
 class NodeRecord(Struct, frozen=True, gc=False):
@@ -54,6 +57,8 @@ class NodeRecord(Struct, frozen=True, gc=False):
     started_at: float | None = None
     ended_at: float | None = None
     attempts: int = 0
+    ready_at: float | None = None
+    """When the node could have started; ``started_at`` is when its own work began."""
 
 
 class ApprovalRecord(Struct, frozen=True):
@@ -97,6 +102,22 @@ class EffectRecord(Struct, frozen=True):
     error: str | None = None
     ended_at: float | None = None
     settled_by: str | None = None
+
+
+class ApproverRecord(Struct, frozen=True):
+    name: str
+    token_sha256: str
+    created_at: float
+    created_by: str
+
+
+class AuditRecord(Struct, frozen=True):
+    seq: int
+    ts: float
+    kind: str
+    actor: str | None = None
+    run_id: str | None = None
+    data_json: str = "{}"
 
 
 class EventRecord(Struct, frozen=True):

@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import StoreError, VodouError
-from .base import CORE_TABLES, Dialect, SqlRunStore, latest_version, newer_store_error
+from ..errors import StoreError, StoreMissingError, VodouError
+from .base import CORE_TABLES, TABLES_SINCE, Dialect, SqlRunStore, latest_version, newer_store_error
 
 BUSY_TIMEOUT_MS = 5000
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -101,28 +101,65 @@ def damaged(location: str, detail: str) -> StoreError:
 class SqliteRunStore(SqlRunStore):
     """A run store in one SQLite file, shared safely by many processes."""
 
-    def __init__(self, path: str | os.PathLike[str], *, verify: bool = False):
+    def __init__(self, path: str | os.PathLike[str], *, verify: bool = False, readonly: bool = False, create: bool = True):
         """``verify`` reads every page first (about 2 ms per MB) instead of
         trusting the file until a damaged page is touched; a store about to be
-        migrated is always verified."""
+        migrated is always verified. ``readonly`` opens it for reading only
+        (the commands that only look: it works on a file this user cannot
+        write, and it never creates or upgrades one). ``create=False``
+        refuses a path where no store exists yet, instead of creating one."""
         p = Path(os.fspath(path)).expanduser()
         location = str(p)
-        if not inspect_file(p, verify=verify):
+        exists = inspect_file(p, verify=verify)
+        if not exists and (readonly or not create):
+            raise StoreMissingError(
+                f"there is no run store at {location}; nothing was created",
+                hint="check the path given with --store or VODOU_STORE; a store is created by the first run",
+                path=location,
+            )
+        if not exists:
             try:
                 p.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise StoreError(f"cannot create the store at {location}: {exc.strerror}") from exc
         dialect = SqliteDialect()
         try:
-            conn = _connect(p)
+            conn = _connect_readonly(p) if readonly else _connect(p)
         except sqlite3.Error as exc:
             raise (dialect.store_error(exc, location) or StoreError(f"cannot open {location}: {exc}")) from exc
         super().__init__(conn, dialect, location)
         try:
-            self._prepare_schema()
+            if readonly:
+                self._require_current_schema()
+            else:
+                self._prepare_schema()
         except BaseException:
             self.close()
             raise
+
+    def _require_current_schema(self) -> None:
+        found = self.schema_version()
+        if found != latest_version():
+            raise StoreError(
+                f"the store at {self.location} has schema version {found}, and this vodou_engine reads version "
+                f"{latest_version()}; a read-only open cannot upgrade it, so nothing was read",
+                hint="it is upgraded the next time a command that writes (run, approve, resume) opens it",
+            )
+
+
+def _connect_readonly(path: Path) -> sqlite3.Connection:
+    """A connection that cannot write. A WAL store needs its shared-memory file;
+    where this user cannot create it (a read-only directory), the file is read
+    as immutable instead: a reader here cannot be racing a writer it shares
+    permissions with."""
+    uri = path.resolve().as_uri()
+    try:
+        conn = sqlite3.connect(uri + "?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.OperationalError:
+        conn = sqlite3.connect(uri + "?immutable=1", uri=True, isolation_level=None, check_same_thread=False)
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    return conn
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -208,7 +245,7 @@ def inspect_file(path: Path, *, verify: bool = False) -> bool:
         version = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] or 0
         if version > latest_version():
             raise newer_store_error(location, version, latest_version())
-        missing = CORE_TABLES - tables
+        missing = CORE_TABLES.union(*(t for v, t in TABLES_SINCE.items() if version >= v)) - tables
         if version >= 1 and missing:
             raise damaged(location, f"tables missing: {', '.join(sorted(missing))}")
         for table in sorted(CORE_TABLES):
