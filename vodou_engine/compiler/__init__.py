@@ -21,11 +21,28 @@ __all__ = ["compile_recipe", "load_plan", "load_source", "read_recipe_file"]
 
 def read_recipe_file(path: str) -> str:
     """Read a recipe as UTF-8, with a positioned error for bad bytes."""
+    return decode_utf8(_read(path), path)
+
+
+def _read(path: str) -> bytes:
+    """A recipe or actions.json file's bytes: a regular file of bounded size only
+    (a FIFO would block, ``/dev/zero`` would never end)."""
+    from ..limits import MAX_FILE_BYTES, NotAFile, TooLarge, read_regular_file
+
     try:
-        data = Path(path).read_bytes()
+        return read_regular_file(path)
+    except (NotAFile, TooLarge) as exc:
+        raise RecipeError(
+            f"cannot read {path}: {exc.strerror}",
+            path=path,
+            hint=f"give the path of a .recipe file or an actions.json (a regular file of at most {MAX_FILE_BYTES // (1024 * 1024)} MiB)",
+        ) from None
     except OSError as exc:
-        raise RecipeError(f"cannot read {path}: {exc.strerror}", path=path, hint="check the path") from None
-    return decode_utf8(data, path)
+        raise RecipeError(
+            f"cannot read {path}: {exc.strerror}",
+            path=path,
+            hint="give the path of a .recipe file or an actions.json" if not os.path.exists(path) else "check its permissions",
+        ) from None
 
 
 def decode_utf8(data: bytes, path: str | None) -> str:
@@ -102,7 +119,12 @@ def _compile(source, policy: Policy, hints: Mapping[str, Hints | None] | None) -
 def load_plan(data: bytes | str, path: str | None = None, *, policy: Policy | None = None, refresh: bool = False) -> Plan:
     """Decode and verify an actions.json; the fingerprint must match unless refreshing."""
     from ..graph.verify import check
+    from ..limits import TooDeep, check_json_depth
 
+    try:
+        check_json_depth(data)
+    except TooDeep as exc:
+        raise PlanError(f"not a valid actions.json: {exc}", path=path, hint="compile the recipe again with `recipe compile`") from None
     plan = decode_plan(data, path=path)
     try:
         check(plan, policy or Policy(), path=path)
@@ -141,14 +163,7 @@ def load_source(
     ``memo`` lets a recipe's verified plan come from the compile memo
     (compiler/cache.py); only the card and ``compile`` use it, never ``run``.
     """
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise RecipeError(
-            f"cannot read {path}: {exc.strerror}",
-            path=path,
-            hint="give the path of a .recipe file or an actions.json" if not os.path.exists(path) else "check its permissions",
-        ) from None
+    data = _read(path)
     if looks_like_plan(path, data):
         return load_plan(data, path, policy=policy, refresh=refresh), None
     text = decode_utf8(data, path)

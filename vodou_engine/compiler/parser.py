@@ -22,11 +22,11 @@ from lark.indenter import Indenter
 from lark.lexer import ContextualLexer, PatternStr, UnlessCallback
 
 from ..errors import RecipeError
+from ..limits import MAX_DEPTH  # nesting of JSON brackets, and of indented blocks
 from . import ast
 
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 MAX_DURATION = 365 * 86400
-MAX_DEPTH = 100  # nesting of JSON brackets, and of indented blocks
 
 
 class Source:
