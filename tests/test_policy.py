@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 import sys
 import textwrap
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -13,11 +16,18 @@ import pytest
 
 from conftest import RECIPES, Cli, demo_calls
 from vodou_engine.errors import EXIT_USAGE, PolicyError
+from vodou_engine.limits import MAX_FILE_BYTES
 from vodou_engine.plan import decode_plan, encode_plan, with_fingerprint
 from vodou_engine.policy import (
+    AMBIGUOUS_WORDS,
     BUILTIN_TOOLS,
+    CODE_WORDS,
+    CONNECTORS,
     CRITICAL_VERBS,
+    PARTICLES,
+    READ_NOUNS,
     READ_VERBS,
+    SAFE_WORDS,
     WRITE_VERBS,
     Hints,
     Policy,
@@ -83,22 +93,30 @@ def test_the_strongest_verb_wins(tool, risk, word):
     assert verb_risk(tool) == (risk, f"verb '{word}'")
 
 
-@pytest.mark.parametrize("tool", ["frobnicate", "do", "thing", "calendar_events", "", "42"])
-def test_a_name_with_no_known_verb_is_write(tool):
+@pytest.mark.parametrize("tool", ["thing", "calendar_events", "", "42", "me_and_my_files"])
+def test_a_name_with_no_read_verb_is_write(tool):
+    # only harmless words, but nothing says the tool only looks: no positive evidence
     assert verb_risk(tool) == ("write", "no known verb: write (fail closed)")
 
 
-def test_the_verb_lists_do_not_overlap():
-    assert not READ_VERBS & WRITE_VERBS
-    assert not READ_VERBS & CRITICAL_VERBS
-    assert not WRITE_VERBS & CRITICAL_VERBS
+@pytest.mark.parametrize("tool, word", [("frobnicate", "frobnicate"), ("do", "do"), ("get_frob", "frob"), ("list_widgets_xyzzy", "xyzzy")])
+def test_an_unknown_word_is_write_even_beside_a_read_verb(tool, word):
+    assert verb_risk(tool) == ("write", f"unknown word '{word}': write (fail closed)")
+
+
+def test_the_vocabularies_do_not_overlap():
+    vocabularies = [READ_VERBS, READ_NOUNS, WRITE_VERBS, CODE_WORDS, CRITICAL_VERBS, PARTICLES, AMBIGUOUS_WORDS, CONNECTORS, SAFE_WORDS]
+    for i, a in enumerate(vocabularies):
+        for b in vocabularies[i + 1 :]:
+            assert not a & b, sorted(a & b)
 
 
 def test_no_policy_means_the_verb_rule():
     p = Policy()
     assert p.assess("slack", "slack_post_message") == ("write", "verb 'post'")
     assert p.assess("gmail", "messages_list") == ("read", "verb 'list'")
-    assert p.assess("x", "frobnicate") == ("write", "no known verb: write (fail closed)")
+    assert p.assess("x", "frobnicate") == ("write", "unknown word 'frobnicate': write (fail closed)")
+    assert p.assess("x", "calendar_events") == ("write", "no known verb: write (fail closed)")
 
 
 # -- the policy file ------------------------------------------------------------------------
@@ -180,7 +198,8 @@ def test_an_untrusted_server_never_lowers():
     p = Policy()
     assert p.assess("slack", "slack_post_message", Hints(read_only=True)) == ("write", "verb 'post'")
     assert p.assess("cal", "delete-event", Hints(read_only=True, destructive=False)) == ("critical", "verb 'delete'")
-    assert p.assess("x", "frobnicate", Hints(read_only=True)) == ("write", "no known verb: write (fail closed)")
+    assert p.assess("x", "frobnicate", Hints(read_only=True)) == ("write", "unknown word 'frobnicate': write (fail closed)")
+    assert p.assess("x", "get_and_exec", Hints(read_only=True)) == ("write", "word 'exec' (runs code)")
     assert p.floor("slack", "slack_post_message") == "write"
 
 
@@ -301,6 +320,74 @@ def test_a_missing_named_policy_file_is_an_error(tmp_path):
     assert "gone.toml" in str(info.value) and info.value.exit_code == EXIT_USAGE
 
 
+def _load_with_deadline(path, seconds: float = 10.0):
+    """load_policy(path) in a thread: a read that blocks fails the test instead of hanging it."""
+    outcome: dict = {}
+
+    def run():
+        try:
+            outcome["policy"] = load_policy(str(path), environ={})
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive() and stat.S_ISFIFO(os.stat(path).st_mode):
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))  # let the blocked reader go
+    assert not worker.is_alive(), f"load_policy({path}) did not return within {seconds}s"
+    return outcome
+
+
+def _assert_invalid(outcome, path, *words):
+    error = outcome.get("error")
+    assert isinstance(error, PolicyError), outcome
+    assert error.exit_code == EXIT_USAGE
+    assert str(path) in str(error)
+    for word in words:
+        assert word in str(error)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_fifo_as_the_policy_file_is_refused_without_waiting(tmp_path):
+    fifo = tmp_path / "policy.fifo"
+    os.mkfifo(fifo)
+    _assert_invalid(_load_with_deadline(fifo), fifo, "not a regular file")
+
+
+def test_a_directory_as_the_policy_file_is_refused(tmp_path):
+    _assert_invalid(_load_with_deadline(tmp_path), tmp_path, "directory")
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["[" * 5000 + "]" * 5000, "{a = " * 5000 + "1" + "}" * 5000],
+    ids=["arrays", "inline-tables"],
+)
+def test_a_value_nested_thousands_deep_is_an_invalid_policy_file(tmp_path, value):
+    path = tmp_path / "deep.toml"
+    path.write_text(f'[tools."a.b"]\nrisk = {value}\n')
+    outcome = _load_with_deadline(path)
+    _assert_invalid(outcome, path, "nested too deep", "not a valid policy file")
+    assert outcome["error"].hint and "docs/policy.md" in outcome["error"].hint
+
+
+def test_a_policy_file_over_16_mib_is_refused_unread(tmp_path):
+    path = tmp_path / "huge.toml"
+    with open(path, "wb") as f:
+        f.write(b"# a comment\n")
+        f.truncate(MAX_FILE_BYTES + 1)  # sparse: the size alone refuses it
+    _assert_invalid(_load_with_deadline(path), path, "16 MiB")
+
+
+def test_a_policy_file_of_exactly_the_limit_is_read(tmp_path):
+    path = tmp_path / "big.toml"
+    body = b'[tools."slack.slack_post_message"]\nrisk = "critical"\n'
+    path.write_bytes(body + b"#" * (MAX_FILE_BYTES - len(body) - 1) + b"\n")
+    p = _load_with_deadline(path)["policy"]
+    assert p.assess("slack", "slack_post_message")[0] == "critical"
+
+
 # -- through the CLI ------------------------------------------------------------------------
 
 POST_IS_READ = '[tools."slack.slack_post_message"]\nrisk = "read"\n'
@@ -406,6 +493,15 @@ def test_a_malformed_policy_file_is_exit_2_with_its_path(cli, how):
 def test_a_missing_policy_file_named_by_the_variable_is_exit_2(cli):
     res = cli("compile", MORNING, env={"VODOU_POLICY": str(cli.tmp / "gone.toml")}, expect=2)
     assert "gone.toml" in res.err and "Traceback" not in res.err
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_fifo_given_as_policy_is_exit_2_not_a_hang(cli):
+    fifo = cli.tmp / "policy.fifo"
+    os.mkfifo(fifo)
+    res = cli("plan", "--offline", MORNING, "--policy", fifo, expect=2, timeout=60)
+    assert str(fifo) in res.err and "not a regular file" in res.err
+    assert "Traceback" not in res.err
 
 
 def _lowered(cli: Cli) -> Path:

@@ -1,0 +1,355 @@
+"""The name rule: a tool is ``read`` only on positive evidence (docs/policy.md, "Reading a tool's name").
+
+Three kinds of proof: a table of real tool names from published MCP servers
+(tests/data/mcp_tool_names.tsv), a property over names built from the
+vocabularies in every casing and joining, and the attack names that used to
+pass as reads.
+"""
+
+from __future__ import annotations
+
+import csv
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from vodou_engine.compiler import compile_recipe
+from vodou_engine.errors import RecipeError
+from vodou_engine.policy import (
+    AMBIGUOUS_WORDS,
+    CODE_WORDS,
+    CONNECTORS,
+    CRITICAL_VERBS,
+    DB_WORDS,
+    PARTICLES,
+    PLURALS,
+    READ_NOUNS,
+    READ_VERBS,
+    SAFE_WORDS,
+    VOCABULARY,
+    WRITE_VERBS,
+    Hints,
+    Policy,
+    verb_risk,
+)
+
+TABLE = Path(__file__).parent / "data" / "mcp_tool_names.tsv"
+RISKS = ("read", "write", "critical")
+
+READS_KEPT_FLOOR = 0.85
+"""Of the table's real read tools, at least this share must still be read, so the rule is not
+"everything is write". Measured when the table was made: 214 of 240 (89.2 %)."""
+
+
+def _table() -> list[dict[str, str]]:
+    with TABLE.open(newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+
+
+ROWS = _table()
+
+
+def _ids(rows):
+    return [f"{r['server']}:{r['tool']}" for r in rows]
+
+
+# -- the table of real tool names ----------------------------------------------------------------
+
+
+def test_the_table_is_large_real_and_well_formed():
+    assert len(ROWS) >= 300
+    assert set(ROWS[0]) == {"server", "tool", "expected", "source"}
+    for row in ROWS:
+        assert row["expected"] in RISKS, row
+        assert row["server"] and row["tool"] and row["source"], row
+    pairs = Counter((r["server"], r["tool"]) for r in ROWS)
+    assert [p for p, n in pairs.items() if n > 1] == []
+    counts = Counter(r["expected"] for r in ROWS)
+    assert counts["read"] >= 150 and counts["write"] >= 100 and counts["critical"] >= 15, counts
+    servers = {r["server"] for r in ROWS}
+    for needed in (
+        "@modelcontextprotocol/server-filesystem",
+        "mcp-server-git",
+        "github/github-mcp-server",
+        "@modelcontextprotocol/server-gitlab",
+        "korotovsky/slack-mcp-server",
+        "@gongrzhe/server-gmail-autoauth-mcp",
+        "@cocal/google-calendar-mcp",
+        "@notionhq/notion-mcp-server (2.x)",
+        "linear-mcp-server",
+        "mcp-atlassian",
+        "@modelcontextprotocol/server-postgres",
+        "mcp-server-sqlite",
+        "@stripe/agent-toolkit",
+        "mcp-shell-server",
+        "@playwright/mcp",
+        "@modelcontextprotocol/server-puppeteer",
+        "@modelcontextprotocol/server-memory",
+        "mcp-server-fetch",
+        "mcp-server-time",
+        "@sentry/mcp-server",
+    ):
+        assert needed in servers, needed
+
+
+EFFECTS = [r for r in ROWS if r["expected"] != "read"]
+CRITICALS = [r for r in ROWS if r["expected"] == "critical"]
+READS = [r for r in ROWS if r["expected"] == "read"]
+
+
+@pytest.mark.parametrize("row", EFFECTS, ids=_ids(EFFECTS))
+def test_no_real_tool_that_changes_anything_is_read(row):
+    risk, source = verb_risk(row["tool"])
+    assert risk != "read", f"{row['server']}.{row['tool']} ({row['expected']}) would run unasked: {source}"
+
+
+@pytest.mark.parametrize("row", CRITICALS, ids=_ids(CRITICALS))
+def test_every_real_critical_tool_is_critical(row):
+    assert verb_risk(row["tool"])[0] == "critical", (row, verb_risk(row["tool"]))
+
+
+def test_most_real_read_tools_stay_read():
+    kept = [r for r in READS if verb_risk(r["tool"])[0] == "read"]
+    share = len(kept) / len(READS)
+    lost = sorted({r["tool"] for r in READS} - {r["tool"] for r in kept})
+    print(f"real reads still read: {len(kept)}/{len(READS)} = {share:.1%}")
+    assert share >= READS_KEPT_FLOOR, f"{len(kept)}/{len(READS)} = {share:.1%} of real reads are read; now write: {lost}"
+
+
+def test_a_real_read_tool_that_is_not_read_says_why():
+    # each lost read names the word that cost it (or says no word was a read verb), so a
+    # policy line can be written knowingly
+    for row in READS:
+        risk, source = verb_risk(row["tool"])
+        if risk != "read":
+            assert source == "no known verb: write (fail closed)" or "'" in source, (row, source)
+
+
+def test_every_vocabulary_word_is_one_lowercase_word():
+    # a word with a digit or a capital could never come out of the splitting, and would leave
+    # holes in the property below
+    for word in VOCABULARY:
+        assert word.isascii() and word.isalpha() and word.islower(), word
+
+
+# -- the property ---------------------------------------------------------------------------------
+
+# every word that may stand in a read's name somewhere, and the plural nouns
+NEUTRAL = sorted(SAFE_WORDS | READ_VERBS | READ_NOUNS | CONNECTORS | AMBIGUOUS_WORDS | {"log"} | set(PLURALS))
+EFFECT_WORDS = sorted(WRITE_VERBS | CODE_WORDS | PARTICLES)
+CRITICAL_WORDS = sorted(CRITICAL_VERBS)
+
+
+def _cap(word: str) -> str:
+    return word[:1].upper() + word[1:]
+
+
+JOINS = {
+    "snake": lambda ws, d: "_".join(ws),
+    "kebab": lambda ws, d: "-".join(ws),
+    "dotted": lambda ws, d: ".".join(ws),
+    "spaced": lambda ws, d: " ".join(ws),
+    "camel": lambda ws, d: ws[0] + "".join(map(_cap, ws[1:])),
+    "pascal": lambda ws, d: "".join(map(_cap, ws)),
+    "upper_snake": lambda ws, d: "_".join(ws).upper(),
+    "merged": lambda ws, d: "".join(ws),
+    "merged_upper": lambda ws, d: "".join(ws).upper(),
+    "digits": lambda ws, d: d.join(ws),
+    "camel_digits": lambda ws, d: ws[0] + "".join(d + _cap(w) for w in ws[1:]),
+}
+
+
+@st.composite
+def names_with(draw, inserted: list[str]):
+    words = draw(st.lists(st.sampled_from(NEUTRAL), min_size=0, max_size=5))
+    word = draw(st.sampled_from(inserted))
+    words.insert(draw(st.integers(0, len(words))), word)
+    how = draw(st.sampled_from(sorted(JOINS)))
+    digits = draw(st.sampled_from(["1", "2", "42", "2024", "0"]))
+    return word, how, JOINS[how](words, digits)
+
+
+@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(names_with(EFFECT_WORDS + CRITICAL_WORDS))
+def test_an_effect_or_critical_word_anywhere_is_never_read(case):
+    word, how, name = case
+    risk, source = verb_risk(name)
+    assert risk != "read", f"{name!r} ({how}, holds {word!r}) is read: {source}"
+
+
+@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(names_with(CRITICAL_WORDS))
+def test_a_critical_word_anywhere_is_critical(case):
+    word, how, name = case
+    risk, source = verb_risk(name)
+    assert risk == "critical", f"{name!r} ({how}, holds {word!r}) is {risk}: {source}"
+
+
+@settings(max_examples=500, deadline=None)
+@given(names_with(EFFECT_WORDS + CRITICAL_WORDS), st.sampled_from([None, Hints(read_only=True), Hints(read_only=True, destructive=False)]))
+def test_an_untrusted_server_cannot_make_such_a_name_read(case, hints):
+    _, _, name = case
+    assert Policy().assess("stranger", name, hints)[0] != "read"
+
+
+@pytest.mark.parametrize("word", EFFECT_WORDS + CRITICAL_WORDS)
+def test_every_effect_and_critical_word_alone_and_after_a_read_verb(word):
+    # exhaustive over the vocabularies, in the shape attacks take: "<read verb>_<effect>"
+    for name in (word, f"get_{word}", f"list_and_{word}", f"get{word}", f"Get{_cap(word)}", f"GET_{word.upper()}"):
+        risk = verb_risk(name)[0]
+        assert risk != "read", name
+        if word in CRITICAL_VERBS:
+            assert risk == "critical", name
+
+
+# -- the attacks --------------------------------------------------------------------------------
+
+ATTACKS = [
+    # a read verb used to win when the other word was not in the effect list
+    ("get_and_exec", "write", "word 'exec' (runs code)"),
+    ("search_replace", "write", "verb 'replace'"),
+    ("check_out", "write", "'check out' is a phrasal verb: write"),
+    ("sql_query", "write", "word 'sql' (runs code)"),
+    ("fetch_and_email", "write", "'email' after 'and' is a verb"),
+    ("diff_and_revert", "critical", "verb 'revert'"),
+    ("getDELETEitem", "critical", "'delete' inside 'getDELETEitem'"),
+    # critical words inside merged words used to be "no known verb: write"
+    ("deleteall", "critical", "'delete' inside 'deleteall'"),
+    ("transferfunds", "critical", "'transfer' inside 'transferfunds'"),
+    ("getdeleteitem", "critical", "'delete' inside 'getdeleteitem'"),
+    ("forcepush", "critical", "'force' inside 'forcepush'"),
+    ("DELETEALL", "critical", "'delete' inside 'DELETEALL'"),
+    # the same words in other shapes
+    ("getAndExec", "write", "word 'exec' (runs code)"),
+    ("GET_AND_EXEC", "write", "word 'exec' (runs code)"),
+    ("get.and.exec", "write", "word 'exec' (runs code)"),
+    ("get2exec", "write", "word 'exec' (runs code)"),
+    ("run_query", "write", "word 'run' (runs code)"),
+    ("execute_sql", "write", "word 'execute' (runs code)"),
+    ("execute_query", "write", "word 'execute' (runs code)"),
+    ("raw_query", "write", "unknown word 'raw': write (fail closed)"),
+    ("pg_query", "write", "'query' on 'pg' runs any query: write"),
+    ("query_database", "write", "'query' on 'database' runs any query: write"),
+    ("get_and_emails", "write", "'emails' after 'and' is a verb"),
+    ("get_and_deletes", "critical", "'deletes' after 'and' is a verb"),
+    ("email_list", "write", "'email' is not the object of a read verb: write"),
+    ("show_alert", "write", "'alert' is not the object of a read verb: write"),
+    ("log_event", "write", "verb 'log'"),
+    ("fetch_to_file", "write", "'to' names a destination: write"),
+    ("get_frob", "write", "unknown word 'frob': write (fail closed)"),
+    # a letter outside ASCII splits a word where nobody sees it: "sеnd" with a Cyrillic "е"
+    ("get_items_s\u0435nd", "write", "character '\u0435' outside ASCII: write (fail closed)"),
+    ("list_fil\u00e9s", "write", "character '\u00e9' outside ASCII: write (fail closed)"),
+    ("get\u200bitems", "write", "character '\\u200b' outside ASCII: write (fail closed)"),  # repr of an invisible one
+    ("get_items_d\u0435lete", "critical", "verb 'delete', read as 'get_items_delete'"),
+    ("r\u0435move_file", "critical", "verb 'remove', read as 'remove_file'"),
+    ("d\u00e9l\u00e9te", "critical", "verb 'delete', read as 'delete'"),
+    ("tr\u0430nsfer\u200bfunds", "critical", "'transfer' inside 'transferfunds', read as 'transferfunds'"),
+]
+
+
+@pytest.mark.parametrize("tool, risk, source", ATTACKS, ids=[a[0] for a in ATTACKS])
+def test_the_attack_names(tool, risk, source):
+    assert verb_risk(tool) == (risk, source)
+
+
+@pytest.mark.parametrize("tool", ["deleteall", "transferfunds", "getDELETEitem", "forcepush"])
+def test_without_asking_is_refused_for_a_merged_critical_word(tool):
+    with pytest.raises(RecipeError) as info:
+        compile_recipe(f'x: srv.{tool} {{}}\n  without asking\n', policy=Policy())
+    assert "without asking" in str(info.value) and "critical" in str(info.value)
+
+
+@pytest.mark.parametrize("tool", ["get_and_exec", "search_replace", "check_out", "sql_query", "fetch_and_email", "diff_and_revert", "getDELETEitem"])
+@pytest.mark.parametrize("kind", ["preview", "check"])
+def test_an_attack_name_cannot_be_a_preview_or_check(tool, kind):
+    text = f'x: srv.send_message {{"to": "a"}}\n  {kind}: srv.{tool} {{}}\n'
+    with pytest.raises(RecipeError) as info:
+        compile_recipe(text, policy=Policy())
+    assert f"`{kind}:` must be a read-only tool" in str(info.value)
+
+
+# -- what the bundled recipes and demo servers rely on --------------------------------------------
+
+STAY_READ = [
+    "slack_search_messages",
+    "slack_get_channel",
+    "slack_preview_message",
+    "messages_list",
+    "messages_get",
+    "preview_message",
+    "get_contact",
+    "list-events",
+    "get-event",
+    "get_arrival",
+    "query",  # the demo lab's blocking read (board/recall/proc) and the reference PostgreSQL server's tool
+    "git_status",
+    "git_diff_unstaged",
+    "git_log",
+    "get_current_time",
+    "convert_time",
+]
+STAY_EFFECT = [
+    ("slack_post_message", "write"),
+    ("slack_set_topic", "write"),
+    ("slack_delete_message", "critical"),
+    ("send_message", "write"),
+    ("update_contact", "write"),
+    ("create-event", "write"),
+    ("delete-event", "critical"),
+    ("git_add", "write"),
+    ("git_commit", "write"),
+]
+
+
+@pytest.mark.parametrize("tool", STAY_READ)
+def test_the_reads_recipes_use_stay_read(tool):
+    assert verb_risk(tool)[0] == "read", verb_risk(tool)
+
+
+@pytest.mark.parametrize("tool, risk", STAY_EFFECT)
+def test_the_effects_recipes_use_stay_effects(tool, risk):
+    assert verb_risk(tool)[0] == risk, verb_risk(tool)
+
+
+@pytest.mark.parametrize(
+    "tool",
+    ["get_email", "slack_preview_message", "messages_list", "search_emails", "get_pull_request_files", "list_workflow_runs", "listfiles", "getItem", "LIST_FILES", "getURLs"],
+)
+def test_objects_of_a_read_verb_plurals_and_merged_reads_are_read(tool):
+    assert verb_risk(tool)[0] == "read", verb_risk(tool)
+
+
+@pytest.mark.parametrize("tool", ["get_skills", "get_payload", "list_dropdowns", "get_address", "get_settings", "list_payments", "get_charges"])
+def test_known_nouns_are_not_searched_for_critical_words(tool):
+    assert verb_risk(tool)[0] == "read", verb_risk(tool)
+
+
+def test_database_words_make_query_write_but_not_other_reads():
+    assert verb_risk("query") == ("read", "verb 'query'")
+    assert verb_risk("read_query")[0] == "read"  # mcp-server-sqlite: SELECT only
+    assert verb_risk("list_databases")[0] == "read"
+    assert verb_risk("describe_table")[0] == "read"
+    for db in sorted(DB_WORDS):
+        assert verb_risk(f"{db}_query")[0] == "write", db
+
+
+# -- cost -----------------------------------------------------------------------------------------
+
+
+def test_the_rule_is_cheap_on_hostile_names():
+    verb_risk.cache_clear()
+    names = ["a" * 5000, "get" * 3000, "_".join(["getitems"] * 3000), "_".join(["1"] * 20000), "_".join(["out"] * 20000), "xY" * 4000]
+    start = time.perf_counter()
+    for name in names:
+        verb_risk(name)
+    assert time.perf_counter() - start < 5.0  # about 0.2 s on a laptop; catches a quadratic blow-up
+
+
+def test_a_long_word_is_cut_in_the_source():
+    risk, source = verb_risk("q" * 300)
+    assert risk == "write" and len(source) < 120 and "..." in source
