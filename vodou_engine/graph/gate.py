@@ -13,7 +13,7 @@ from typing import Callable, Mapping
 import msgspec
 
 from ..errors import RecipeError
-from ..plan import ApprovalNode, QuestionNode, ToolNode, ToolRef, Where
+from ..plan import ApprovalNode, JoinNode, QuestionNode, ToolNode, ToolRef, Where
 from ..policy import Hints, Policy
 
 ErrorAt = Callable[[str, "Where | None", str], RecipeError]
@@ -76,6 +76,7 @@ def insert_approvals(nodes: list) -> list:
             if isinstance(q, QuestionNode) and users.get(q.id) == 1:
                 converted[q.id] = ApprovalNode(id=f"approve:{n.id}", step=n.id, needs=list(q.needs), question=q.text, where=q.where)
     out = []
+    gate_of: dict[str, str] = {}  # effect step -> its approval node
     for n in nodes:
         if n.id in converted:
             continue  # re-emitted right before its step below
@@ -85,6 +86,27 @@ def insert_approvals(nodes: list) -> list:
             else:
                 gate = ApprovalNode(id=f"approve:{n.id}", step=n.id, needs=list(n.needs), where=n.where)
             out.append(gate)
+            gate_of[n.id] = gate.id
             n = msgspec.structs.replace(n, needs=[gate.id])
         out.append(n)
+    if not gate_of:
+        return out
+    # A join's items list every node inside them, so a quorum can drop an item whole:
+    # an approval belongs to the item of the step it guards (replacing the question it
+    # was made from), so a dropped branch's question is withdrawn with it.
+    question_of = {q: a.id for q, a in converted.items()}
+    for i, n in enumerate(out):
+        if isinstance(n, JoinNode):
+            members = []
+            for item in n.members:
+                new_item = []
+                for m in item:
+                    if m in question_of:
+                        continue
+                    if m in gate_of:
+                        new_item.append(gate_of[m])
+                    new_item.append(m)
+                members.append(new_item)
+            if members != n.members:
+                out[i] = msgspec.structs.replace(n, members=members)
     return out

@@ -115,12 +115,33 @@ def _check(plan: Plan, index: dict[str, object], graph: Callable[[], nx.DiGraph]
             )
         if len(node.members) != node.of:
             raise _err(PlanError, f"join `{node.id}` lists members for {len(node.members)} of {node.of} items", node, "recompile the recipe", path)
+        for item, exit_node in zip(node.members, node.needs):
+            for member in item:
+                if member not in index:
+                    raise _err(PlanError, f"join `{node.id}` lists `{member}` as a member, which is not in the plan", node, "recompile the recipe", path)
+            if exit_node not in item:
+                raise _err(PlanError, f"join `{node.id}` waits for `{exit_node}`, which is not among that item's members", node, "recompile the recipe", path)
     gates: dict[str, list[ApprovalNode]] = {}
     for node in approvals:
         target = index.get(node.step)
         if not isinstance(target, ToolNode):
             raise _err(PlanError, f"approval `{node.id}` guards `{node.step}`, which is not a tool step", node, "recompile the recipe", path)
         gates.setdefault(node.step, []).append(node)
+    # A quorum drops an item whole: an approval must be dropped with the step it guards,
+    # or a question could stay open (and be approved) for a step that will never run.
+    for join in joins:
+        for item in join.members:
+            inside = set(item)
+            for member in item:
+                for gate in gates.get(member, ()):
+                    if gate.id not in inside:
+                        raise _err(
+                            PlanError,
+                            f"join `{join.id}` lists step `{member}` in an item without its approval `{gate.id}`",
+                            join,
+                            "recompile the recipe",
+                            path,
+                        )
     idom: dict[str, str] | None = None
     for node in tools:
         if not node.effectful or node.without_asking:
