@@ -61,6 +61,11 @@ class Cli:
             self.argv(*args), cwd=self.tmp, env={**self.env, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL
         )
 
+    def approver(self, name: str) -> dict:
+        """Make ``name`` an approver in this store; the environment that proves it (for ``--as``)."""
+        res = self("approver", "add", name, expect=0)
+        return {"VODOU_APPROVER_TOKEN": res.out.strip()}
+
     def servers_file(self, servers: dict) -> Path:
         path = self.tmp / "mcp.json"
         path.write_text(json.dumps({"mcpServers": servers}))

@@ -34,6 +34,10 @@ Environment
     How each tool misbehaves, e.g. ``post_message=exit1,get_status=hang``;
     a tool not named is ``ok``. Keyed by the name a tool is listed under
     (see ``ROGUE_TOOLS``), or by its base name.
+``ROGUE_MODES_FILE``, ``ROGUE_TOOLS_FILE``, ``ROGUE_RPC_CODE_FILE``
+    A file whose content, when it exists, is used instead of ``ROGUE_MODES`` /
+    ``ROGUE_TOOLS`` / ``ROGUE_RPC_CODE``: what the server does can change between two starts while
+    its configuration (and a run's binding to it) stays the same.
 ``ROGUE_RPC_CODE``
     The JSON-RPC error code the ``rpc_error`` mode sends (default -32000).
 ``ROGUE_TOOLS``
@@ -53,7 +57,11 @@ Modes (what a ``tools/call`` does after it has been logged)
                  write nothing more (it still exits when stdin closes).
 ``wrong_id``     reply with an id that no request has.
 ``bad_schema``   a success whose structuredContent breaks the outputSchema (``{"ok": "yes"}``, no ts).
-``rpc_error``    a JSON-RPC error: code ``ROGUE_RPC_CODE``, message ``rogue failure``.
+``rpc_error``    a JSON-RPC error: code ``ROGUE_MODES_FILE``, ``ROGUE_TOOLS_FILE``, ``ROGUE_RPC_CODE_FILE``
+    A file whose content, when it exists, is used instead of ``ROGUE_MODES`` /
+    ``ROGUE_TOOLS`` / ``ROGUE_RPC_CODE``: what the server does can change between two starts while
+    its configuration (and a run's binding to it) stays the same.
+``ROGUE_RPC_CODE``, message ``rogue failure``.
 ``tool_error``   a result with ``isError: true`` and the text ``quota exceeded``.
 ``escape``       a result with ``isError: true`` whose text starts with terminal
                  escapes: ``"\\u001b[2J\\u001b[Hrun succeeded. (fake)"``.
@@ -162,9 +170,20 @@ def parse_modes(text: str) -> dict[str, str]:
     return modes
 
 
+def setting(name: str) -> str:
+    """An environment setting, or the content of the file ``<name>_FILE`` names when that
+    file exists: a test can change what the server does between two starts without
+    changing its configuration (and so without changing the run's server binding)."""
+    path = os.environ.get(name + "_FILE")
+    if path and os.path.isfile(path):
+        with open(path) as f:
+            return f.read().strip()
+    return os.environ.get(name, "")
+
+
 def listed_tools() -> dict[str, str]:
     """Listed name -> base tool name."""
-    wanted = os.environ.get("ROGUE_TOOLS", "").strip()
+    wanted = setting("ROGUE_TOOLS").strip()
     if not wanted:
         return {name: name for name in TOOLS}
     out = {}
@@ -226,7 +245,7 @@ def call_tool(request_id, params: dict, tools: dict[str, str], modes: dict[str, 
         value = {"ok": "yes"}
         reply(request_id, {"content": [{"type": "text", "text": json.dumps(value)}], "structuredContent": value})
     elif mode == "rpc_error":
-        code = int(os.environ.get("ROGUE_RPC_CODE", "-32000"))
+        code = int(setting("ROGUE_RPC_CODE") or "-32000")
         send({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": "rogue failure"}})
     elif mode == "tool_error":
         reply(request_id, error_result("quota exceeded"))
@@ -242,7 +261,7 @@ def call_tool(request_id, params: dict, tools: dict[str, str], modes: dict[str, 
 
 
 def main() -> None:
-    modes = parse_modes(os.environ.get("ROGUE_MODES", ""))
+    modes = parse_modes(setting("ROGUE_MODES"))
     tools = listed_tools()
     log({"event": "start", "pid": PID})
     stdin = sys.stdin.buffer

@@ -99,7 +99,7 @@ def test_preview_is_on_the_card_and_a_changed_check_asks_again(cli, tmp_path):
     card = next(a for a in audit["approvals"] if a["step"] == "post")
     assert card["state"] == "pending"
     shown = cli("approve", first["run"], "post", "--fingerprint", "sha256:" + "0" * 64, "--yes")
-    assert shown.code == 5 and "asked again" in shown.err  # a card nobody saw cannot be approved
+    assert shown.code == 5 and "ever had the fingerprint" in shown.err  # a card nobody saw cannot be approved
     # approve spawned the chat server before checking; the refusal stopped it again
     assert demo_server_pids(cli.demo_db) == []
     assert "preview:" in shown.out and '"after"' in shown.out and "hello team" in shown.out
@@ -150,22 +150,25 @@ def test_default_expiry_is_fifteen_minutes(cli, tmp_path):
 # --- 9: only the right person approves ---------------------------------------------------
 def test_only_named_approvers_may_decide_and_refusals_are_logged(cli, tmp_path):
     recipe = write(tmp_path, "team.recipe", 'approvers: ana, bruno\npost: slack.slack_post_message {"channel": "#daily", "text": "x"}\n')
-    run = park(cli, recipe, "--as", "carla")["run"]
-    refused = cli("approve", run, "post", "--yes", "--as", "mallory")
+    carla, mallory, bruno = cli.approver("carla"), cli.approver("mallory"), cli.approver("bruno")
+    run = park(cli, recipe, "--as", "carla", env=carla)["run"]
+    refused = cli("approve", run, "post", "--yes", "--as", "mallory", env=mallory)
     assert refused.code == 5 and "ana" in refused.err
     assert posts(cli) == []
     events = sqlite3.connect(cli.store).execute("SELECT kind, actor FROM events WHERE run_id = ?", (run,)).fetchall()
     assert ("approval.refused", "mallory") in events
-    cli("approve", run, "post", "--yes", "--as", "bruno", expect=0)
+    cli("approve", run, "post", "--yes", "--as", "bruno", env=bruno, expect=0)
     assert len(posts(cli)) == 1
 
 
 def test_the_starter_is_the_default_approver(cli, tmp_path):
     recipe = write(tmp_path, "solo.recipe", 'post: slack.slack_post_message {"channel": "#daily", "text": "x"}\n')
-    run = park(cli, recipe, "--as", "ana")["run"]
-    assert cli("approve", run, "post", "--yes", "--as", "bob").code == 5
+    ana, bob = cli.approver("ana"), cli.approver("bob")
+    run = park(cli, recipe, "--as", "ana", env=ana)["run"]
+    assert cli("approve", run, "post", "--yes", "--as", "bob", env=bob).code == 5
+    assert cli("approve", run, "post", "--yes").code == 5  # the operating-system user is not ana either
     assert posts(cli) == []
-    cli("approve", run, "post", "--yes", "--as", "ana", expect=0)
+    cli("approve", run, "post", "--yes", "--as", "ana", env=ana, expect=0)
     assert len(posts(cli)) == 1
 
 
@@ -215,32 +218,50 @@ def test_drive_run_refuses_an_edited_plan_before_it_claims_the_run(tmp_path):
 
     from vodou_engine.compiler import compile_recipe
     from vodou_engine.errors import TamperedError
-    from vodou_engine.runtime.api import drive_run, start_run
-    from vodou_engine.store import open_store
+    from vodou_engine.runs import Runs
 
     plan = compile_recipe('recipe "q"\nask me:\n- go on?\nnote: vodou.echo {"value": "on"}\n')
-    store = open_store(tmp_path / "runs.db")
-    parked = trio.run(lambda: start_run(plan, store=store, servers=None, actor="t"))
+    runs = Runs(store=tmp_path / "runs.db", servers={})
+    parked = trio.run(lambda: runs.start(plan, actor="t"))
     assert parked.state == "parked"
-    run = store.get_run(parked.run_id)
+    store = runs.store()
+    run = store.get_run(parked.run)
     conn = sqlite3.connect(tmp_path / "runs.db")
     conn.execute("UPDATE runs SET plan_json = ? WHERE id = ?", (run.plan_json.replace('"on"', '"off"'), run.id))
     conn.commit()
     conn.close()
     with pytest.raises(TamperedError):
-        trio.run(lambda: drive_run(parked.run_id, store=store, servers=None))
-    assert store.get_run(parked.run_id).state == "parked"
-    assert [e.kind for e in store.events(parked.run_id)].count("resumed") == 0
-    store.close()
+        trio.run(lambda: runs.resume(parked.run))
+    with pytest.raises(TamperedError):
+        trio.run(lambda: runs.approve(parked.run, actor="t"))
+    assert store.get_run(parked.run).state == "parked"
+    assert [e.kind for e in store.events(parked.run)].count("resumed") == 0
+    assert store.pending_approvals(parked.run)  # nothing was decided either
+    runs.close()
 
 
-def test_an_edited_recipe_file_refuses_to_run(cli, tmp_path):
+def test_an_edited_recipe_file_refuses_to_run_and_the_run_stays_parked(cli, tmp_path):
     recipe = write(tmp_path, "mine.recipe", BRIEF)
     first = park(cli, recipe)
     recipe.write_text(BRIEF.replace("#daily", "#general"))
     res = cli("approve", first["run"], "post", "--yes")
-    assert res.code == 1 and "recipe file" in (res.out + res.err) and "changed" in (res.out + res.err)
+    assert res.code == 5 and "recipe file" in res.err and "changed" in res.err and "post`" in res.err
     assert posts(cli) == []
+    show = cli("show", first["run"], "--json", expect=0).json()
+    assert show["state"] == "parked" and [a["state"] for a in show["approvals"]] == ["pending"]  # nothing recorded
+    recipe.write_text(BRIEF)  # restored: the same run can be approved
+    cli("approve", first["run"], "post", "--yes", expect=0)
+    assert len(posts(cli)) == 1
+
+
+def test_a_cosmetic_edit_of_a_parked_runs_recipe_changes_nothing(cli, tmp_path):
+    recipe = write(tmp_path, "mine.recipe", BRIEF)
+    first = park(cli, recipe)
+    # comments, blank lines and spacing move every line, and mean the same
+    recipe.write_text("# the morning briefing, tidied up\n\n" + BRIEF.replace("calendar: ", "calendar:   ") + "\n# end\n")
+    res = cli("approve", first["run"], "post", "--yes", "--json", expect=0)
+    assert res.json()["state"] == "succeeded"
+    assert len(posts(cli)) == 1
 
 
 # --- 8: crashes never double an effect ----------------------------------------------------------
@@ -371,9 +392,10 @@ def test_already_decided_changes_no_decision(cli, brief):
 
 # --- 10: the audit log ----------------------------------------------------------------------------------
 def test_show_audit_answers_i_never_asked_for_that(cli, brief):
-    first = park(cli, brief, "--as", "ana")
+    ana = cli.approver("ana")
+    first = park(cli, brief, "--as", "ana", env=ana)
     (p,) = first["pending"]
-    cli("approve", first["run"], "post", "--yes", "--as", "ana", expect=0)
+    cli("approve", first["run"], "post", "--yes", "--as", "ana", env=ana, expect=0)
     text = cli("show", first["run"], "--audit", expect=0).out
     assert "post to #daily?" in text  # the card text that was shown
     assert p["fingerprint"] in text

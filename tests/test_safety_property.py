@@ -22,8 +22,9 @@ from vodou_engine.compiler import compile_recipe
 from vodou_engine.demo import db as demo
 from vodou_engine.errors import VodouError
 from vodou_engine.runtime import faults
-from vodou_engine.runtime.api import drive_run, start_run
-from vodou_engine.servers import ServerConfig
+from vodou_engine.owners import HOST
+from vodou_engine.runs import Prepared, Runs
+from vodou_engine.servers import ServerConfig, ServerSet
 from vodou_engine.store import open_store
 
 CRASH_POINTS = ["reads", "parking", "executing", "executed", "resume"]
@@ -59,13 +60,25 @@ def test_servers_see_only_approved_fresh_unexpired_effects_once(tmp_path_factory
     plan = compile_recipe(recipe_for(guards, together), "prop.recipe")
     store = open_store(str(store_path))
     edits = 0
+    hub = None
     seen_at_edit: dict[str, int] = {}  # approval id -> edits before it was asked
     approved: dict[str, str] = {}  # step -> fingerprint the person approved while fresh and current
     rejected: set[str] = set()
     crashed_mid_effect: set[str] = set()
 
+    incarnation = 0
+
+    def driver() -> Runs:
+        """A new 'process' after each drive: the one before it is gone (its pid names no process)."""
+        nonlocal incarnation
+        incarnation += 1
+        return Runs(store=store, servers=ServerSet(servers, "test"), owner=f"{HOST}:{2**22 + incarnation}:{incarnation}")
+
+    async def drive_run():
+        return await driver().resume("r1", hub=hub)
+
     async def scenario():
-        nonlocal edits
+        nonlocal edits, hub
         from vodou_engine.tools.hub import open_hub
 
         async with open_hub(servers, ["slack"]) as hub:
@@ -81,7 +94,8 @@ def test_servers_see_only_approved_fresh_unexpired_effects_once(tmp_path_factory
                         raise
                     return None
 
-            outcome = await guarded(lambda: start_run(plan, store=store, servers=servers, actor="ana", hub=hub, run_id="r1"))
+            prepared = Prepared(plan=plan, text=None, path=None, servers=ServerSet(servers, "test"), hub=hub)
+            outcome = await guarded(lambda: driver().start(prepared, actor="ana", run_id="r1"))
             for kind, arg in actions:
                 run = store.get_run("r1")
                 if run.state in ("succeeded", "failed", "declined"):
@@ -96,14 +110,14 @@ def test_servers_see_only_approved_fresh_unexpired_effects_once(tmp_path_factory
                 if kind == "crash":
                     faults.simulate(arg)
                     try:
-                        await guarded(lambda: drive_run("r1", store=store, servers=servers, hub=hub, take_over=True))
+                        await guarded(lambda: drive_run())
                     finally:
                         faults.simulate(None)
                     if arg in ("executing", "executed"):
                         crashed_mid_effect.update(e.step for e in store.effects("r1") if e.state == "executing")
                     continue
                 if not pending:
-                    await guarded(lambda: drive_run("r1", store=store, servers=servers, hub=hub, take_over=True))
+                    await guarded(lambda: drive_run())
                     continue
                 a = pending[arg % len(pending)]
                 if kind == "expire":
@@ -119,7 +133,7 @@ def test_servers_see_only_approved_fresh_unexpired_effects_once(tmp_path_factory
                     store.decide(a.id, decision, by="ana")
                 except VodouError:
                     # expired while pending: refused; the next drive asks again
-                    await guarded(lambda: drive_run("r1", store=store, servers=servers, hub=hub, take_over=True))
+                    await guarded(lambda: drive_run())
                     continue
                 step_guarded = guards[int(a.step[1:])]
                 if decision == "rejected":
@@ -127,7 +141,7 @@ def test_servers_see_only_approved_fresh_unexpired_effects_once(tmp_path_factory
                 elif not (step_guarded and edits > seen_at_edit[a.id]):
                     approved[a.step] = a.fingerprint
                 try:
-                    await guarded(lambda: drive_run("r1", store=store, servers=servers, hub=hub, take_over=True))
+                    await guarded(lambda: drive_run())
                 except VodouError:
                     pass  # e.g. a declined run refuses to be driven; the oracle below still holds
 

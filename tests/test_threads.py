@@ -167,8 +167,7 @@ def test_a_branch_dropped_before_its_task_began_never_runs(tmp_path):
     first step; that sibling has no cancel scope yet and must still not begin.
     trio may run ready tasks in either order, so several runs cover both."""
     from vodou_engine.compiler import compile_recipe
-    from vodou_engine.runtime.api import start_run
-    from vodou_engine.store import open_store
+    from vodou_engine.runs import Runs
 
     plan = compile_recipe(
         'recipe "drop"\n'
@@ -177,12 +176,13 @@ def test_a_branch_dropped_before_its_task_began_never_runs(tmp_path):
         '  quick: vodou.echo {"value": "here"}\n'
         '  slow: vodou.sleep {"ms": 3000, "label": "must not run"}\n'
     )
-    store = open_store(tmp_path / "runs.db")
+    runs = Runs(store=tmp_path / "runs.db", servers={})
     for _ in range(6):
-        outcome = trio.run(lambda: start_run(plan, store=store, servers=None, actor="t"))
-        assert outcome.state == "succeeded"
-        assert outcome.engine.state["slow"] == "cancelled"
-    store.close()
+        report = trio.run(lambda: runs.start(plan, actor="t"))
+        assert report.state == "succeeded"
+        nodes = {n.node: n for n in runs.show(report.run).nodes}
+        assert nodes["slow"].state == "cancelled" and nodes["slow"].started_at is None
+    runs.close()
 
 
 def test_submitted_calls_come_back_through_collect_with_their_tags():

@@ -5,7 +5,10 @@ cheap (the MCP SDK alone costs about a second to import).
 
     plan = vodou_engine.compile_recipe(text, path="x.recipe")
     graph = vodou_engine.verify(plan)
-    outcome = trio.run(lambda: vodou_engine.start_run(plan, store=vodou_engine.open_store(), servers=...))
+    runs = vodou_engine.Runs(store="runs.db")
+    report = trio.run(runs.start, "recipes/morning-briefing.recipe")
+
+``Runs`` (``runs.py``) is the run API every surface calls; docs/python-api.md.
 """
 
 from __future__ import annotations
@@ -33,11 +36,19 @@ _EXPORTS = {
     "load_servers": "vodou_engine.servers",
     "ServerConfig": "vodou_engine.servers",
     "open_store": "vodou_engine.store",
-    "start_run": "vodou_engine.runtime.api",
-    "drive_run": "vodou_engine.runtime.api",
-    "decide": "vodou_engine.runtime.api",
-    "find_approval": "vodou_engine.runtime.api",
-    "Outcome": "vodou_engine.runtime.engine",
+    # the run API
+    "Runs": "vodou_engine.runs",
+    "Prepared": "vodou_engine.runs",
+    "Inspection": "vodou_engine.runs",
+    "RunReport": "vodou_engine.reports",
+    "RunView": "vodou_engine.reports",
+    "RunSummary": "vodou_engine.reports",
+    "PendingApproval": "vodou_engine.reports",
+    "EffectView": "vodou_engine.reports",
+    "RunState": "vodou_engine.states",
+    "NodeState": "vodou_engine.states",
+    "ApprovalState": "vodou_engine.states",
+    "EffectState": "vodou_engine.states",
     # cards
     "plan_card": "vodou_engine.cards",
     "mermaid": "vodou_engine.cards",
@@ -47,6 +58,10 @@ _EXPORTS = {
     "PlanError": "vodou_engine.errors",
     "UnguardedEffectError": "vodou_engine.errors",
     "RefusedError": "vodou_engine.errors",
+    "BusyError": "vodou_engine.errors",
+    "ServerMismatchError": "vodou_engine.errors",
+    "NotSentError": "vodou_engine.errors",
+    "NoReplyError": "vodou_engine.errors",
     "StoreError": "vodou_engine.errors",
     "ToolError": "vodou_engine.errors",
 }

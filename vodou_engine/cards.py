@@ -90,8 +90,17 @@ def plan_rows(plan: Plan, status: Mapping[str, ToolStatus] | None = None, writer
     return rows
 
 
-def plan_card(plan: Plan, *, source: str | None = None, status: Mapping[str, ToolStatus] | None = None, writer: str = "offline writer", servers_note: str | None = None):
-    """The card a person approves the plan from (a rich renderable)."""
+def plan_card(
+    plan: Plan,
+    *,
+    source: str | None = None,
+    status: Mapping[str, ToolStatus] | None = None,
+    writer: str = "offline writer",
+    servers_note: str | None = None,
+    servers: Mapping[str, str] | None = None,
+):
+    """The card a person approves the plan from (a rich renderable).
+    ``servers``: per server the plan calls, the command it resolves to here."""
     from rich.console import Group
     from rich.text import Text
 
@@ -137,6 +146,8 @@ def plan_card(plan: Plan, *, source: str | None = None, status: Mapping[str, Too
     for node in plan.nodes:
         if isinstance(node, ToolNode) and node.without_asking:
             notes.append(Text(f"✗ `{node.id}` ({node.server}·{node.tool}, {node.risk}) will run WITHOUT ASKING.", style="bold red"))
+    for name, command in (servers or {}).items():
+        notes.append(Text.assemble(("server ", "dim"), (name, "cyan"), (f" = {command}", "dim")))
     if servers_note:
         notes.append(Text(servers_note, style="dim"))
     notes.append(Text(f"plan {plan.fingerprint[:19]}…", style="dim"))
@@ -144,15 +155,27 @@ def plan_card(plan: Plan, *, source: str | None = None, status: Mapping[str, Too
 
 
 def approval_card_text(
-    *, run_id: str, step: ToolNode | None, question: str | None, payload: Any, fingerprint: str, preview: Any = None, expires_at: float | None = None, approvers: list[str] | None = None
+    *,
+    run_id: str,
+    step: ToolNode | None,
+    question: str | None,
+    payload: Any,
+    fingerprint: str,
+    preview: Any = None,
+    expires_at: float | None = None,
+    approvers: list[str] | None = None,
+    server: Any = None,
 ) -> str:
-    """The exact text shown at an approval; stored with the approval for the audit log."""
+    """The exact text shown at an approval; stored with the approval for the audit log.
+    ``server`` is the binding of the server the step calls: which ``slack`` this is."""
     import json
     import time
 
     lines = []
     if step is not None:
         lines.append(f"⚠ {step.id}: {step.server}·{step.tool}  ({step.risk}: {step.risk_source})")
+        if server is not None:
+            lines.append(f"server {step.server}: {server.command_line()}" + (f"  (from {server.source})" if server.source else ""))
     if question:
         lines.append(f"question: {question}")
     if step is not None:

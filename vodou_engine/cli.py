@@ -1,148 +1,361 @@
-"""The ``recipe`` command: a thin layer over the public API.
+"""The ``recipe`` command: parsing and dispatch over the run API (``runs.py``).
 
-Heavy imports (mcp, trio, networkx, rich) happen inside the commands that
-need them, so ``recipe --help`` and ``recipe plan --offline`` start fast.
-Exit codes are in docs/exit-codes.md and ``vodou_engine.errors``.
+It holds no rule of a run's life: what approving, rejecting or resuming
+means is decided by the run API, the same for every surface. What is here:
+the arguments, who the person is (the operating-system user, or a proven
+approver), prompts, signals, and output (``views/``). Heavy imports (mcp,
+trio, networkx, rich) happen inside the commands that need them, so
+``recipe --help`` and ``recipe plan --offline`` start fast. Exit codes are
+in docs/exit-codes.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import signal
 import sys
-from functools import lru_cache
+from typing import Any, Callable
 
 EPILOG = """exit codes: 0 succeeded, 1 failed, 2 invalid input or usage, 3 parked waiting
 for a person, 4 declined or rejected, 5 refused (unknown run, already decided,
-not an approver, expired, stale), 6 store unreadable or corrupt."""
+not an approver, expired, stale, servers or recipe changed, run busy),
+6 store unreadable or missing, 129/130/143 stopped by SIGHUP/Ctrl-C/SIGTERM
+(the run is left resumable)."""
+
+TOKEN_ENV = "VODOU_APPROVER_TOKEN"
 
 
-@lru_cache(maxsize=None)
-def console(stderr: bool = False):
-    from rich.console import Console
+class Stopped(BaseException):
+    """A signal asked this process to stop; the run it drove was left resumable."""
 
-    return Console(stderr=stderr, highlight=False)
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
 
 
 def _parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     p = argparse.ArgumentParser(
         prog="recipe",
         description="Compile, plan, run and approve tool recipes. Nothing that changes the world runs without a person's yes.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("--version", action="version", version=f"recipe (vodou_engine) {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    def common(sp, *, servers=True, store=False):
+    def policy(sp):
         sp.add_argument("--policy", metavar="FILE", help="tool policy file (default: $VODOU_POLICY, ./vodou-policy.toml, ~/.config/vodou/policy.toml)")
-        if servers:
-            sp.add_argument("--servers", metavar="FILE", help="MCP servers JSON (default: $VODOU_SERVERS, ./mcp.json, ~/.config/vodou/mcp.json, then the demo servers)")
-        if store:
-            sp.add_argument("--store", metavar="PATH", help="run store (default: $VODOU_STORE or ~/.local/share/vodou/runs.db)")
+
+    def servers(sp):
+        sp.add_argument("--servers", metavar="FILE", help="MCP servers JSON (default: $VODOU_SERVERS, ./mcp.json, ~/.config/vodou/mcp.json, then the demo servers)")
+
+    def store(sp):
+        sp.add_argument("--store", metavar="PATH", help="run store (default: $VODOU_STORE or ~/.local/share/vodou/runs.db)")
+
+    def actor(sp, what: str):
+        sp.add_argument("--as", dest="actor", metavar="NAME", help=f"{what} under this approver name instead of your user name; needs the approver's secret in ${TOKEN_ENV}")
+
+    def as_json(sp):
+        sp.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+
+    def no_wait(sp):
+        sp.add_argument("--no-wait", action="store_true", help="park at approvals even on a terminal (do not ask here)")
 
     c = sub.add_parser("compile", help="compile a recipe to actions.json")
     c.add_argument("file", help="a .recipe file or an actions.json")
     c.add_argument("-o", "--output", metavar="OUT", help="write here instead of stdout")
-    common(c, servers=False)
+    policy(c)
     c.set_defaults(func=cmd_compile)
 
     pl = sub.add_parser("plan", help="print the plan card (starts servers to list tools; never calls one)")
     pl.add_argument("file", help="a .recipe file or an actions.json")
     pl.add_argument("--offline", action="store_true", help="do not start servers")
-    pl.add_argument("--json", action="store_true", help="print the plan and a graph summary as JSON")
-    pl.add_argument("--format", choices=["card", "mermaid"], default="card")
-    common(pl)
+    fmt = pl.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="print the plan and a graph summary as JSON")
+    fmt.add_argument("--format", choices=["card", "mermaid"], default="card", help="the card (default), or the graph as a Mermaid flowchart")
+    policy(pl)
+    servers(pl)
     pl.set_defaults(func=cmd_plan)
 
     r = sub.add_parser("run", help="run a recipe; parks at each approval")
     r.add_argument("file", help="a .recipe file or an actions.json")
     r.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="an input value (JSON, or plain text)")
-    r.add_argument("--no-wait", action="store_true", help="park at approvals even on a terminal")
-    r.add_argument("--json", action="store_true", help="print one JSON object at the end")
-    r.add_argument("--model", help="model for write steps (llm); default: the offline writer")
-    r.add_argument("--as", dest="actor", metavar="NAME", help="who starts the run (default: the OS user)")
-    common(r, store=True)
+    no_wait(r)
+    as_json(r)
+    r.add_argument("--model", help="model for write steps (llm); default: the recipe's, then $VODOU_MODEL, else the offline writer")
+    actor(r, "start the run")
+    policy(r)
+    servers(r)
+    store(r)
     r.set_defaults(func=cmd_run)
 
-    for name, helptext in (("approve", "approve a parked step and resume the run"), ("reject", "reject a parked step; the run ends declined")):
-        a = sub.add_parser(name, help=helptext)
-        a.add_argument("run", help="run id")
-        a.add_argument("step", nargs="?", help="step name (needed when several approvals wait)")
-        if name == "approve":
-            a.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-            a.add_argument("--fingerprint", metavar="FP", help="approve only if the question still has this fingerprint (the one on the card you read)")
-        else:
-            a.add_argument("--reason", help="why (kept in the audit log)")
-        a.add_argument("--as", dest="actor", metavar="NAME", help="who decides (default: the OS user)")
-        a.add_argument("--json", action="store_true")
-        a.add_argument("--no-wait", action="store_true", help="park at the next approval even on a terminal")
-        common(a, store=True)
-        a.set_defaults(func=cmd_decide, decision=name)
+    a = sub.add_parser("approve", help="approve a parked step and drive the run on")
+    a.add_argument("run", help="run id")
+    a.add_argument("step", nargs="?", help="step name (needed when several approvals wait)")
+    a.add_argument("--yes", action="store_true", help="do not ask for confirmation (needed without a terminal)")
+    a.add_argument("--fingerprint", metavar="FP", help="approve only if the question still has this fingerprint (the one on the card you read)")
+    a.add_argument("--model", help="model for write steps after this one (default: the one the run started with)")
+    actor(a, "decide")
+    as_json(a)
+    no_wait(a)
+    policy(a)
+    servers(a)
+    store(a)
+    a.set_defaults(func=cmd_decide, decision="approve")
 
-    rs = sub.add_parser("resume", help="continue a parked run (asks again for expired or stale approvals)")
-    rs.add_argument("run")
-    rs.add_argument("--json", action="store_true")
-    rs.add_argument("--no-wait", action="store_true")
-    common(rs, store=True)
+    rj = sub.add_parser("reject", help="reject a parked step; the run ends declined")
+    rj.add_argument("run", help="run id")
+    rj.add_argument("step", nargs="?", help="step name (needed when several approvals wait)")
+    rj.add_argument("--reason", help="why (kept in the audit log and shown by `recipe show`)")
+    rj.add_argument("--fingerprint", metavar="FP", help="reject only if the question still has this fingerprint")
+    actor(rj, "decide")
+    as_json(rj)
+    store(rj)
+    rj.set_defaults(func=cmd_decide, decision="reject")
+
+    rs = sub.add_parser("resume", help="continue a parked or interrupted run (asks again for expired or stale approvals)")
+    rs.add_argument("run", help="run id")
+    rs.add_argument("--model", help="model for write steps (default: the one the run started with)")
+    as_json(rs)
+    no_wait(rs)
+    policy(rs)
+    servers(rs)
+    store(rs)
     rs.set_defaults(func=cmd_resume)
 
-    ls = sub.add_parser("runs", help="list runs")
-    ls.add_argument("--json", action="store_true")
-    ls.add_argument("--store", metavar="PATH")
+    cn = sub.add_parser("cancel", help="end a run cancelled; its pending approvals can no longer be given")
+    cn.add_argument("run", help="run id")
+    cn.add_argument("--reason", help="why (kept in the audit log)")
+    actor(cn, "cancel")
+    as_json(cn)
+    store(cn)
+    cn.set_defaults(func=cmd_cancel)
+
+    ls = sub.add_parser("runs", help="list runs, newest first")
+    ls.add_argument("--state", choices=["running", "parked", "interrupted", "succeeded", "failed", "declined", "cancelled"], help="only runs in this state")
+    ls.add_argument("--recipe", metavar="NAME", help="only runs of this recipe (its name)")
+    ls.add_argument("--since", metavar="WHEN", help="only runs started since: an ISO date/time, or an age such as 2h or 7d")
+    ls.add_argument("--limit", type=int, default=50, metavar="N", help="at most N runs (default 50)")
+    as_json(ls)
+    store(ls)
     ls.set_defaults(func=cmd_runs)
 
-    sh = sub.add_parser("show", help="show a run: nodes, timings, effects")
-    sh.add_argument("run")
-    sh.add_argument("--json", action="store_true")
-    sh.add_argument("--audit", action="store_true", help="the audit record of each effect")
-    sh.add_argument("--store", metavar="PATH")
+    sh = sub.add_parser("show", help="show a run: steps, results, timings, approvals, effects")
+    sh.add_argument("run", help="run id")
+    as_json(sh)
+    sh.add_argument("--audit", action="store_true", help="the audit record of each effect: card shown, payload, fingerprint, who decided and when, the result")
+    sh.add_argument("--full", action="store_true", help="every result in full (read results are summarised otherwise)")
+    store(sh)
     sh.set_defaults(func=cmd_show)
 
-    rc = sub.add_parser("reconcile", help="settle an effect left `unknown` by a crash")
-    rc.add_argument("run")
-    rc.add_argument("step")
+    rc = sub.add_parser("reconcile", help="settle an effect left unknown (or reported failed) by saying whether it happened")
+    rc.add_argument("run", help="run id")
+    rc.add_argument("step", help="the effect's step")
     g = rc.add_mutually_exclusive_group(required=True)
-    g.add_argument("--executed", action="store_true", help="the effect did happen")
-    g.add_argument("--not-executed", action="store_true", help="the effect did not happen (the run may ask again)")
-    rc.add_argument("--as", dest="actor", metavar="NAME")
-    rc.add_argument("--store", metavar="PATH")
+    g.add_argument("--executed", action="store_true", help="it did happen: `recipe resume` then goes on from it")
+    g.add_argument("--not-executed", action="store_true", help="it did not happen: the step is recorded failed and the run fails there (start a new run to try again)")
+    rc.add_argument("--reason", help="how you know (kept in the audit log)")
+    actor(rc, "settle it")
+    store(rc)
     rc.set_defaults(func=cmd_reconcile)
 
+    ap = sub.add_parser("approver", help="people who may act under a name other than their user name")
+    apsub = ap.add_subparsers(dest="approver_command", metavar="ACTION")
+    apsub.required = True
+    add = apsub.add_parser("add", help="add NAME (or give NAME a new secret); prints the secret once")
+    add.add_argument("name", help="the approver's name, as recipes list it under `approvers:`")
+    store(add)
+    add.set_defaults(func=cmd_approver)
+    lst = apsub.add_parser("list", help="list approver names")
+    store(lst)
+    lst.set_defaults(func=cmd_approver)
+    rm = apsub.add_parser("remove", help="remove NAME; their secret stops working")
+    rm.add_argument("name", help="the approver's name")
+    store(rm)
+    rm.set_defaults(func=cmd_approver)
+
+    po = sub.add_parser("policy", help="check the tool policy file against the configured servers")
+    posub = po.add_subparsers(dest="policy_command", metavar="ACTION")
+    posub.required = True
+    pc = posub.add_parser("check", help="fail when an entry names a server or tool that does not exist (it would apply to nothing)")
+    policy(pc)
+    servers(pc)
+    pc.set_defaults(func=cmd_policy_check)
     return p
 
 
+# --- the process ----------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
-    if argv is None:  # a whole process (the `recipe` script, `python -m vodou_engine`)
+    whole_process = argv is None
+    if whole_process:  # the `recipe` script, `python -m vodou_engine`
         from .gcpause import own_process
 
         own_process()
+        _stop_on_signals()
+    from .views.term import guard_stdout
+
+    guard_stdout()
     args = _parser().parse_args(argv)
     from .errors import VodouError
 
     try:
         code = args.func(args)
     except VodouError as exc:
-        console(True).print(str(exc), markup=False, style="red", soft_wrap=True)
+        _error(exc)
         code = exc.exit_code
-    except KeyboardInterrupt:
-        console(True).print("interrupted", style="red")
-        code = 130
-    sys.stdout.flush()
-    if argv is None:
-        # A whole process (the `recipe` script, `python -m vodou_engine`): what is
-        # alive now lives until exit, and the collector's passes over it while the
-        # interpreter shuts down cost ~0.2 s (more with the MCP SDK loaded).
+    except BaseExceptionGroup as group:
+        from .runs import plain_error
+
+        leaf = plain_error(group)
+        if not isinstance(leaf, (VodouError, Stopped, KeyboardInterrupt)):
+            raise
+        code = _ended(leaf)
+    except (Stopped, KeyboardInterrupt) as exc:
+        code = _ended(exc)
+    try:
+        sys.stdout.flush()
+    except OSError:
+        pass
+    if whole_process:
+        # What is alive now lives until exit, and the collector's passes over it
+        # while the interpreter shuts down cost ~0.2 s (more with the MCP SDK loaded).
         import gc
 
         gc.freeze()
     return code or 0
 
 
-def _policy(args):
-    from .policy import load_policy
+def _ended(exc: BaseException) -> int:
+    from .errors import VodouError
 
-    return load_policy(getattr(args, "policy", None))
+    if isinstance(exc, VodouError):
+        _error(exc)
+        return exc.exit_code
+    signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
+    from .views.term import say
+
+    say("interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}", style="red", err=True)
+    return 128 + signum
+
+
+def _stop_on_signals() -> None:
+    """Before trio runs (and between runs): SIGTERM and SIGHUP unwind like Ctrl-C, so
+    servers started early are stopped on the way out. Inside trio the run API's
+    drive handles them (``_run_async``)."""
+
+    def stop(signum: int, _frame: Any) -> None:
+        raise Stopped(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            signal.signal(sig, stop)
+        except (ValueError, OSError):  # pragma: no cover - not the main thread
+            pass
+
+
+def _run_async(fn: Callable[[], Any]) -> Any:
+    """Run the API call ``fn`` on trio. The first SIGINT, SIGTERM or SIGHUP cancels it
+    (the run is left interrupted, its servers stopped); a second one stops at once."""
+    import trio
+
+    got: list[int] = []
+    result: list[Any] = []
+
+    async def main() -> None:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+            async with trio.open_nursery() as nursery:
+
+                async def watch() -> None:
+                    async for signum in signals:
+                        got.append(signum)
+                        if len(got) == 1:
+                            nursery.cancel_scope.cancel()
+                        else:
+                            _stop_now(signum)
+
+                nursery.start_soon(watch)
+                try:
+                    result.append(await fn())
+                finally:
+                    nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    if got:
+        raise Stopped(got[0])
+    return result[0]
+
+
+def _stop_now(signum: int) -> None:
+    """A second signal: stop every server process group this process started, and exit."""
+    from .tools.process import stop_all_now
+
+    stop_all_now()
+    os._exit(128 + signum)
+
+
+# --- errors: the library's facts, in the CLI's words ---------------------------------------
+def _error(exc: Any) -> None:
+    from .views.term import say
+
+    hint = _CLI_HINTS.get(exc.code)
+    text = str(exc)
+    if hint is not None:
+        text = exc.message + "\n  hint: " + hint(exc.facts)
+    say(text, style="red", err=True)
+
+
+_CLI_HINTS: dict[str, Callable[[dict], str]] = {
+    "run.unknown": lambda f: "`recipe runs` lists the runs in this store",
+    "run.busy": lambda f: f"`recipe show {f.get('run')}` follows it; it picks up every decision already made",
+    "approval.expired": lambda f: "`recipe resume RUN` asks again",
+    "approval.stale": lambda f: f"read the current card (`recipe show {f.get('run')} --audit`) and approve its fingerprint",
+    "approval.decided": lambda f: f"`recipe show {f.get('run')}` lists the run's approvals" + ("; `recipe resume RUN` asks again" if f.get("state") == "expired" else ""),
+    "servers.mismatch": lambda f: "run it with --servers naming the server file the run was started with"
+    + (f" ({', '.join(f['bound'])})" if f.get("bound") else "")
+    + ", or start a new run against these servers",
+    "recipe.changed": lambda f: f"restore {f.get('path')} (the run executes the plan it started with), or `recipe reject {f.get('run')}` and start a new run",
+    "identity.refused": lambda f: f"act as yourself (drop --as), or put {f.get('claimed')}'s secret in ${TOKEN_ENV} (`recipe approver add NAME` makes one)",
+}
+
+
+# --- who is acting ------------------------------------------------------------------------
+def _actor(args: Any, runs: Any, run_id: str | None, command: str) -> tuple[str, str]:
+    """(name, proof): the operating-system user, or a name proven by its approver secret."""
+    from .errors import IdentityError
+    from .runs import os_user
+
+    me = os_user()
+    claimed = getattr(args, "actor", None)
+    if not claimed or claimed == me:
+        return me, "os-user"
+    if runs.proves(claimed, os.environ.get(TOKEN_ENV)):
+        return claimed, "approver-secret"
+    runs.refuse_identity(claimed, by=me, command=command, run_id=run_id)
+    raise IdentityError(
+        f"--as {claimed}: {me} may not act as {claimed} without {claimed}'s approver secret; nothing was done (the attempt is logged)",
+        claimed=claimed,
+        user=me,
+    )
+
+
+# --- commands -------------------------------------------------------------------------------
+def _runs(args: Any) -> Any:
+    from .runs import Runs
+
+    return Runs(store=getattr(args, "store", None), servers=getattr(args, "servers", None), policy=getattr(args, "policy", None))
+
+
+def _store_flag(args: Any) -> str:
+    return f" --store {args.store}" if getattr(args, "store", None) else ""
+
+
+def _interactive(args: Any) -> bool:
+    return not getattr(args, "no_wait", False) and not getattr(args, "json", False) and sys.stdin.isatty() and sys.stdout.isatty()
 
 
 def _write(data: bytes, out: str | None) -> None:
@@ -160,49 +373,41 @@ def _write(data: bytes, out: str | None) -> None:
         sys.stdout.buffer.write(data)
 
 
-# --- compile / plan ---------------------------------------------------------------
-def cmd_compile(args) -> int:
+def cmd_compile(args: Any) -> int:
     from .compiler import load_source
     from .plan import encode_plan
+    from .policy import load_policy
 
-    plan, _ = load_source(args.file, policy=_policy(args), refresh=True, memo=True)
+    plan, _ = load_source(args.file, policy=load_policy(args.policy), refresh=True, memo=True)
     _write(encode_plan(plan), args.output)
     return 0
 
 
-def cmd_plan(args) -> int:
+def cmd_plan(args: Any) -> int:
     from .compiler import load_source
+    from .views.term import console, say
 
-    policy = _policy(args)
-    plan, text = load_source(args.file, policy=policy, memo=True)
-    status = None
-    note = "offline: servers not started, tool names not checked"
-    if not args.offline:
-        import trio
+    runs = _runs(args)
+    if args.offline:
+        plan, _ = load_source(args.file, policy=runs.policy(), memo=True)
+        from .runs import Inspection
 
-        from .planning import list_tools, resolve, servers_of
-        from .servers import load_servers
-
-        sset = load_servers(args.servers)
-        tools = trio.run(list_tools, sset.servers, servers_of(plan))
-        status, hints = resolve(plan, sset.servers, tools)
-        if text is not None and hints:
-            from .compiler import compile_recipe
-
-            plan = compile_recipe(text, args.file, policy=policy, hints=hints)
-        elif text is None:
-            from .planning import check_hints
-
-            check_hints(plan, policy, hints)
-        note = f"servers from {sset.source}; tools listed, none called"
+        seen = Inspection(plan=plan, path=args.file, note="offline: servers not started, tool names not checked")
+    else:
+        seen = _run_async(lambda: runs.inspect(args.file))
+    plan = seen.plan
     if args.json:
         import msgspec
 
         from .graph.summary import summary
 
-        doc = {"plan": plan, "graph": summary(plan)}
-        if status is not None:
-            doc["tools"] = {k: {"exists": v.exists, "note": v.note} for k, v in status.items()}
+        doc: dict[str, Any] = {"plan": plan, "graph": summary(plan)}
+        if seen.status:
+            doc["tools"] = {k: {"exists": v.exists, "note": v.note} for k, v in seen.status.items()}
+        if seen.servers:
+            doc["servers"] = {"source": seen.servers_source, "commands": seen.servers}
+        if seen.warnings:
+            doc["warnings"] = seen.warnings
         sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(doc, order="deterministic"), indent=2) + b"\n")
     elif args.format == "mermaid":
         from .cards import mermaid
@@ -211,68 +416,160 @@ def cmd_plan(args) -> int:
     else:
         from .cards import plan_card
 
-        console().print(plan_card(plan, source=args.file, status=status, servers_note=note, writer=_writer_label(plan, None)))
-    if status is not None:
-        from .planning import missing
-
-        bad = missing(status)
-        if bad:
-            console(True).print(f"{len(bad)} step(s) name a tool that does not exist: " + ", ".join(bad), style="red")
-            return 2
+        console().print(plan_card(plan, source=args.file, status=seen.status, servers_note=seen.note, writer=_writer_label(plan), servers=seen.servers))
+    for w in seen.warnings:
+        say(f"warning: {w}", style="yellow", err=True)
+    bad = [k for k, v in seen.status.items() if not v.exists]
+    if bad:
+        say(f"{len(bad)} step(s) name a tool that does not exist: " + ", ".join(bad), style="red", err=True)
+        return 2
     return 0
 
 
-def _writer_label(plan, model: str | None) -> str:
+def _writer_label(plan: Any, model: str | None = None) -> str:
     model = model or plan.options.model or os.environ.get("VODOU_MODEL")
     return f"model {model}" if model else "offline writer, no model configured"
 
 
-# --- run / approve ----------------------------------------------------------------
-def cmd_run(args) -> int:
-    from .runtime.commands import run_command
+def _inputs(pairs: list[str]) -> dict[str, Any]:
+    from .errors import UsageError
+    from .limits import MAX_DEPTH, TooDeep, check_json_depth
 
-    return run_command(args)
+    out = {}
+    for pair in pairs:
+        name, sep, raw = pair.partition("=")
+        if not sep or not name:
+            raise UsageError(f"--set {pair!r} is not NAME=VALUE", hint='e.g. --set channel=#daily or --set limit=5 or --set tags=["a","b"]')
+        try:
+            check_json_depth(raw)
+        except TooDeep:
+            raise UsageError(f"--set {name}: the value nests arrays or objects more than {MAX_DEPTH} levels deep", hint="flatten it") from None
+        try:
+            out[name] = json.loads(raw)
+        except ValueError:
+            out[name] = raw
+    return out
 
 
-def cmd_decide(args) -> int:
+def cmd_run(args: Any) -> int:
+    from .views.report import Progress, report
+
+    runs = _runs(args)
+    inputs = _inputs(args.set)
+    plan, _, _ = runs.load(args.file)
+    actor, _ = _actor(args, runs, None, "run")
+    progress = Progress([n.id for n in plan.nodes], enabled=sys.stderr.isatty() and not args.json)
+    with progress:
+        rep = _run_async(lambda: runs.start(args.file, inputs=inputs, actor=actor, model=args.model, on_change=progress.change))
+    code = report(rep, json_out=args.json, store_flag=_store_flag(args))
+    return _answer_inline(args, runs, rep, code, actor, "os-user")
+
+
+def _ask(question: str) -> str:
+    """'yes', 'no' or 'later' (Enter, or Ctrl-D: no answer)."""
+    from .views.term import console
+
+    while True:
+        try:
+            answer = console().input(f"{question} [y]es / [n]o, reject / Enter: decide later: ").strip().lower()
+        except EOFError:
+            console().print()
+            return "later"
+        if answer in ("y", "yes"):
+            return "yes"
+        if answer in ("n", "no"):
+            return "no"
+        if answer in ("", "later"):
+            return "later"
+
+
+def _answer_inline(args: Any, runs: Any, rep: Any, code: int, actor: str, proof: str) -> int:
+    """On a terminal: ask each waiting question here and drive on. 'n' rejects, as at
+    `recipe approve`'s prompt; Enter or Ctrl-D leaves the run parked (exit 3)."""
+    from .views.report import report
+    from .views.term import say
+
+    while rep.state == "parked" and rep.pending and _interactive(args):
+        card = rep.pending[0]  # its card was just printed
+        answer = _ask(f"run {card.step}?")
+        if answer == "later":
+            say(f"nothing was decided; run {rep.run} stays parked.", style="yellow")
+            return code
+        if answer == "yes":
+            rep = _run_async(lambda: runs.approve(rep.run, card.step, actor=actor, fingerprint=card.fingerprint, proof=proof))
+        else:
+            rep = _run_async(lambda: runs.reject(rep.run, card.step, actor=actor, fingerprint=card.fingerprint, proof=proof))
+        code = report(rep, json_out=False, store_flag=_store_flag(args))
+    return code
+
+
+def cmd_decide(args: Any) -> int:
     # A rejection calls nothing, so it starts nothing.
-    with _prespawn(args, ("parked",) if args.decision == "approve" else ()) as prespawned:
-        from .runtime.commands import decide_command
-
-        return decide_command(args, prespawned)
+    with _prespawn(args) as prespawned:
+        return _decide(args, prespawned)
 
 
-def _prespawn(args, states: tuple[str, ...]):
-    """Start the servers the run still needs, if it is in one of ``states``,
-    before trio and the MCP SDK are imported.
+def _decide(args: Any, prespawned: Any) -> int:
+    from .errors import UsageError
+    from .views.report import report
+    from .views.term import say
 
-    They then boot on the other core while this process imports; nothing is
-    called until the approval is recorded and the run claimed, and whatever
-    is not taken over is stopped on the way out. Anything unexpected here
-    (unknown run, unreadable store, bad server file) starts nothing: the
-    command proper reports it.
-    """
+    runs = _runs(args)
+    actor, proof = _actor(args, runs, args.run, args.decision)
+    card = runs.pending(args.run, args.step)
+    if not args.json:
+        say(card.card)
+    fingerprint = args.fingerprint or card.fingerprint  # exactly the card that was read
+    decision = args.decision
+    if decision == "approve" and not args.yes:
+        if not (sys.stdin.isatty() and sys.stdout.isatty()):
+            raise UsageError("approving without a terminal needs --yes", hint=f"recipe approve {args.run} {card.step} --yes --fingerprint {card.fingerprint}")
+        answer = _ask("approve exactly this?")
+        if answer == "later":
+            say("nothing was decided; the run stays parked.", style="yellow")
+            return 3
+        decision = "approve" if answer == "yes" else "reject"
+    if decision == "approve":
+        rep = _run_async(lambda: runs.approve(args.run, card.step, actor=actor, fingerprint=fingerprint, model=args.model, prespawned=prespawned, proof=proof))
+        if not args.json:
+            say(f"approved {card.step} ({fingerprint}) as {actor}.", style="green")
+    else:
+        rep = _run_async(lambda: runs.reject(args.run, card.step, actor=actor, reason=getattr(args, "reason", None), fingerprint=fingerprint, proof=proof))
+        if not args.json:
+            say(f"rejected {card.step} as {actor}; run {args.run} is {rep.state} and nothing more runs.", style="yellow")
+    code = report(rep, json_out=args.json, store_flag=_store_flag(args))
+    return _answer_inline(args, runs, rep, code, actor, proof)
+
+
+def _prespawn(args: Any) -> Any:
+    """Start the servers a parked run still needs before trio and the MCP SDK are
+    imported: they boot on the other core while this process imports. Only the
+    servers the run is bound to are started (a configuration that resolves them
+    differently starts nothing: the command proper refuses it), and nothing is
+    called until the approval is recorded and the run taken; whatever no hub
+    takes over is stopped on the way out."""
     from .tools.process import Prespawned
 
-    prespawned = Prespawned()  # empty when there is nothing to start; closing it stops what no hub took
-    if not states:
+    prespawned = Prespawned()  # empty when there is nothing to start
+    if getattr(args, "decision", "approve") != "approve":
         return prespawned
+    from .binding import decode_bindings, servers_for_run
     from .plan import decode_plan
-    from .servers import load_servers, servers_to_finish
+    from .servers import servers_to_finish
     from .store import open_store
 
     try:
-        store = open_store(args.store)
+        store = open_store(args.store, create=False)
         try:
             run = store.get_run(args.run)
-            if run.state not in states:
+            if run.state not in ("parked", "running", "interrupted"):
                 return prespawned
             nodes = store.get_nodes(args.run)
         finally:
             store.close()
         needed = servers_to_finish(decode_plan(run.plan_json), nodes)
-        configs = load_servers(args.servers).servers
-    except Exception:
+        configs = servers_for_run(run.id, decode_bindings(run.servers_json), needed, args.servers).servers
+    except Exception:  # noqa: BLE001 - anything unexpected starts nothing; the command reports it
         return prespawned
     for name in needed:
         if name in configs:
@@ -280,30 +577,120 @@ def _prespawn(args, states: tuple[str, ...]):
     return prespawned
 
 
-def cmd_resume(args) -> int:
-    # A run whose process died is still "running"; resume takes it over.
-    with _prespawn(args, ("parked", "running")) as prespawned:
-        from .runtime.commands import resume_command
+def cmd_resume(args: Any) -> int:
+    with _prespawn(args) as prespawned:
+        from .views.report import report
 
-        return resume_command(args, prespawned)
-
-
-def cmd_runs(args) -> int:
-    from .runtime.commands import runs_command
-
-    return runs_command(args)
+        runs = _runs(args)
+        rep = _run_async(lambda: runs.resume(args.run, model=args.model, prespawned=prespawned))
+        code = report(rep, json_out=args.json, store_flag=_store_flag(args))
+        return _answer_inline(args, runs, rep, code, *_actor(args, runs, args.run, "resume"))
 
 
-def cmd_show(args) -> int:
-    from .runtime.commands import show_command
+def cmd_cancel(args: Any) -> int:
+    from .views.report import report
 
-    return show_command(args)
+    runs = _runs(args)
+    actor, _ = _actor(args, runs, args.run, "cancel")
+    rep = _run_async(lambda: runs.cancel(args.run, actor=actor, reason=args.reason))
+    report(rep, json_out=args.json, store_flag=_store_flag(args))
+    return 0
 
 
-def cmd_reconcile(args) -> int:
-    from .runtime.commands import reconcile_command
+def _since(text: str | None) -> float | None:
+    if text is None:
+        return None
+    import re
+    import time
+    from datetime import datetime
 
-    return reconcile_command(args)
+    from .errors import UsageError
+
+    m = re.fullmatch(r"(\d+)\s*([smhd])", text.strip())
+    if m:
+        return time.time() - int(m[1]) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m[2]]
+    try:
+        dt = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"--since {text!r} is neither an ISO date/time nor an age", hint="e.g. --since 2026-11-30, --since 2026-11-30T08:00, --since 2h, --since 7d") from None
+    return (dt if dt.tzinfo else dt.astimezone()).timestamp()
+
+
+def cmd_runs(args: Any) -> int:
+    from .errors import UsageError
+    from .views.report import runs_table
+
+    if args.limit < 1:
+        raise UsageError("--limit must be at least 1")
+    from .errors import StoreMissingError
+
+    runs = _runs(args)
+    since = _since(args.since)
+    try:
+        listed = runs.list(state=args.state, recipe=args.recipe, since=since, limit=args.limit)
+    except StoreMissingError:
+        if args.store:
+            raise  # a path typed for this command must name a store
+        listed = []  # no run has been stored yet where the defaults point
+    runs_table(listed, json_out=args.json, store_flag=_store_flag(args))
+    return 0
+
+
+def cmd_show(args: Any) -> int:
+    from .views.report import show
+
+    show(_runs(args).show(args.run), json_out=args.json, audit=args.audit, full=args.full, store_flag=_store_flag(args))
+    return 0
+
+
+def cmd_reconcile(args: Any) -> int:
+    from .views.term import say
+
+    runs = _runs(args)
+    actor, _ = _actor(args, runs, args.run, "reconcile")
+    eff = runs.reconcile(args.run, args.step, executed=bool(args.executed), actor=actor, reason=args.reason)
+    after = f"`recipe resume {args.run}` goes on from it" if eff.state == "executed" else "the step is recorded failed; a resumed run fails there"
+    say(f"effect {args.step} of run {args.run} settled as {eff.state} by {actor}; {after}.")
+    return 0
+
+
+def cmd_approver(args: Any) -> int:
+    from .runs import os_user
+    from .views.term import out, say
+
+    runs = _runs(args)
+    me = os_user()
+    if args.approver_command == "add":
+        token = runs.add_approver(args.name, by=me)
+        say(f"{args.name} may now act with `--as {args.name}` when ${TOKEN_ENV} holds this secret (shown once; only its hash is kept):", err=True)
+        out(token + "\n")
+    elif args.approver_command == "remove":
+        if not runs.remove_approver(args.name, by=me):
+            from .errors import RefusedError
+
+            raise RefusedError(f"there is no approver {args.name!r}; nothing was changed")
+        say(f"{args.name} removed; their secret no longer works.")
+    else:
+        for name in runs.approvers():
+            out(name + "\n")
+    return 0
+
+
+def cmd_policy_check(args: Any) -> int:
+    from .views.term import say
+
+    runs = _runs(args)
+    problems = _run_async(runs.check_policy)
+    policy = runs.policy()
+    if not policy.source:
+        say("no policy file in effect; nothing to check.")
+        return 0
+    for p in problems:
+        say(p.message, style="red")
+    if problems:
+        return 2
+    say(f"{policy.source}: every entry names a configured server and a tool it lists.", style="green")
+    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

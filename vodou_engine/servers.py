@@ -232,6 +232,12 @@ def parse_servers(data: bytes | str, path: str) -> dict[str, ServerConfig]:
     shape_hint = 'expected {"mcpServers": {"NAME": {"command": "...", "args": [...], "env": {...}}}}'
     if not data.strip():
         raise ServerConfigError(f"{path}: the file is empty", hint=shape_hint)
+    from .limits import TooDeep, check_json_depth
+
+    try:
+        check_json_depth(data)
+    except TooDeep as exc:
+        raise ServerConfigError(f"{path}: not a server file: {exc}", hint=shape_hint) from None
     try:
         top = msgspec.json.decode(data, type=_File)
     except msgspec.ValidationError as exc:
@@ -267,9 +273,12 @@ def parse_servers(data: bytes | str, path: str) -> dict[str, ServerConfig]:
 
 
 def _read(path: str, *, named_by: str | None) -> dict[str, ServerConfig]:
+    from .limits import NotAFile, TooLarge, read_regular_file
+
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_regular_file(path)
+    except (NotAFile, TooLarge) as exc:
+        raise ServerConfigError(f"cannot read server file {path}: {exc.strerror}", hint="name a JSON file") from None
     except FileNotFoundError:
         if named_by is None:
             raise

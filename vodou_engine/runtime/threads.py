@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
+import time
 from collections import deque
 from typing import Any, Callable
 
@@ -132,6 +133,7 @@ class Blocking:
                 else:
                     self.workers -= 1
                     return
+            job.started = time.time()
             job.deliver(outcome.capture(job.context.run, job.fn, *job.args))
 
     def _drain(self) -> None:
@@ -156,7 +158,7 @@ def _ignore(_: Any) -> None:
 
 
 class _Job:
-    __slots__ = ("args", "context", "fn", "owner", "result", "tag", "task")
+    __slots__ = ("args", "context", "fn", "owner", "result", "started", "tag", "task")
 
     def __init__(self, owner: Blocking, fn: Callable[..., Any], args: tuple, task: Any, tag: Any):
         self.owner = owner
@@ -166,6 +168,8 @@ class _Job:
         self.tag = tag  # a submitted call's tag; None once abandoned
         self.context = contextvars.copy_context()
         self.result = None
+        self.started: float | None = None
+        """When a worker took it (epoch seconds): the time before that was spent queueing, not working."""
 
     def abort(self, _: Any) -> Abort:
         # Under the workers' lock: a call no worker has taken yet never runs;

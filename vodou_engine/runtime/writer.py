@@ -44,20 +44,23 @@ def with_model(model_id: str, prompt: str, inputs: dict[str, Any], missing: list
     try:
         import llm
     except ImportError:
-        from ..errors import UsageError
+        from ..errors import ModelError
 
-        raise UsageError(
-            f"model {model_id!r} needs the llm library", hint="pip install 'vodou_engine[llm]', or drop --model to use the offline writer"
+        raise ModelError(
+            f"model {model_id!r} needs the llm library", hint="install vodou_engine[llm], or run without a model to use the offline writer", model=model_id
         ) from None
     body = [f"Task: {prompt}", "", "Inputs (JSON):"]
     for name, value in inputs.items():
         body.append(f"## {name}\n{json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)}")
     if missing:
         body.append(f"\nThese inputs are missing (a quorum dropped them or they failed): {', '.join(missing)}")
+    from ..errors import ModelError
+
     try:
         model = llm.get_model(model_id)
     except llm.UnknownModelError as exc:
-        from ..errors import UsageError
-
-        raise UsageError(f"unknown model {model_id!r}: {exc}", hint="`llm models` lists the models installed") from None
-    return model.prompt("\n".join(body)).text()
+        raise ModelError(f"unknown model {model_id!r}: {exc}", hint="`llm models` lists the models installed", model=model_id) from None
+    try:
+        return model.prompt("\n".join(body)).text()
+    except Exception as exc:  # a missing key, a refused or failed request: the step fails, the run does not crash
+        raise ModelError(f"model {model_id!r} could not write: {type(exc).__name__}: {exc}", hint="check the model's key and settings (`llm keys`, `llm models`)", model=model_id) from None

@@ -42,7 +42,7 @@ _SQLITE_ERROR_NAMES = {
     13: "the disk is full",  # SQLITE_FULL
     14: "the file cannot be opened",  # SQLITE_CANTOPEN
 }
-_CORRUPT, _NOTADB, _BUSY, _LOCKED = 11, 26, 5, 6
+_CORRUPT, _NOTADB, _BUSY, _LOCKED, _READONLY, _CANTOPEN = 11, 26, 5, 6, 8, 14
 
 MOVE_ASIDE = (
     "move the file aside or point --store or VODOU_STORE at another path; a new store is created where none exists"
@@ -153,10 +153,13 @@ def _connect_readonly(path: Path) -> sqlite3.Connection:
     as immutable instead: a reader here cannot be racing a writer it shares
     permissions with."""
     uri = path.resolve().as_uri()
+    conn = sqlite3.connect(uri + "?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
     try:
-        conn = sqlite3.connect(uri + "?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    except sqlite3.OperationalError:
+    except sqlite3.Error as exc:
+        if (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF not in (_READONLY, _CANTOPEN):
+            return conn  # damage and the like: the caller's own reads report it in its words
+        conn.close()
         conn = sqlite3.connect(uri + "?immutable=1", uri=True, isolation_level=None, check_same_thread=False)
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     return conn
@@ -228,7 +231,7 @@ def inspect_file(path: Path, *, verify: bool = False) -> bool:
         raise StoreError(f"cannot read the store at {location}: {exc.strerror}") from exc
     _check_header(path, header, st.st_size)
     try:
-        conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+        conn = _connect_readonly(path)
     except sqlite3.Error as exc:
         raise StoreError(f"cannot open the store at {location} to inspect it: {exc}") from exc
     try:

@@ -19,7 +19,11 @@ from typing import IO
 
 from vodou_engine.servers import ServerConfig
 
-__all__ = ["Prespawned", "default_environment", "start", "stop_now"]
+__all__ = ["Prespawned", "default_environment", "forget", "start", "stop_all_now", "stop_now"]
+
+_LIVE: dict[int, subprocess.Popen] = {}
+"""Every server this process started and has not yet stopped, by pid: what a second
+Ctrl-C (or SIGTERM) kills on the way out, so no server outlives the command."""
 
 _INHERITED = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
 """What a server inherits from our environment: the SDK's own list (``tests/test_hub.py``
@@ -48,7 +52,7 @@ def start(config: ServerConfig, stderr: IO[bytes]) -> subprocess.Popen:
     on a worker thread; :class:`Prespawned` runs it before trio is imported.
     Raises OSError (FileNotFoundError, PermissionError, …) when it cannot run.
     """
-    return subprocess.Popen(
+    popen = subprocess.Popen(
         [config.command, *config.args],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -57,6 +61,21 @@ def start(config: ServerConfig, stderr: IO[bytes]) -> subprocess.Popen:
         cwd=config.cwd,
         start_new_session=sys.platform != "win32",
     )
+    _LIVE[popen.pid] = popen
+    return popen
+
+
+def forget(popen: subprocess.Popen) -> None:
+    """A server that has been stopped and reaped."""
+    _LIVE.pop(popen.pid, None)
+
+
+def stop_all_now() -> None:
+    """Kill every server process group this process started (no grace: the process is
+    about to exit because it was told twice to stop)."""
+    for popen in list(_LIVE.values()):
+        signal_group(popen, signal.SIGKILL)
+        forget(popen)
 
 
 def stop_now(popen: subprocess.Popen) -> None:
@@ -73,6 +92,7 @@ def stop_now(popen: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             continue
     signal_group(popen, signal.SIGKILL, leader_too=False)
+    forget(popen)
     if popen.stdout is not None:
         with suppress(OSError):
             popen.stdout.close()

@@ -38,7 +38,7 @@ from typing import IO, Any
 import trio
 
 from vodou_engine.servers import ServerConfig
-from vodou_engine.tools.process import STDIN_GRACE_S, TERM_GRACE_S, signal_group, start
+from vodou_engine.tools.process import STDIN_GRACE_S, TERM_GRACE_S, forget, signal_group, start
 
 __all__ = ["CURRENT_CALL", "CallWatch", "ServerProcess", "Wire", "load_sdk", "session_streams", "spawn", "stop"]
 
@@ -439,6 +439,7 @@ async def stop(process: ServerProcess, *, in_doubt: bool = False) -> None:
             await process.wait()
         # Children the server left behind in its group go with it.
         signal_group(process.popen, signal.SIGKILL, leader_too=False)
+        forget(process.popen)
         with suppress(trio.ClosedResourceError, OSError):
             await process.stdout.aclose()
         process.release()

@@ -1,0 +1,216 @@
+"""What the run API hands to every surface: reports and views of runs, as msgspec Structs.
+
+A surface (the CLI, a web page, an agent) formats these; none of them reads
+the engine's or the store's internals. Encode any of them with
+``msgspec.json.encode`` for a JSON document.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from .plan import ApprovalNode, JoinNode, Plan, QuestionNode, ToolNode, WriteNode
+
+
+class Doc(msgspec.Struct, frozen=True, kw_only=True):
+    """House policy for report documents: keyword construction, stable field order."""
+
+
+class PendingApproval(Doc):
+    step: str
+    approval: str
+    fingerprint: str
+    expires_at: float | None = None
+    card: str = ""
+    approvers: list[str] = []
+
+
+class Together(Doc):
+    """A together's honest figures: each branch's own work (its calls, started ->
+    ended) against the wall-clock of the whole together. Time a branch spent
+    queued for a thread, or waiting for a person, is not work; it is reported
+    apart."""
+
+    join: str
+    wall_s: float
+    sum_s: float
+    branches: int
+    slowest: str | None = None
+    slowest_s: float = 0.0
+    queued_s: float = 0.0
+    failed: list[str] = []
+    cancelled: list[str] = []
+
+
+class ServerStart(Doc):
+    start_s: float
+    """Seconds from spawn to tools listed."""
+
+
+class RunReport(Doc):
+    """Where a run stands after a call of the run API (start, approve, resume...)."""
+
+    run: str
+    state: str
+    recipe: str = ""
+    pending: list[PendingApproval] = []
+    errors: dict[str, str] = {}
+    """Steps that failed, and why."""
+    unknown: dict[str, str] = {}
+    """Effects that may or may not have happened: a person reconciles each."""
+    together: list[Together] = []
+    servers: dict[str, ServerStart] = {}
+    """Per server this call started: how long it took to be ready (a slow server is not a slow run)."""
+    text: str | None = None
+    """The text of a run that ends in a ``write`` step."""
+    asked_again: dict[str, dict] = {}
+    """Steps whose ``check:`` read changed after the approval: what it was, what it is now."""
+    driven_by: str | None = None
+    """Set when another live process drives the run: it will pick up what was decided."""
+
+
+class NodeView(Doc):
+    node: str
+    kind: str
+    state: str
+    ready_at: float | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    error: str | None = None
+    output: Any = None
+    has_output: bool = False
+
+
+class ApprovalView(Doc):
+    id: str
+    step: str
+    state: str
+    fingerprint: str
+    asked_at: float
+    expires_at: float | None = None
+    decided_by: str | None = None
+    decided_at: float | None = None
+    reason: str | None = None
+    card: str = ""
+    approvers: list[str] = []
+    payload: Any = None
+
+
+class EffectView(Doc):
+    step: str
+    state: str
+    fingerprint: str
+    idempotency_key: str
+    payload: Any = None
+    result: Any = None
+    error: str | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    approval: str | None = None
+    """None: the plan let it run without asking."""
+    decided_by: str | None = None
+    decided_at: float | None = None
+    card: str | None = None
+    settled_by: str | None = None
+
+
+class RunSummary(Doc):
+    run: str
+    recipe: str
+    state: str
+    started_by: str
+    created_at: float
+    ended_at: float | None = None
+    driven_by: str | None = None
+
+
+class RunView(Doc):
+    """Everything a person may ask about one run."""
+
+    run: str
+    recipe: str
+    state: str
+    started_by: str
+    created_at: float
+    ended_at: float | None = None
+    error: str | None = None
+    plan_fingerprint: str = ""
+    recipe_path: str | None = None
+    inputs: dict[str, Any] = {}
+    nodes: list[NodeView] = []
+    approvals: list[ApprovalView] = []
+    effects: list[EffectView] = []
+    together: list[Together] = []
+    servers: dict[str, Any] = {}
+    driven_by: str | None = None
+
+
+def node_kind(node: Any) -> str:
+    return {ToolNode: "tool", WriteNode: "write", JoinNode: "join", QuestionNode: "question", ApprovalNode: "approval"}[type(node)]
+
+
+def together_stats(plan: Plan, times: dict[str, tuple[float | None, float | None, float | None]], states: dict[str, str]) -> list[Together]:
+    """Per together: wall-clock, each branch's own work, the slowest successful branch.
+
+    The sum counts every branch's work, a cancelled or failed one's too (it
+    ran at the same time); only a branch that succeeded can be the slowest.
+    ``times`` holds (ready, started, ended) per node. A branch's work is the
+    measure of the union of its tool and write nodes' [started, ended]
+    spans (so steps in sequence add up and steps side by side are not
+    counted twice); gates are a person's time, not work.
+    """
+    index = plan.index()
+    out = []
+    for j in plan.nodes:
+        if not isinstance(j, JoinNode):
+            continue
+        spans = []
+        starts, ends = [], []
+        queued = 0.0
+        failed, cancelled = [], []
+        for i, item in enumerate(j.members):
+            branch = j.needs[i]
+            work = []
+            for m in item:
+                t = times.get(m)
+                if t is None or not isinstance(index.get(m), (ToolNode, WriteNode)):
+                    continue
+                ready, started, ended = t
+                if started is not None and ended is not None:
+                    work.append((started, ended))
+                    if ready is not None and started > ready:
+                        queued += started - ready
+            if not work:
+                continue
+            starts.append(min(s for s, _ in work))
+            ends.append(max(e for _, e in work))
+            st = states.get(branch, "")
+            spans.append((branch, _union(work), st == "succeeded"))
+            if st == "cancelled":
+                cancelled.append(branch)
+            elif st != "succeeded":
+                failed.append(branch)
+        if not starts:
+            continue
+        finished = [s for s in spans if s[2]]
+        slowest = max(finished, key=lambda s: s[1]) if finished else (None, 0.0, False)
+        out.append(Together(
+            join=j.id, wall_s=max(ends) - min(starts), sum_s=sum(s[1] for s in spans), branches=len(spans),
+            slowest=slowest[0], slowest_s=slowest[1], queued_s=queued, failed=failed, cancelled=cancelled,
+        ))  # fmt: skip
+    return out
+
+
+def _union(spans: list[tuple[float, float]]) -> float:
+    total = 0.0
+    end = None
+    for s, e in sorted(spans):
+        if end is None or s > end:
+            total += e - s
+            end = e
+        elif e > end:
+            total += e - end
+            end = e
+    return total

@@ -1,0 +1,190 @@
+"""One drive of a run: from the moment this process owns it until it parks, ends or stops.
+
+The caller (the run API) has already taken the run in the store (owner and
+lease). Here the graph is walked; the lease is renewed while it moves; at a
+park the last node states and the park are written in one transaction that
+also looks for decisions made meanwhile, so an approval given by another
+process while this one was driving is never lost. If the drive is cancelled
+(a signal, Ctrl-C) the run is left ``interrupted``, resumable; if the store
+says another process took the run, this one stops writing at once.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import msgspec
+import trio
+
+from ..binding import decode_bindings
+from ..errors import LostRunError
+from ..owners import LEASE_S, RENEW_EVERY_S
+from ..plan import Plan, WriteNode
+from ..reports import PendingApproval, RunReport, ServerStart, together_stats
+from ..states import ApprovalState, NodeState, RunState
+from .context import RunContext
+from .faults import SimulatedCrash
+from .journal import Journal
+from .scheduler import Scheduler
+from .threads import Blocking
+
+
+async def drive(
+    store: Any,
+    run: Any,
+    plan: Plan,
+    *,
+    owner: str,
+    hub: Any,
+    policy_digest: str,
+    model: str | None,
+    threads: int,
+    restore: tuple | None = None,
+    on_change: Callable[[str, str], None] | None = None,
+    clock: Callable[[], float] = time.time,
+) -> RunReport:
+    """Drive ``run`` (already owned by ``owner``) until it parks or ends; its report.
+
+    ``restore``: (nodes, effects, approvals) of a run driven before, read in
+    the same thread hop that took it.
+    """
+    ctx = RunContext(
+        plan=plan,
+        run_id=run.id,
+        approvers=list(plan.options.approvers) or [run.started_by],
+        policy_digest=policy_digest,
+        servers=decode_bindings(run.servers_json),
+        clock=clock,
+    )
+    journal = Journal([n.id for n in plan.nodes], run_id=run.id, store=store, owner=owner, clock=clock, on_change=on_change)
+    inputs = msgspec.json.decode(run.inputs_json)
+    scheduler = Scheduler(ctx, journal, hub=hub, threads=Blocking(threads), model=model, inputs=inputs)
+    if restore:
+        nodes, effects, approvals = restore
+        journal.restore(nodes, effects)
+        scheduler.restored()
+        scheduler.gates.seen = approvals
+    verdict: RunState | None = None
+    lost: list[str] = []
+    error: BaseException | None = None
+    async with trio.open_nursery() as lease_keeper:
+        lease_keeper.start_soon(_keep_lease, store, run.id, owner, lost, lease_keeper.cancel_scope)
+        try:
+            while True:
+                verdict = await scheduler.drive()
+                if verdict != RunState.PARKED:
+                    break
+                woken = await trio.to_thread.run_sync(_park_or_wake, store, run.id, owner, journal)
+                if not woken:
+                    break
+                scheduler.wake(woken)
+            await trio.to_thread.run_sync(_finish, store, run.id, owner, verdict, scheduler, journal)
+        except BaseException as exc:
+            if not lost and not contains(exc, (LostRunError, SimulatedCrash)):
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(_interrupted, store, run.id, owner, journal)
+            # Raised again below, outside the nursery, so the caller gets it as it was
+            # raised instead of wrapped in an exception group.
+            error = exc
+        finally:
+            lease_keeper.cancel_scope.cancel()
+    if lost:
+        raise LostRunError(lost[0], run=run.id)
+    if error is not None:
+        raise error
+    pending = await trio.to_thread.run_sync(store.pending_approvals, run.id)
+    return report(run, plan, verdict, journal, pending, getattr(hub, "started_in", None), scheduler.effects.asked_again)
+
+
+async def _keep_lease(store: Any, run_id: str, owner: str, lost: list[str], drive_scope: trio.CancelScope) -> None:
+    """Renew the lease while the drive goes on. Losing it (taken over, cancelled) stops
+    the drive: every later write would be refused anyway. An effect already executing
+    is shielded and still records how it ended."""
+    while True:
+        await trio.sleep(RENEW_EVERY_S)
+        held = await trio.to_thread.run_sync(lambda: store.renew_lease(run_id, owner, lease_s=LEASE_S))
+        if not held:
+            lost.append(f"run {run_id} was taken over, cancelled or ended by another process; this one stopped driving it")
+            drive_scope.cancel()
+            return
+
+
+def contains(exc: BaseException, kind: type[BaseException] | tuple[type[BaseException], ...]) -> bool:
+    """Whether ``exc``, or any exception inside it (nurseries group them), is a ``kind``."""
+    if isinstance(exc, BaseExceptionGroup):
+        return any(contains(e, kind) for e in exc.exceptions)
+    return isinstance(exc, kind)
+
+
+def _park_or_wake(store: Any, run_id: str, owner: str, journal: Journal) -> list[str]:
+    """In one transaction: save the last node states and park, unless a waiting gate was decided meanwhile."""
+    waiting = [nid for nid, s in journal.states.items() if s == NodeState.WAITING]
+    with store.transaction():
+        store.save_nodes(run_id, journal.take_unsaved(), owner=owner)
+        latest: dict[str, Any] = {}
+        for a in store.approvals(run_id):
+            if a.node_id in waiting and (a.node_id not in latest or a.asked_at > latest[a.node_id].asked_at):
+                latest[a.node_id] = a
+        woken = [nid for nid, a in latest.items() if a.state in (ApprovalState.APPROVED, ApprovalState.REJECTED)]
+        if woken:
+            return woken
+        if not store.set_run_state(run_id, RunState.PARKED, expected=(RunState.RUNNING,), owner=owner):
+            raise LostRunError(f"run {run_id} was taken over or ended by another process", run=run_id)
+        store.append_event(run_id, "parked", data_json=msgspec.json.encode({"waiting": waiting}).decode())
+    return []
+
+
+def _finish(store: Any, run_id: str, owner: str, verdict: RunState, scheduler: Scheduler, journal: Journal) -> None:
+    if verdict == RunState.PARKED:
+        return  # parked inside _park_or_wake
+    err = None
+    if verdict == RunState.FAILED:
+        err = next((f"{k}: {v}" for k, v in journal.errors.items() if journal.states[k] == NodeState.FAILED), None)
+    with store.transaction():
+        store.save_nodes(run_id, journal.take_unsaved(), owner=owner)
+        if store.set_run_state(run_id, verdict, expected=(RunState.RUNNING,), error=err, owner=owner):
+            store.append_event(run_id, verdict)
+        else:
+            raise LostRunError(f"run {run_id} was taken over or ended by another process", run=run_id)
+
+
+def _interrupted(store: Any, run_id: str, owner: str, journal: Journal) -> None:
+    """The drive stopped before the run parked or ended: leave it resumable, if it is still ours."""
+    try:
+        with store.transaction():
+            store.save_nodes(run_id, journal.take_unsaved(), owner=owner)
+            if store.set_run_state(run_id, RunState.INTERRUPTED, expected=(RunState.RUNNING,), owner=owner):
+                store.append_event(run_id, "interrupted")
+    except LostRunError:
+        pass  # someone else holds it now; nothing of ours to leave behind
+
+
+def report(run: Any, plan: Plan, verdict: RunState | None, journal: Journal, pending: list, started_in: dict | None, asked_again: dict | None = None) -> RunReport:
+    states = journal.states
+    errors = {k: v for k, v in journal.errors.items() if states.get(k) == NodeState.FAILED}
+    unknown = {k: v for k, v in journal.errors.items() if states.get(k) == NodeState.UNKNOWN}
+    last = plan.nodes[-1] if plan.nodes else None
+    text = None
+    if isinstance(last, WriteNode) and states.get(last.id) == NodeState.SUCCEEDED:
+        out = journal.outputs.get(last.id)
+        text = out if isinstance(out, str) else None
+    return RunReport(
+        run=run.id,
+        recipe=run.recipe_name,
+        state=str(verdict) if verdict is not None else str(run.state),
+        pending=[pending_view(a) for a in pending],
+        errors=errors,
+        unknown=unknown,
+        together=together_stats(plan, {k: tuple(v) for k, v in journal.times.items()}, states),
+        servers={name: ServerStart(start_s=t) for name, t in (started_in or {}).items()},
+        text=text,
+        asked_again=dict(asked_again or {}),
+    )
+
+
+def pending_view(a: Any) -> PendingApproval:
+    return PendingApproval(
+        step=a.step, approval=a.id, fingerprint=a.fingerprint, expires_at=a.expires_at, card=a.card_text,
+        approvers=msgspec.json.decode(a.approvers_json) if a.approvers_json else [],
+    )

@@ -1,0 +1,199 @@
+"""Effects: the one place a run changes the world, and what the record says afterwards.
+
+Order matters here. Everything that can fail without calling the tool is
+checked first: an approval on record for this exact payload (fingerprint
+recomputed over the stored payload, the risk verdict and the server
+binding), the ``check:`` read unchanged, the server up and the tool still
+listed. Only then is the effect claimed in the store (once per step,
+whoever races for it) and called, shielded from cancellation.
+
+What the record says is decided by what came back:
+
+* a well-formed success: ``executed``;
+* the tool's own error result, or a request the server refused as malformed
+  before acting on it: ``failed``, with the server's words (a person may
+  still reconcile it);
+* anything else once the request may have reached the server (the
+  connection dropped, the server exited, the call timed out, the reply was
+  cut off, invalid or failed the tool's output schema, an internal or
+  server-defined JSON-RPC error): ``unknown``. Doubt is never ``failed``,
+  because a failed effect invites a retry that could do it twice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import trio
+
+from ..errors import NoReplyError, NotSentError, TamperedError
+from ..plan import ToolNode
+from ..states import EffectState, NodeState
+from ..store import ApprovalRecord
+from .context import RunContext
+from .faults import crashpoint
+from .freeze import idempotency_key, payload_fingerprint
+from .gates import Gates
+from .journal import Journal
+
+_json = msgspec.json.Encoder(order="deterministic")
+
+REFUSED_BEFORE_ACTING = frozenset({-32700, -32600, -32601, -32602})
+"""JSON-RPC errors that mean the request was rejected as it arrived (parse error,
+invalid request, no such method, invalid params): the tool never ran. Any other
+error code (internal error, server-defined) may come after the tool acted."""
+
+_SETTLE = "; check the target, then settle it (reconcile the step as executed or not executed)"
+
+
+class Effects:
+    def __init__(self, ctx: RunContext, journal: Journal, tools: Any, gates: Gates, render: Any):
+        self.ctx = ctx
+        self.journal = journal
+        self.tools = tools
+        self.gates = gates
+        self.render = render
+        self.asked_again: dict[str, dict] = {}
+        """Steps whose check read changed since their approval: {"was", "now"}, for the report."""
+
+    async def run(self, node: ToolNode) -> None:
+        """An approved effect: verify, re-check, claim, call once."""
+        ctx = self.ctx
+        gate = ctx.index[node.needs[0]]
+        approval = await self.gates.latest(gate.id)
+        if approval is None or approval.state != "approved":
+            raise TamperedError(f"step `{node.id}` has no approval on record; nothing was executed", run=ctx.run_id, step=node.id)
+        payload = msgspec.json.decode(approval.payload_json)
+        self._check_untampered(node, approval, payload)
+        journal = self.journal
+        if node.check is not None and approval.check_json:
+            before = msgspec.json.decode(approval.check_json)
+            now_seen = await self.tools.read(node.check.server, node.check.tool, before["args"])
+            if _canonical(now_seen) != _canonical(before["result"]):
+                # The world changed since the question: the approval is stale; ask again.
+                self.asked_again[node.id] = {"was": before["result"], "now": now_seen}
+                data = _json.encode({"approval": approval.id, "was": before["result"], "now": now_seen}).decode()
+                await journal.db(journal.store.append_event, ctx.run_id, "stale", node_id=node.id, data_json=data)
+                journal.mark(node.id, NodeState.PENDING)
+                journal.mark(gate.id, NodeState.RUNNING)
+                await self.gates.ask(gate)
+                journal.set(node.id, NodeState.PENDING)
+                return
+        key = idempotency_key(ctx.run_id, node.id, approval.fingerprint)
+        args = await self._prepare(node, payload, key)
+        if args is None:
+            return
+        won = await journal.db(
+            journal.store.begin_effect, ctx.run_id, node.id, approval_id=approval.id, fingerprint=approval.fingerprint,
+            idempotency_key=key, payload_json=approval.payload_json, owner=journal.owner,
+        )
+        if not won:
+            await self._claimed_elsewhere(node)
+            return
+        await self._execute(node, args)
+
+    async def run_unasked(self, node: ToolNode) -> None:
+        """An effect the plan lets run without asking: still checked, claimed once, keyed, shielded."""
+        ctx = self.ctx
+        payload = self.render(node.args)
+        fp = payload_fingerprint(
+            run_id=ctx.run_id, node_id=node.id, address=node.address, payload=payload, policy=ctx.policy_doc(node),
+            server=ctx.server_digest(node.server),
+        )
+        key = idempotency_key(ctx.run_id, node.id, fp)
+        args = await self._prepare(node, payload, key)
+        if args is None:
+            return
+        journal = self.journal
+        won = await journal.db(
+            journal.store.begin_unasked_effect, ctx.run_id, node.id, fingerprint=fp, idempotency_key=key,
+            payload_json=_json.encode(payload).decode(), owner=journal.owner,
+        )
+        if not won:
+            await self._claimed_elsewhere(node)
+            return
+        await self._execute(node, args)
+
+    async def _prepare(self, node: ToolNode, payload: Any, key: str) -> dict | None:
+        """The call's arguments, or None (the step failed, nothing claimed or called)."""
+        try:
+            return await self.tools.prepare_effect(node.server, node.tool, payload, key)
+        except NotSentError as exc:
+            self.journal.set(node.id, NodeState.FAILED, error=f"nothing was executed: {exc}")
+            return None
+
+    async def _claimed_elsewhere(self, node: ToolNode) -> None:
+        journal = self.journal
+        eff = await journal.db(journal.store.get_effect, self.ctx.run_id, node.id)
+        if eff is not None and eff.state == EffectState.EXECUTED:
+            journal.set(node.id, NodeState.SUCCEEDED, output=msgspec.json.decode(eff.result_json) if eff.result_json else None)
+        elif eff is not None and eff.state == EffectState.FAILED:
+            journal.set(node.id, NodeState.FAILED, error=eff.error or "the effect failed")
+        else:
+            journal.set(node.id, NodeState.UNKNOWN, error="the effect was claimed by another process, which has not said how it ended" + _SETTLE)
+
+    async def _execute(self, node: ToolNode, args: Any) -> None:
+        """Call an effect this process alone has claimed; record how it ended, whatever happens."""
+        journal = self.journal
+        store = journal.store
+        run_id = self.ctx.run_id
+        crashpoint("executing")
+        with trio.CancelScope(shield=True):  # an effect already executing is never cancelled
+            state, output, error = await self._call(node, args)
+            if state == EffectState.EXECUTED:
+                crashpoint("executed")
+            # A real answer settles the record even if a takeover marked it unknown meanwhile.
+            finish = dict(result_json=_json.encode(output).decode() if state == EffectState.EXECUTED else None, error=error,
+                          expected=(EffectState.EXECUTING, EffectState.UNKNOWN))  # fmt: skip
+            await journal.db(store.finish_effect, run_id, node.id, state, **finish)
+        if state == EffectState.EXECUTED:
+            journal.set(node.id, NodeState.SUCCEEDED, output=output)
+        elif state == EffectState.FAILED:
+            journal.set(node.id, NodeState.FAILED, error=error)
+        else:
+            journal.set(node.id, NodeState.UNKNOWN, error=error)
+
+    async def _call(self, node: ToolNode, args: Any) -> tuple[str, Any, str | None]:
+        where = f"{node.server}.{node.tool}"
+        try:
+            result = await self.tools.effect(node.server, node.tool, args)
+        except NotSentError as exc:
+            return EffectState.FAILED, None, f"the request was never sent, so nothing happened: {exc}"
+        except NoReplyError as exc:
+            return EffectState.UNKNOWN, None, f"it may or may not have happened{_SETTLE}: {exc}"
+        except Exception as exc:  # noqa: BLE001 - whatever broke, the request may have gone out
+            return EffectState.UNKNOWN, None, f"it may or may not have happened{_SETTLE}: {where}: {type(exc).__name__}: {exc}"
+        if not result.is_error:
+            return EffectState.EXECUTED, result.value, None
+        if result.error_code is None:
+            return EffectState.FAILED, None, f"{where} reported an error: {result.text}"
+        if result.error_code in REFUSED_BEFORE_ACTING:
+            return EffectState.FAILED, None, f"{where} refused the request (JSON-RPC error {result.error_code}): {result.text}"
+        return EffectState.UNKNOWN, None, f"it may or may not have happened{_SETTLE}: {where} answered with JSON-RPC error {result.error_code}: {result.text}"
+
+    def _check_untampered(self, node: ToolNode, approval: ApprovalRecord, payload: Any) -> None:
+        ctx = self.ctx
+        policy = msgspec.json.decode(approval.policy_json) if approval.policy_json else ctx.policy_doc(node)
+        observed = msgspec.json.decode(approval.check_json)["result"] if approval.check_json else None
+        fp = payload_fingerprint(
+            run_id=ctx.run_id, node_id=node.id, address=node.address, payload=payload, policy=policy, observed=observed,
+            server=ctx.server_digest(node.server),
+        )
+        if fp != approval.fingerprint:
+            raise TamperedError(
+                f"the stored payload of `{node.id}` (or the server it is bound to) no longer matches the fingerprint "
+                f"that was approved ({approval.fingerprint}); nothing was executed",
+                hint="the store was edited after the question; the audit log has what was approved",
+                run=ctx.run_id, step=node.id,
+            )
+        if policy != ctx.policy_doc(node):
+            raise TamperedError(
+                f"the risk judgement of `{node.id}` changed since the question (policy or plan edited); nothing was executed",
+                hint="start a new run so the question is asked under the current policy",
+                run=ctx.run_id, step=node.id,
+            )
+
+
+def _canonical(value: Any) -> bytes:
+    return _json.encode(value)

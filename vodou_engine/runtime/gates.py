@@ -1,0 +1,141 @@
+"""Approvals and questions: where a run stops for a person.
+
+At an approval node the step's arguments are rendered once, its preview
+and check are read, and the payload is frozen and fingerprinted (payload,
+address, node, run, risk verdict, server binding, and what the check saw)
+and stored with the card the person will read; the node then waits. A
+later drive finds the decision in the store. A gate whose branch a quorum
+dropped has its question withdrawn, so nobody can decide it afterwards.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from ..plan import ApprovalNode, QuestionNode, ToolNode
+from ..states import ApprovalState, NodeState
+from ..store import ApprovalRecord
+from .context import RunContext
+from .faults import crashpoint
+from .freeze import payload_fingerprint
+from .journal import Journal
+
+_json = msgspec.json.Encoder(order="deterministic")
+
+
+class Gates:
+    def __init__(self, ctx: RunContext, journal: Journal, tools: Any, render: Any):
+        self.ctx = ctx
+        self.journal = journal
+        self.tools = tools
+        self.render = render
+        self.seen: list[ApprovalRecord] | None = None
+        """The run's approvals as read when the drive began; forgotten as soon as this
+        process writes one or wakes for new decisions, so it is never stale. It only
+        saves thread hops: the store re-checks an approval when its effect is claimed."""
+
+    def forget(self) -> None:
+        self.seen = None
+
+    async def latest(self, gate_id: str) -> ApprovalRecord | None:
+        seen = self.seen
+        if seen is None:
+            seen = await self.journal.db(self.journal.store.approvals, self.ctx.run_id)
+        rows = [a for a in seen if a.node_id == gate_id]
+        return max(rows, key=lambda a: a.asked_at) if rows else None
+
+    async def run(self, node: ApprovalNode | QuestionNode) -> None:
+        """Pass, refuse or wait at a gate, asking the question if it has no live one."""
+        nid = node.id
+        latest = await self.latest(nid)
+        if latest is not None and latest.state == ApprovalState.APPROVED:
+            self.journal.set(nid, NodeState.SUCCEEDED, output={"approval": latest.id, "by": latest.decided_by})
+            return
+        if latest is not None and latest.state == ApprovalState.REJECTED:
+            why = f"rejected by {latest.decided_by}" + (f": {latest.reason}" if latest.reason else "")
+            self.journal.set(nid, NodeState.REJECTED, error=why)
+            return
+        if latest is not None and latest.state == ApprovalState.PENDING:
+            if latest.expires_at is None or latest.expires_at > self.ctx.clock():
+                self.journal.set(nid, NodeState.WAITING)
+                return
+            self.forget()
+            await self.journal.db(self.journal.store.decide, latest.id, ApprovalState.EXPIRED, by="clock")
+        # none yet, or expired, superseded or withdrawn: ask (again)
+        await self.ask(node)
+
+    async def ask(self, node: ApprovalNode | QuestionNode) -> ApprovalRecord:
+        """Resolve, freeze, fingerprint and store the question; the node then waits."""
+        ctx = self.ctx
+        step: ToolNode | None = ctx.index[node.step] if isinstance(node, ApprovalNode) else None
+        question = node.question if isinstance(node, ApprovalNode) else node.text
+        preview = check = None
+        options = ctx.plan.options
+        if step is not None:
+            payload = self.render(step.args)
+            address = step.address
+            if step.preview is not None:
+                preview = await self.tools.read(step.preview.server, step.preview.tool, self.render(step.preview.args))
+            if step.check is not None:
+                args = self.render(step.check.args)
+                check = {"args": args, "result": await self.tools.read(step.check.server, step.check.tool, args)}
+            expires_s = step.expires_s or options.approval_expires_s
+            server = ctx.servers.get(step.server)
+        else:
+            payload = {"question": question}
+            address = "question"
+            expires_s = options.approval_expires_s
+            server = None
+        policy = ctx.policy_doc(step)
+        fp = payload_fingerprint(
+            run_id=ctx.run_id,
+            node_id=step.id if step else node.id,
+            address=address,
+            payload=payload,
+            policy=policy,
+            observed=None if check is None else check["result"],
+            server=ctx.server_digest(step.server) if step else "",
+        )
+        now = ctx.clock()
+        from ..cards import approval_card_text
+
+        card = approval_card_text(
+            run_id=ctx.run_id, step=step, question=question, payload=payload, fingerprint=fp, preview=preview,
+            expires_at=now + expires_s, approvers=ctx.approvers, server=server,
+        )
+        rec = ApprovalRecord(
+            id=f"{ctx.run_id}/{node.id}/{int(now * 1000):x}",
+            run_id=ctx.run_id,
+            node_id=node.id,
+            step=step.id if step else node.id,
+            payload_json=_json.encode(payload).decode(),
+            fingerprint=fp,
+            asked_at=now,
+            card_text=card,
+            preview_json=None if preview is None else _json.encode(preview).decode(),
+            check_json=None if check is None else _json.encode(check).decode(),
+            policy_json=_json.encode(policy).decode(),
+            expires_at=now + expires_s,
+            approvers_json=_json.encode(ctx.approvers).decode(),
+        )
+        self.forget()
+        journal = self.journal
+        await journal.db(journal.store.ask, rec, owner=journal.owner)
+        crashpoint("parking")
+        journal.set(node.id, NodeState.WAITING)
+        return rec
+
+    async def withdraw(self, node_ids: list[str], reason: str) -> None:
+        """Questions of gates a quorum dropped can no longer be decided; written before the run moves on."""
+        journal = self.journal
+        store = journal.store
+
+        def withdraw_all() -> None:
+            with store.transaction():
+                for nid in node_ids:
+                    store.withdraw(self.ctx.run_id, nid, reason=reason, owner=journal.owner)
+
+        self.forget()
+        await journal.db(withdraw_all)

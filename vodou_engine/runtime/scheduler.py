@@ -1,0 +1,381 @@
+"""The scheduler: walks a verified graph, starting every ready node at once.
+
+It decides *what* runs and when; it performs nothing itself. Reads go to
+:class:`calls.Tools`, questions and approvals to :class:`gates.Gates`,
+effects to :class:`effects.Effects`, and every state change to the
+:class:`journal.Journal`.
+
+Every ready node starts at once in one nursery. MCP calls go through the
+hub (many in flight per session); blocking work goes to real threads
+(threads.py) and is abandoned, never waited for, when a quorum drops its
+branch. Blocking built-ins have no task each: one collecting task finishes
+them, so a thousand-wide fan-out costs the trio thread (which competes for
+the GIL with every worker) as little as possible. A quorum join decides at
+its K-th success (or as soon as K is impossible) and drops the rest: tasks
+are cancelled, thread calls abandoned, and a dropped branch's pending
+question withdrawn. An effect already executing is shielded and finishes.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Callable
+
+import trio
+
+from ..compiler import template
+from ..errors import LostRunError, ToolError, VodouError
+from ..plan import ApprovalNode, JoinNode, QuestionNode, ToolNode, WriteNode
+from ..policy import BUILTIN_SERVER
+from ..states import NodeState, RunState
+from . import builtin, writer
+from .calls import Tools
+from .context import RunContext
+from .effects import Effects
+from .faults import crashpoint
+from .gates import Gates
+from .journal import Journal
+from .threads import Blocking
+
+# Steps that cannot wait (non-blocking built-ins) run in one shared task, at
+# most this many in a row before it lets the other tasks in.
+INLINE_BUDGET = 256
+
+PENDING, RUNNING, WAITING, SUCCEEDED = NodeState.PENDING, NodeState.RUNNING, NodeState.WAITING, NodeState.SUCCEEDED
+FAILED, CANCELLED, SKIPPED, REJECTED, UNKNOWN = NodeState.FAILED, NodeState.CANCELLED, NodeState.SKIPPED, NodeState.REJECTED, NodeState.UNKNOWN
+DONE_BAD = frozenset({FAILED, CANCELLED, SKIPPED, REJECTED})
+STEP_ERRORS = (ToolError, template.MissingValue, VodouError)
+
+
+class Scheduler:
+    """Drives one run's graph until nothing more can run now. One per drive."""
+
+    def __init__(self, ctx: RunContext, journal: Journal, *, hub: Any = None, threads: Blocking, model: str | None = None, inputs: dict | None = None):
+        self.ctx = ctx
+        self.journal = journal
+        self.states = journal.states
+        self.index = ctx.index
+        self.model = model
+        self.inputs: dict[str, Any] = inputs or {}
+        self.threads = threads
+        self.tools = Tools(hub, threads)
+        self.gates = Gates(ctx, journal, self.tools, self.render)
+        self.effects = Effects(ctx, journal, self.tools, self.gates, self.render)
+        nodes = ctx.plan.nodes
+        self.succ: dict[str, list[str]] = {n.id: [] for n in nodes}
+        for n in nodes:
+            for need in n.needs:
+                self.succ[need].append(n.id)
+        # Per join, how many of its items have succeeded / ended badly: kept up to
+        # date through the journal's hook, so a join of N items costs O(1) per item.
+        self.joins_of: dict[str, list[str]] = {}
+        for n in nodes:
+            if isinstance(n, JoinNode):
+                for need in n.needs:
+                    self.joins_of.setdefault(need, []).append(n.id)
+        for nid in self.joins_of:
+            journal.watched[nid] = self._count
+        self.tally: dict[str, list[int]] = {}
+        self.absorbed: set[str] = set()
+        """Nodes of items a quorum dropped: they never run (again)."""
+        self.ready: deque = deque()
+        self.draining = False
+        self.scopes: dict[str, trio.CancelScope] = {}
+        self.jobs: dict[str, Any] = {}  # blocking built-ins on threads, by node id
+        self.collecting = False
+        self.work: trio.Nursery | None = None
+
+    # --- tallies ---------------------------------------------------------------------
+    def _count(self, nid: str, prev: str, state: str) -> None:
+        for st, step in ((prev, -1), (state, 1)):
+            slot = 0 if st == SUCCEEDED else 1 if st in DONE_BAD else None
+            if slot is not None:
+                for j in self.joins_of[nid]:
+                    self.tally[j][slot] += step
+
+    def _recount(self) -> None:
+        """Tallies from scratch: states may have been set directly (restore, wake-up)."""
+        self.tally = {}
+        states = self.states
+        for n in self.ctx.plan.nodes:
+            if isinstance(n, JoinNode):
+                item_states = [states[x] for x in n.needs]
+                self.tally[n.id] = [item_states.count(SUCCEEDED), sum(1 for st in item_states if st in DONE_BAD)]
+
+    def restored(self) -> None:
+        """After the journal was loaded from the store: joins decided before keep their verdict."""
+        for n in self.ctx.plan.nodes:
+            if isinstance(n, JoinNode) and self.states[n.id] == SUCCEEDED:
+                for i, item in enumerate(n.members):
+                    if self.states.get(n.needs[i]) != SUCCEEDED:
+                        self.absorbed.update(item)
+
+    def wake(self, node_ids: list[str]) -> None:
+        """Decisions arrived for these waiting gates: they will be looked at again."""
+        self.gates.forget()
+        for nid in node_ids:
+            self.journal.mark(nid, PENDING)
+
+    # --- the walk --------------------------------------------------------------------
+    async def drive(self) -> str:
+        """Run every node that can run; return the verdict (a RunState).
+
+        The last node states are left unsaved on purpose: the caller writes them
+        (``journal.take_unsaved``) in the same transaction that parks or ends the
+        run, one thread hop instead of two.
+        """
+        self._recount()
+        async with trio.open_nursery() as outer:
+            outer.start_soon(self.journal.flusher)
+            async with trio.open_nursery() as work:
+                self.work = work
+                for n in self.ctx.plan.nodes:
+                    if self.states[n.id] == PENDING:
+                        self._try_start(n.id)
+            outer.cancel_scope.cancel()
+        return self.verdict()
+
+    def verdict(self) -> RunState:
+        states = self.states
+        values = states.values()
+        if REJECTED in values:
+            return RunState.DECLINED
+        if WAITING in values or UNKNOWN in values:
+            return RunState.PARKED
+        absorbed = self.absorbed
+        for nid, s in states.items():
+            if s != SUCCEEDED and nid not in absorbed:
+                return RunState.FAILED
+        return RunState.SUCCEEDED
+
+    def _try_start(self, nid: str) -> None:
+        states = self.states
+        if states[nid] != PENDING:
+            return
+        node = self.index[nid]
+        if isinstance(node, JoinNode):
+            self._eval_join(node)
+            return
+        needs = [states[n] for n in node.needs]
+        if any(s in DONE_BAD for s in needs):
+            self.journal.set(nid, SKIPPED, error="an earlier step did not succeed")
+            self._after(nid)
+            return
+        if all(s == SUCCEEDED for s in needs):
+            self.journal.mark(nid, RUNNING)
+            self.journal.ready(nid)
+            blocks = _builtin_read(node)
+            if blocks is False:
+                # started like any other ready node, but by one shared task
+                self.ready.append(node)
+                if not self.draining:
+                    self.draining = True
+                    self.work.start_soon(self._drain)
+            elif blocks:
+                self._submit(node)
+            else:
+                self.work.start_soon(self._run, node)
+
+    async def _drain(self) -> None:
+        """Run queued inline steps in order, in this one task: their successors queue up
+        behind them (a loop, no task and no thread per step), and every INLINE_BUDGET
+        steps it lets the other tasks in."""
+        try:
+            while True:
+                for _ in range(INLINE_BUDGET):
+                    if not self.ready:
+                        return
+                    self._run_inline(self.ready.popleft())
+                await trio.lowlevel.checkpoint()
+        finally:
+            self.draining = False
+
+    def _run_inline(self, node: ToolNode) -> None:
+        nid = node.id
+        if nid in self.absorbed:  # dropped by a quorum while queued
+            self.journal.set(nid, CANCELLED, error="dropped by a quorum")
+        else:
+            self.journal.set(nid, RUNNING)
+            self._finish_read(nid, lambda: builtin.TOOLS[node.tool][0](self.render(node.args)))
+        self._after(nid)
+
+    def _finish_read(self, nid: str, result: Callable[[], Any], started: float | None = None) -> None:
+        """Record a read step's result, or the error ``result()`` raises for it."""
+        try:
+            out = result()
+            crashpoint("reads")
+            self.journal.set(nid, SUCCEEDED, output=out, started=started)
+        except STEP_ERRORS as exc:
+            self.journal.set(nid, FAILED, error=str(exc), started=started)
+
+    def _submit(self, node: ToolNode) -> None:
+        """A blocking built-in read goes to a worker thread with no task of its own:
+        one collecting task finishes every such step (_collect), and a quorum drop
+        abandons the call (_drop_items) instead of cancelling a scope."""
+        nid = node.id
+        try:
+            args = self.render(node.args)
+        except STEP_ERRORS as exc:
+            self.journal.set(nid, FAILED, error=str(exc))
+            self._after(nid)
+            return
+        self.jobs[nid] = self.threads.submit(builtin.TOOLS[node.tool][0], (args,), nid)
+        if not self.collecting:
+            self.collecting = True
+            self.work.start_soon(self._collect)
+
+    async def _collect(self) -> None:
+        try:
+            while self.jobs:
+                for job in await self.threads.collect():
+                    nid = job.tag
+                    if self.jobs.pop(nid, None) is None:
+                        continue  # dropped by a quorum decided earlier in this batch
+                    self._finish_read(nid, job.result.unwrap, started=job.started)
+                    self._after(nid)
+        except BaseException:
+            # The run is going down (cancelled, or a step raised): nothing waits for
+            # the calls still out, so none that has not begun may begin.
+            for job in self.jobs.values():
+                self.threads.abandon(job)
+            self.jobs.clear()
+            raise
+        finally:
+            self.collecting = False
+
+    def _after(self, nid: str) -> None:
+        for s in self.succ[nid]:
+            self._try_start(s)
+
+    # --- quorum joins ----------------------------------------------------------------
+    def _eval_join(self, j: JoinNode) -> None:
+        ok, bad = self.tally[j.id]
+        states = self.states
+        if ok >= j.need:
+            results = {n: (SUCCEEDED if states[n] == SUCCEEDED else CANCELLED if states[n] in (PENDING, RUNNING, WAITING) else states[n]) for n in j.needs}
+            dropped = self._drop_items(j)
+            crashpoint("quorum")
+            self.journal.set(j.id, SUCCEEDED, output={"succeeded": [n for n, s in results.items() if s == SUCCEEDED], "dropped": {n: str(s) for n, s in results.items() if s != SUCCEEDED}})
+            self._after(j.id)
+        elif bad > j.of - j.need:
+            dropped = self._drop_items(j)
+            self.journal.set(j.id, FAILED, error=f"needs {j.need} of {j.of}, but {bad} item(s) did not succeed")
+            self._after(j.id)
+        else:
+            return
+        # As a cancelled task would, once the join is decided.
+        for m in dropped:
+            self._after(m)
+
+    def _drop_items(self, j: JoinNode) -> list[str]:
+        """Cancel every item that has not succeeded; an executing effect is shielded.
+        Returns the abandoned thread calls and cancelled gates, whose successors are
+        still to be told; a dropped gate's pending question is withdrawn."""
+        dropped = []
+        withdrawn = []
+        states = self.states
+        journal = self.journal
+        why = f"dropped by the quorum of {j.id}"
+        for i, item in enumerate(j.members):
+            if states[j.needs[i]] == SUCCEEDED:
+                continue
+            self.absorbed.update(item)
+            for m in item:
+                st = states[m]
+                if st == RUNNING:
+                    job = self.jobs.pop(m, None)
+                    if job is not None:
+                        self.threads.abandon(job)
+                        journal.set(m, CANCELLED, error=why)
+                        dropped.append(m)
+                        continue
+                    scope = self.scopes.get(m)
+                    if scope is not None:
+                        scope.cancel()
+                elif st == WAITING:
+                    journal.set(m, CANCELLED, error=why)
+                    withdrawn.append(m)
+                    dropped.append(m)
+                elif st == PENDING:
+                    journal.set(m, CANCELLED, error=why)
+        if dropped and not self.jobs:
+            self.threads.interrupt()  # the collecting task has nothing left to wait for
+        if withdrawn:
+            self.work.start_soon(self.gates.withdraw, withdrawn, f"its branch was {why}")
+        return dropped
+
+    # --- one node, in a task of its own ------------------------------------------------
+    async def _run(self, node) -> None:
+        nid = node.id
+        journal = self.journal
+        if nid in self.absorbed:
+            # Dropped by a quorum decided before this task took its first step,
+            # when it had no cancel scope for the drop to cancel: it must not begin.
+            journal.set(nid, CANCELLED, error="dropped by a quorum")
+            self._after(nid)
+            return
+        journal.set(nid, RUNNING)
+        with trio.CancelScope() as scope:
+            self.scopes[nid] = scope
+            try:
+                if isinstance(node, ToolNode):
+                    if node.effectful and not node.without_asking:
+                        await self.effects.run(node)
+                    elif node.effectful:
+                        await self.effects.run_unasked(node)
+                    else:
+                        out = await self.tools.read(node.server, node.tool, self.render(node.args))
+                        crashpoint("reads")
+                        journal.set(nid, SUCCEEDED, output=out)
+                elif isinstance(node, WriteNode):
+                    await self._write(node)
+                elif isinstance(node, (ApprovalNode, QuestionNode)):
+                    await self.gates.run(node)
+                else:  # pragma: no cover - joins never run as tasks
+                    raise AssertionError(node)
+            except LostRunError:
+                raise  # not this step's failure: the whole drive must stop
+            except STEP_ERRORS as exc:
+                journal.set(nid, FAILED, error=str(exc))
+        self.scopes.pop(nid, None)
+        if scope.cancelled_caught and self.states[nid] == RUNNING:
+            journal.set(nid, CANCELLED, error="dropped by a quorum")
+            if isinstance(node, (ApprovalNode, QuestionNode)):
+                # Dropped while asking: its question may already be stored; it must not stay open.
+                self.work.start_soon(self.gates.withdraw, [nid], "its branch was dropped by a quorum")
+        self._after(nid)
+
+    def _resolve(self, name: str) -> Any:
+        outputs = self.journal.outputs
+        if name in outputs:
+            return outputs[name]
+        if name in self.inputs:
+            return self.inputs[name]
+        raise template.MissingValue(f"{{{name}}} has no value")
+
+    def render(self, args: dict) -> Any:
+        return template.render(args, self._resolve)
+
+    async def _write(self, node: WriteNode) -> None:
+        present = {}
+        states = self.states
+        for n in node.inputs:
+            if states.get(n) == SUCCEEDED:
+                present[n] = self.journal.outputs[n]
+            elif n not in states and n in self.inputs:
+                present[n] = self.inputs[n]
+        missing = [n for n in node.inputs if n not in present]
+        if self.model:
+            text = await self.threads.run(writer.with_model, self.model, node.prompt, present, missing)
+        else:
+            text = writer.offline(node.prompt, present, missing)
+        self.journal.set(node.id, SUCCEEDED, output=text)
+
+
+def _builtin_read(node) -> bool | None:
+    """For a read-only built-in, whether it blocks: sleep goes to a worker thread
+    (and no task of its own), noop and echo run inline (nothing to wait for).
+    None for every other node: it gets a task."""
+    if isinstance(node, ToolNode) and node.server == BUILTIN_SERVER and not node.effectful:
+        return builtin.TOOLS[node.tool][1]
+    return None

@@ -1,0 +1,115 @@
+"""The terminal: one console per stream, text made safe to print, a stdout that may close.
+
+Text that came from a server (a tool's error, a result, a card built from
+one) may hold terminal escapes: ``\x1b[2J\x1b[H`` clears the screen and
+could be followed by a fake "run succeeded". Every string printed here goes
+through :func:`printable`, which shows control characters as escapes
+instead of obeying them.
+
+When stdout is a pipe that closes early (``recipe approve ... | head -1``)
+the run must go on: the first write that finds the pipe gone sends stdout
+to /dev/null for the rest of the process, and the command's exit code is
+the run's.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from typing import Any
+
+# C0 and C1 controls but newline and tab, DEL, and the bidirectional overrides
+# that can make a text read differently from what it is.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(m: re.Match[str]) -> str:
+    c = ord(m[0])
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+def printable(text: Any) -> str:
+    """``text`` with every control character shown as an escape, not obeyed."""
+    s = text if isinstance(text, str) else str(text)
+    return _CONTROL.sub(_escape, s)
+
+
+class _Survivor:
+    """A text stream that turns into a sink when its reader goes away."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+        self._gone = False
+
+    def _lost(self) -> None:
+        self._gone = True
+        try:
+            fd = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(fd, self._stream.fileno())
+            os.close(fd)
+        except (OSError, ValueError):
+            pass
+
+    def write(self, text: str) -> int:
+        if self._gone:
+            return len(text)
+        try:
+            return self._stream.write(text)
+        except (BrokenPipeError, ConnectionResetError):
+            self._lost()
+            return len(text)
+        except OSError as exc:
+            if exc.errno == 32:  # EPIPE
+                self._lost()
+                return len(text)
+            raise
+
+    def flush(self) -> None:
+        if self._gone:
+            return
+        try:
+            self._stream.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            self._lost()
+        except OSError as exc:
+            if exc.errno != 32:
+                raise
+            self._lost()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def guard_stdout() -> None:
+    """Make stdout survive its reader closing (once per process)."""
+    if not isinstance(sys.stdout, _Survivor):
+        sys.stdout = _Survivor(sys.stdout)  # type: ignore[assignment]
+
+
+def out(text: str) -> None:
+    """Plain text (JSON documents, actions.json) to stdout."""
+    sys.stdout.write(text)
+
+
+_consoles: dict[tuple[bool, int], Any] = {}
+
+
+def console(stderr: bool = False) -> Any:
+    """The rich console for a stream (one per stream, not one per call). Piped output is
+    not hard-wrapped, so cards and payloads stay copyable; on a terminal rich measures
+    the width itself."""
+    stream = sys.stderr if stderr else sys.stdout
+    key = (stderr, id(stream))
+    con = _consoles.get(key)
+    if con is None:
+        from rich.console import Console
+
+        tty = stream.isatty()
+        con = _consoles[key] = Console(file=stream, highlight=False, soft_wrap=not tty, width=None if tty else 10_000)
+    return con
+
+
+def say(text: Any, *, style: str | None = None, err: bool = False) -> None:
+    """One line (or block) of text that may hold server-supplied words."""
+    console(err).print(printable(text), style=style, markup=False, highlight=False, soft_wrap=True)
