@@ -246,7 +246,7 @@ def test_unknown_run_suggests_close_ids(store):
         store.get_run("20250101-send-report-7f3b")
     message = str(info.value)
     assert "20250101-send-report-7f3a" in message
-    assert "recipe runs" in message
+    assert "list the runs" in message
     assert info.value.exit_code == EXIT_REFUSED
     with pytest.raises(UnknownRunError, match="20250102-cleanup-11aa"):
         store.get_nodes("20250102")  # a prefix is a likely typo too

@@ -305,12 +305,16 @@ def _error(exc: Any) -> None:
     hint = _CLI_HINTS.get(exc.code)
     text = str(exc)
     if hint is not None:
-        text = exc.message + "\n  hint: " + hint(exc.facts)
+        # The CLI's own words for what to do (they may name `recipe` commands); the rest,
+        # file:line:col and caret included, is the library's message as it is.
+        mine = f"hint: {hint(exc.facts)}"
+        text = text.replace(f"hint: {exc.hint}", mine) if exc.hint else f"{text}\n  {mine}"
     say(text, style="red", err=True)
 
 
 _CLI_HINTS: dict[str, Callable[[dict], str]] = {
     "run.unknown": lambda f: "`recipe runs` lists the runs in this store",
+    "plan.edited": lambda f: f"if the edit is intended, `recipe compile {f.get('path') or 'actions.json'} -o {f.get('path') or 'actions.json'}` verifies and fingerprints it again",
     "run.busy": lambda f: f"`recipe show {f.get('run')}` follows it; it picks up every decision already made",
     "approval.expired": lambda f: "`recipe resume RUN` asks again",
     "approval.stale": lambda f: f"read the current card (`recipe show {f.get('run')} --audit`) and approve its fingerprint",

@@ -102,6 +102,12 @@ class PlanError(RecipeError):
     code = "plan.invalid"
 
 
+class PlanEditedError(PlanError):
+    """An actions.json whose content no longer matches its fingerprint: edited by hand."""
+
+    code = "plan.edited"
+
+
 class UnguardedEffectError(PlanError):
     """An effectful step is not dominated by its own approval node."""
 

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-from ..errors import PlanError, RecipeError
+from ..errors import PlanEditedError, PlanError, RecipeError
 from ..plan import FORMAT, Plan, RecipeInfo, Where, compute_fingerprint, decode_plan, with_fingerprint
 from ..policy import Hints, Policy
 
@@ -124,7 +124,7 @@ def load_plan(data: bytes | str, path: str | None = None, *, policy: Policy | No
     try:
         check_json_depth(data)
     except TooDeep as exc:
-        raise PlanError(f"not a valid actions.json: {exc}", path=path, hint="compile the recipe again with `recipe compile`") from None
+        raise PlanError(f"not a valid actions.json: {exc}", path=path, hint="compile the recipe again to get a new actions.json") from None
     plan = decode_plan(data, path=path)
     try:
         check(plan, policy or Policy(), path=path)
@@ -138,10 +138,10 @@ def load_plan(data: bytes | str, path: str | None = None, *, policy: Policy | No
     if refresh:
         return with_fingerprint(plan)
     if plan.fingerprint != expected:
-        raise PlanError(
+        raise PlanEditedError(
             f"the plan's fingerprint does not match its content (it says {plan.fingerprint or 'nothing'}); it was edited",
             path=path,
-            hint=f"if the edit is intended, re-verify and re-fingerprint it with `recipe compile {path or 'actions.json'} -o {path or 'actions.json'}`",
+            hint="if the edit is intended, verify and fingerprint it again by compiling the file",
         )
     return plan
 

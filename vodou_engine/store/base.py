@@ -58,7 +58,7 @@ CORE_TABLES = frozenset({"schema_version", "runs", "nodes", "approvals", "effect
 # Tables added by later migrations: a store of that version must have them too.
 TABLES_SINCE = {2: frozenset({"approvers", "audit"})}
 
-RUNS_HINT = "`recipe runs` lists the runs in this store"
+RUNS_HINT = "list the runs in this store to find the one you mean"
 
 
 # --------------------------------------------------------------------------
@@ -711,7 +711,7 @@ class SqlRunStore:
     def _unknown_approval(self, approval_id: str) -> RefusedError:
         return RefusedError(
             f"no approval {approval_id!r} in the store at {self.location}; nothing was changed",
-            hint="`recipe show RUN` lists a run's approvals",
+            hint="a run's approvals are listed with the run",
         )
 
     def decide(
