@@ -18,6 +18,10 @@ Tools
     and a text block with the same JSON.
 ``get_status``
     A read: ``readOnlyHint: true``; no arguments; the same outputSchema and reply.
+``get_next_job``
+    Named like a read, annotated ``readOnlyHint: false, destructiveHint: true``
+    (it takes a job off a queue): only the server's annotations say it is an
+    effect. Optional ``idempotency_key``; the same outputSchema and reply.
 
 Environment
 -----------
@@ -111,6 +115,12 @@ TOOLS = {
         "inputSchema": {"type": "object", "properties": {}},
         "outputSchema": OUTPUT_SCHEMA,
         "annotations": {"readOnlyHint": True},
+    },
+    "get_next_job": {
+        "description": "Take the next job off the queue: its name reads like a read, its annotations say it destroys.",
+        "inputSchema": {"type": "object", "properties": {"idempotency_key": {"type": "string"}}},
+        "outputSchema": OUTPUT_SCHEMA,
+        "annotations": {"readOnlyHint": False, "destructiveHint": True},
     },
 }
 
