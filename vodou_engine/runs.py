@@ -34,6 +34,7 @@ import msgspec
 
 from .binding import bind_all, decode_bindings, encode_bindings, servers_for_run
 from .errors import (
+    VodouError,
     AlreadyDecidedError,
     BusyError,
     ExpiredError,
@@ -308,7 +309,7 @@ class Runs:
         async with self.prepare(source, text=text) as prepared:
             return await self._start(prepared, inputs, actor, model, on_change, run_id)
 
-    async def _start(self, prepared: Prepared, inputs, actor, model, on_change, run_id) -> RunReport:
+    async def _start(self, prepared: Prepared, inputs, actor, model, on_change, run_id, saved: Any = None, schedule: str | None = None) -> RunReport:
         from .runtime.driver import drive
 
         plan = prepared.plan
@@ -337,6 +338,9 @@ class Runs:
                     owner=self.owner,
                     lease_s=LEASE_S,
                     servers_json=encode_bindings(bindings),
+                    saved_recipe=saved.name if saved is not None else None,
+                    saved_version=saved.version if saved is not None else None,
+                    schedule=schedule,
                 )
                 store.append_event(run_id, "started", actor=actor, data_json=msgspec.json.encode(started).decode())
             return store.get_run(run_id)
@@ -506,6 +510,144 @@ class Runs:
             together=view.together,
             driven_by=describe(driven_by) if driven_by else None,
         )
+
+    # --- saved recipes and schedules -------------------------------------------------------
+    def save(self, source: str | os.PathLike[str], *, text: str | None = None, name: str | None = None, by: str, origin: str = "person") -> Any:
+        """Store the recipe's text and the plan it compiles to as a new version of ``name``
+        (default: the recipe's name). Saving again keeps every older version."""
+        plan, recipe_text, _ = self.load(source, text=text)
+        if recipe_text is None:
+            raise UsageError("only a recipe can be saved, not an actions.json: a saved recipe is compiled again each time it runs", hint="save the .recipe file")
+        name = name or plan.recipe.name
+        _check_name(name, "recipe")
+        if origin == "agent" and any(isinstance(n, ToolNode) and n.without_asking for n in plan.nodes):
+            raise _agent_opt_out()
+        return self.store().save_recipe(name, source=recipe_text, plan_json=encode_plan(plan), plan_fingerprint=plan.fingerprint, by=by, origin=origin)
+
+    def saved(self, name: str, version: int | None = None) -> Any:
+        return self.store(create=False, readonly=True).get_recipe(name, version)
+
+    def saved_recipes(self) -> list[Any]:
+        return self.store(create=False, readonly=True).recipes_latest()
+
+    def add_schedule(
+        self,
+        name: str,
+        *,
+        recipe: str,
+        cron: str,
+        tz: str = "UTC",
+        inputs: Mapping[str, Any] | None = None,
+        catch_up_s: float | None = None,
+        by: str,
+        origin: str = "person",
+    ) -> Any:
+        """Run the saved recipe ``recipe`` on a cron schedule. A schedule an agent proposes
+        starts paused: only a person enables it (``resume_schedule``)."""
+        from .scheduler import DEFAULT_CATCH_UP_S, check, next_after
+        from .store import ScheduleRecord
+
+        _check_name(name, "schedule")
+        check(cron, tz)
+        catch_up = DEFAULT_CATCH_UP_S if catch_up_s is None else float(catch_up_s)
+        if not catch_up >= 0:
+            raise UsageError("the catch-up window must be 0 seconds or more", catch_up_s=catch_up_s)
+        store = self.store()
+        saved = store.get_recipe(recipe)
+        from .runtime.plans import check_stored_plan
+
+        resolve_inputs(check_stored_plan(saved.plan_json, saved.plan_fingerprint), inputs or {})  # a run it could never start is refused now
+        now = self.clock()
+        active = origin != "agent"
+        record = ScheduleRecord(
+            name=name, recipe=recipe, cron=cron, tz=tz, inputs_json=msgspec.json.encode(dict(inputs or {})).decode(),
+            state="active" if active else "paused", catch_up_s=catch_up, next_due=next_after(cron, tz, now) if active else None,
+            created_at=now, created_by=by, origin=origin, updated_at=now,
+        )  # fmt: skip
+        store.add_schedule(record)
+        return record
+
+    def pause_schedule(self, name: str, *, by: str) -> Any:
+        store = self.store(create=False)
+        if not store.set_schedule_state(name, "paused", expected=("active",), next_due=None, by=by, now=self.clock()):
+            s = store.get_schedule(name)
+            raise RefusedError(f"schedule {name!r} is already {s.state}; nothing was changed", schedule=name, state=s.state)
+        return store.get_schedule(name)
+
+    def resume_schedule(self, name: str, *, by: str) -> Any:
+        """Enable a paused schedule; its next due time is counted from now (what was missed
+        while paused is not run)."""
+        from .scheduler import next_after
+
+        store = self.store(create=False)
+        s = store.get_schedule(name)
+        now = self.clock()
+        if not store.set_schedule_state(name, "active", expected=("paused",), next_due=next_after(s.cron, s.tz, now), by=by, now=now):
+            raise RefusedError(f"schedule {name!r} is already {store.get_schedule(name).state}; nothing was changed", schedule=name)
+        return store.get_schedule(name)
+
+    def remove_schedule(self, name: str, *, by: str) -> None:
+        store = self.store(create=False)
+        if not store.remove_schedule(name, by=by, now=self.clock()):
+            raise RefusedError(f"there is no schedule {name!r}; nothing was changed", schedule=name)
+
+    def schedules(self) -> list[Any]:
+        return self.store(create=False, readonly=True).schedules()
+
+    def firings(self, name: str, limit: int = 50) -> list[Any]:
+        return self.store(create=False, readonly=True).firings(name, limit)
+
+    def due(self, *, now: float | None = None, by: str = "scheduler") -> list[Any]:
+        """Decide every due time reached by ``now`` (each exactly once, whoever else is
+        deciding) and return the firings whose runs this caller must start, including
+        firings left without a run by a scheduler that died (docs/serve.md)."""
+        from .scheduler import decide, firing
+
+        store = self.store()
+        now = self.clock() if now is None else now
+        to_start = list(store.orphan_firings(decided_before=now - ORPHAN_AFTER_S))
+        for s in store.due_schedules(now):
+            decisions, next_due = decide(s, now)
+            for i, d in enumerate(decisions):
+                after = decisions[i + 1].due_at if i + 1 < len(decisions) else next_due
+                f = firing(s, d, now=now, by=by, run_id=new_run_id() if d.outcome == "fired" else None)
+                if not store.decide_firing(f, next_due=after):
+                    break  # another scheduler is deciding this schedule
+                if d.outcome == "fired":
+                    to_start.append(f)
+        return to_start
+
+    @_plain
+    async def start_firing(self, f: Any, *, on_change: Callable[[str, str], None] | None = None) -> RunReport | None:
+        """Start the run a firing decided, under the id it reserved; None if another process
+        started it first. A firing whose run cannot even be created is marked failed."""
+        store = self.store()
+        try:
+            s = store.get_schedule(f.schedule)
+            saved = store.get_recipe(s.recipe)
+            inputs = msgspec.json.decode(s.inputs_json)
+            return await self.start_saved(saved, inputs=inputs, actor=s.created_by, run_id=f.run_id, schedule=s.name, on_change=on_change)
+        except RefusedError as exc:
+            if "already exists" in exc.message:
+                return None  # the same firing was started by another process
+            await _in_thread(store.firing_failed, f.schedule, f.due_at, exc.message)
+            raise
+        except VodouError as exc:
+            await _in_thread(store.firing_failed, f.schedule, f.due_at, exc.message)
+            raise
+
+    @_plain
+    async def start_saved(self, saved: Any, *, inputs: Mapping[str, Any] | None = None, actor: str | None = None, run_id: str | None = None, schedule: str | None = None, model: str | None = None, on_change: Callable[[str, str], None] | None = None) -> RunReport:
+        """Start a run of a saved recipe version (a RecipeRecord, or a name for the latest),
+        compiled again from its text under the policy and servers in effect."""
+        if isinstance(saved, str):
+            saved = self.store().get_recipe(saved)
+        path = f"{saved.name}.recipe"
+        plan, _, _ = self.load(path, text=saved.source)
+        resolve_inputs(plan, inputs or {})
+        async with self.prepare(path, text=saved.source) as prepared:
+            prepared.path = None  # the text lives in the store, not in a file to compare with
+            return await self._start(prepared, inputs, actor, model, on_change, run_id, saved=saved, schedule=schedule)
 
     # --- looking before running ----------------------------------------------------------
     async def inspect(self, source: str | os.PathLike[str] | Plan, *, text: str | None = None, online: bool = True) -> Inspection:
@@ -728,6 +870,26 @@ def _policy_problems(policy: Policy, servers: ServerSet, tools: Mapping[str, Map
         if server not in servers.servers:
             out.append(PolicyProblem(key=server, server=server, message=f"{where}: [servers.{server}] names a server that is not configured in {servers.source}"))
     return out
+
+
+ORPHAN_AFTER_S = 60.0
+"""A fired due time with no run after this long was left by a scheduler that died."""
+
+
+def _check_name(name: str, what: str) -> None:
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._ -]{0,99}", name or ""):
+        raise UsageError(f"{name!r} is not a usable {what} name", hint="letters, digits, spaces, '.', '_' and '-', starting with a letter or digit, at most 100", name=name)
+
+
+def _agent_opt_out() -> VodouError:
+    from .errors import RecipeError
+
+    return RecipeError(
+        "a recipe from an agent may not opt out of asking (`without asking` / `don't ask`); nothing was saved or run",
+        hint="only a person's recipe file, or the policy file, can let an effect run without asking",
+    )
 
 
 # --- helpers over the store (called on a worker thread) ---------------------------------

@@ -45,6 +45,11 @@ class RunRecord(Struct, frozen=True):
     lease_expires_at: float | None = None
     servers_json: str = "{}"
     """The server bindings the run was started with (``binding.py``)."""
+    saved_recipe: str | None = None
+    saved_version: int | None = None
+    """The saved recipe (name and version) the run ran, when it came from one."""
+    schedule: str | None = None
+    """The schedule that started it."""
 
 
 class NodeRecord(Struct, frozen=True, gc=False):
@@ -102,6 +107,48 @@ class EffectRecord(Struct, frozen=True):
     error: str | None = None
     ended_at: float | None = None
     settled_by: str | None = None
+
+
+class RecipeRecord(Struct, frozen=True):
+    """One saved version of a recipe: the text a person wrote and the plan it compiled to."""
+
+    name: str
+    version: int
+    source: str
+    plan_json: str
+    plan_fingerprint: str
+    saved_at: float
+    saved_by: str
+    origin: str = "person"
+
+
+class ScheduleRecord(Struct, frozen=True):
+    """A saved recipe on a cron schedule; ``next_due`` is the next due time not yet decided."""
+
+    name: str
+    recipe: str
+    cron: str
+    tz: str
+    inputs_json: str
+    state: str
+    catch_up_s: float
+    next_due: float | None
+    created_at: float
+    created_by: str
+    origin: str
+    updated_at: float
+
+
+class FiringRecord(Struct, frozen=True):
+    """One due time of a schedule, decided once: ``fired`` (with its run) or ``skipped``."""
+
+    schedule: str
+    due_at: float
+    outcome: str
+    decided_at: float
+    decided_by: str | None = None
+    run_id: str | None = None
+    note: str | None = None
 
 
 class ApproverRecord(Struct, frozen=True):

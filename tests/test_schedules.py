@@ -1,0 +1,132 @@
+"""Saved recipes and schedules: versions kept, each due time decided once by the store.
+
+The scheduler runs on a fake clock: ``Runs(clock=...)`` and ``due(now=...)``.
+Two ``Runs`` on one store file stand for two serving processes.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+import msgspec
+import pytest
+import trio
+
+from vodou_engine.errors import RecipeError, RefusedError, UsageError
+from vodou_engine.runs import Runs
+from vodou_engine.scheduler import decide, next_after
+
+RECIPE = 'recipe "hello"\ninputs:\n  who = "world"\nsay: vodou.echo {"value": "hello {who}"}\n'
+LISBON = ZoneInfo("Europe/Lisbon")
+
+
+def ts(*args, tz=LISBON) -> float:
+    return datetime(*args, tzinfo=tz).timestamp()
+
+
+@pytest.fixture
+def runs(tmp_path):
+    clock = {"now": ts(2026, 3, 2, 7, 0)}  # a Monday
+    r = Runs(store=tmp_path / "runs.db", servers={}, clock=lambda: clock["now"])
+    r.fake = clock
+    yield r
+    r.close()
+
+
+def test_saving_again_keeps_every_version_and_a_run_records_which_it_ran(runs):
+    v1 = runs.save("hello.recipe", text=RECIPE, by="ana")
+    v2 = runs.save("hello.recipe", text=RECIPE.replace("hello {who}", "hi {who}"), by="ana")
+    assert (v1.name, v1.version, v2.version) == ("hello", 1, 2)
+    assert runs.saved("hello", 1).source == RECIPE and runs.saved("hello").version == 2
+    report = trio.run(lambda: runs.start_saved(runs.saved("hello", 1), actor="ana"))
+    assert report.state == "succeeded"
+    run = runs.store().get_run(report.run)
+    assert (run.saved_recipe, run.saved_version) == ("hello", 1)
+    assert [n.output for n in runs.show(report.run).nodes] == ["hello world"]
+
+
+def test_a_schedule_fires_each_due_time_once_across_two_schedulers(runs, tmp_path):
+    runs.save("hello.recipe", text=RECIPE, by="ana")
+    s = runs.add_schedule("weekday-hello", recipe="hello", cron="0 8 * * 1-5", tz="Europe/Lisbon", inputs={"who": "team"}, by="ana")
+    assert s.state == "active" and s.next_due == ts(2026, 3, 2, 8, 0)
+    other = Runs(store=tmp_path / "runs.db", servers={}, clock=runs.clock)
+    assert runs.due(now=ts(2026, 3, 2, 7, 59)) == []
+    at = ts(2026, 3, 2, 8, 0, 1)
+    first, second = runs.due(now=at), other.due(now=at)
+    assert len(first) + len(second) == 1  # decided by the store, not by timing
+    (f,) = first or second
+    report = trio.run(lambda: runs.start_firing(f))
+    assert report.state == "succeeded" and report.run == f.run_id
+    assert runs.store().get_run(f.run_id).schedule == "weekday-hello"
+    assert runs.due(now=at) == other.due(now=at) == []
+    assert runs.store().get_schedule("weekday-hello").next_due == ts(2026, 3, 3, 8, 0)
+    # the weekend is skipped by the expression itself: Friday's run, then Monday's
+    assert next_after("0 8 * * 1-5", "Europe/Lisbon", ts(2026, 3, 6, 8, 0)) == ts(2026, 3, 9, 8, 0)
+    other.close()
+
+
+def test_missed_due_times_run_once_within_the_window_and_are_skipped_beyond_it(runs):
+    runs.save("hello.recipe", text=RECIPE, by="ana")
+    runs.add_schedule("hourly", recipe="hello", cron="0 * * * *", tz="UTC", by="ana", catch_up_s=3600)
+    # nothing served from 07:00 to 10:30 UTC: 08:00, 09:00 beyond the window; 10:00 within it
+    s = runs.store().get_schedule("hourly")
+    decisions, next_due = decide(s, ts(2026, 3, 2, 10, 30, tz=ZoneInfo("UTC")))
+    assert [d.outcome for d in decisions] == ["skipped", "skipped", "fired"]
+    assert "beyond the catch-up window" in decisions[0].note
+    fired = runs.due(now=ts(2026, 3, 2, 10, 30, tz=ZoneInfo("UTC")))
+    assert len(fired) == 1 and fired[0].due_at == ts(2026, 3, 2, 10, 0, tz=ZoneInfo("UTC"))
+    recorded = {f.due_at: f.outcome for f in runs.firings("hourly")}
+    assert sorted(recorded.values()) == ["fired", "skipped", "skipped"]
+    # several missed inside the window fold into the latest
+    s = runs.store().get_schedule("hourly")
+    decisions, _ = decide(msgspec.structs.replace(s, catch_up_s=4 * 3600), ts(2026, 3, 2, 13, 30, tz=ZoneInfo("UTC")))
+    assert [d.outcome for d in decisions] == ["skipped", "skipped", "fired"] and "folded into" in decisions[0].note
+
+
+def test_daylight_saving_days_do_what_cron_does():
+    # Lisbon springs forward at 01:00 -> 02:00 on 2026-03-29: 01:30 does not exist that day
+    assert next_after("30 1 * * *", "Europe/Lisbon", ts(2026, 3, 29, 0, 0)) == ts(2026, 3, 29, 2, 0)
+    # and falls back at 02:00 -> 01:00 on 2026-10-25: 01:30 happens twice, runs once
+    first = next_after("30 1 * * *", "Europe/Lisbon", ts(2026, 10, 25, 0, 0))
+    assert next_after("30 1 * * *", "Europe/Lisbon", first) == ts(2026, 10, 26, 1, 30)
+
+
+def test_a_firing_whose_scheduler_died_is_started_once_later(runs, tmp_path):
+    runs.save("hello.recipe", text=RECIPE, by="ana")
+    runs.add_schedule("hourly", recipe="hello", cron="0 * * * *", tz="UTC", by="ana")
+    at = ts(2026, 3, 2, 8, 0, 5, tz=ZoneInfo("UTC"))
+    (f,) = runs.due(now=at)  # decided, and then the process "died" before starting the run
+    other = Runs(store=tmp_path / "runs.db", servers={}, clock=runs.clock)
+    assert other.due(now=at + 10) == []  # too soon to call it orphaned: its decider may be starting it
+    (again,) = other.due(now=at + 120)
+    assert again.run_id == f.run_id
+    report = trio.run(lambda: other.start_firing(again))
+    assert report.run == f.run_id and report.state == "succeeded"
+    assert trio.run(lambda: runs.start_firing(f)) is None  # the first process coming back starts nothing
+    assert other.due(now=at + 240) == []
+    other.close()
+
+
+def test_bad_schedules_are_refused_before_anything_is_stored(runs):
+    runs.save("hello.recipe", text=RECIPE, by="ana")
+    with pytest.raises(UsageError, match="five fields"):
+        runs.add_schedule("x", recipe="hello", cron="0 8 * *", by="ana")
+    with pytest.raises(UsageError, match="time zone"):
+        runs.add_schedule("x", recipe="hello", cron="0 8 * * *", tz="Mars/Olympus", by="ana")
+    with pytest.raises(UsageError, match="no input"):
+        runs.add_schedule("x", recipe="hello", cron="0 8 * * *", inputs={"whom": "x"}, by="ana")
+    with pytest.raises(RefusedError, match="no saved recipe"):
+        runs.add_schedule("x", recipe="nope", cron="0 8 * * *", by="ana")
+    assert runs.schedules() == []
+
+
+def test_an_agents_schedule_starts_paused_and_its_recipe_cannot_opt_out(runs):
+    runs.save("hello.recipe", text=RECIPE, by="agent:claude", origin="agent")
+    s = runs.add_schedule("proposed", recipe="hello", cron="0 8 * * *", by="agent:claude", origin="agent")
+    assert s.state == "paused" and s.next_due is None
+    assert runs.due(now=ts(2026, 3, 9, 9, 0)) == []
+    resumed = runs.resume_schedule("proposed", by="ana")
+    assert resumed.state == "active" and resumed.next_due is not None
+    with pytest.raises(RecipeError, match="may not opt out"):
+        runs.save("x.recipe", text='post: slack.slack_post_message {"channel": "#x", "text": "y"}\n  without asking\n', by="agent:claude", origin="agent")
