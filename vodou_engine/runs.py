@@ -299,11 +299,19 @@ class Runs:
         model: str | None = None,
         on_change: Callable[[str, str], None] | None = None,
         run_id: str | None = None,
+        origin: str = "person",
     ) -> RunReport:
-        """Start a run and drive it until it ends or parks at a person."""
+        """Start a run and drive it until it ends or parks at a person.
+
+        ``origin="agent"``: the recipe came from an agent, which may propose but never
+        decide: a recipe that opts out of asking (``without asking``) is refused."""
         if isinstance(source, Prepared):
+            if origin == "agent":
+                _refuse_agent_opt_out(source.plan)
             return await self._start(source, inputs, actor, model, on_change, run_id)
         plan, _, _ = self.load(source, text=text)
+        if origin == "agent":
+            _refuse_agent_opt_out(plan)
         resolve_inputs(plan, inputs or {})  # a bad input starts no server
         thread_limit(self.threads)
         async with self.prepare(source, text=text) as prepared:
@@ -471,14 +479,15 @@ class Runs:
         return _effect_view(eff, {})
 
     # --- reading -------------------------------------------------------------------------
-    def list(self, *, state: str | None = None, recipe: str | None = None, since: float | None = None, limit: int = 50) -> list[RunSummary]:
-        """Runs, newest first. A run whose driving process is gone shows as ``interrupted``."""
+    def list(self, *, state: str | None = None, recipe: str | None = None, since: float | None = None, limit: int = 50, started_by: str | None = None) -> list[RunSummary]:
+        """Runs, newest first. A run whose driving process is gone shows as ``interrupted``.
+        ``started_by``: only runs that person (or agent) started."""
         store = self.store(create=False, readonly=True)
         wanted = None if state is None else {state}
         stored_states = None
         if wanted is not None:
             stored_states = {RunState.RUNNING, RunState.INTERRUPTED} if RunState.INTERRUPTED in wanted else wanted
-        rows = store.list_runs(limit if wanted is None else max(limit * 4, 200), state=stored_states, recipe=recipe, since=since)
+        rows = store.list_runs(limit if wanted is None else max(limit * 4, 200), state=stored_states, recipe=recipe, since=since, started_by=started_by)
         out = []
         for r in rows:
             effective = _effective_state(r, self.clock())
@@ -520,8 +529,8 @@ class Runs:
             raise UsageError("only a recipe can be saved, not an actions.json: a saved recipe is compiled again each time it runs", hint="save the .recipe file")
         name = name or plan.recipe.name
         _check_name(name, "recipe")
-        if origin == "agent" and any(isinstance(n, ToolNode) and n.without_asking for n in plan.nodes):
-            raise _agent_opt_out()
+        if origin == "agent":
+            _refuse_agent_opt_out(plan)
         return self.store().save_recipe(name, source=recipe_text, plan_json=encode_plan(plan), plan_fingerprint=plan.fingerprint, by=by, origin=origin)
 
     def saved(self, name: str, version: int | None = None) -> Any:
@@ -883,13 +892,19 @@ def _check_name(name: str, what: str) -> None:
         raise UsageError(f"{name!r} is not a usable {what} name", hint="letters, digits, spaces, '.', '_' and '-', starting with a letter or digit, at most 100", name=name)
 
 
-def _agent_opt_out() -> VodouError:
+def _refuse_agent_opt_out(plan: Plan) -> None:
+    """An agent proposes; it never decides, so it cannot remove a gate either."""
     from .errors import RecipeError
 
-    return RecipeError(
-        "a recipe from an agent may not opt out of asking (`without asking` / `don't ask`); nothing was saved or run",
-        hint="only a person's recipe file, or the policy file, can let an effect run without asking",
-    )
+    opted = [n for n in plan.nodes if isinstance(n, ToolNode) and n.without_asking]
+    if opted:
+        where = opted[0].where
+        raise RecipeError(
+            f"a recipe from an agent may not opt out of asking (`without asking` / `don't ask` under `{opted[0].id}`); nothing was saved or run",
+            line=where.line if where else None,
+            column=where.column if where else None,
+            hint="only a person's recipe file, or the policy file, can let an effect run without asking",
+        )
 
 
 # --- helpers over the store (called on a worker thread) ---------------------------------

@@ -576,6 +576,7 @@ class SqlRunStore:
         state: str | Iterable[str] | None = None,
         recipe: str | None = None,
         since: float | None = None,
+        started_by: str | None = None,
     ) -> list[RunRecord]:
         """Newest first; ``recipe`` matches the recipe's name, ``since`` the creation time."""
         where: list[str] = []
@@ -590,6 +591,9 @@ class SqlRunStore:
         if since is not None:
             where.append("created_at >= ?")
             params.append(since)
+        if started_by is not None:
+            where.append("started_by = ?")
+            params.append(started_by)
         sql = LIST_RUNS + (" WHERE " + " AND ".join(where) if where else "") + LIST_RUNS_ORDER
         return [RunRecord(*r) for r in self._all(sql, (*params, limit))]
 
