@@ -1,0 +1,201 @@
+"""The import graph keeps the layering docs/architecture.md describes.
+
+Every module under vodou_engine/ is parsed (``ast``; nothing is imported)
+and each ``import``/``from ... import`` of the package becomes an edge,
+whether it sits at module level or inside a function.
+
+(a) No cycle among the imports that run when a module is imported: the
+    module body, including ``if``/``try``/``with`` blocks and class bodies,
+    but not function bodies and not ``if TYPE_CHECKING:`` blocks. A cycle
+    closed only by an import inside a function is allowed (the import runs
+    after both modules are loaded). Those there are today:
+
+      compiler.parser -> compiler.lower   (in a function: the reserved words)
+      compiler.lower  -> compiler.parser  (module level)
+
+(b) Nothing below the CLI imports it: outside ``vodou_engine/cli.py`` and
+    ``vodou_engine/views/``, no import at any level (functions and
+    ``TYPE_CHECKING`` blocks included), and no module name given as a string
+    (``importlib.import_module``), names ``vodou_engine.cli`` or
+    ``vodou_engine.views``. ``vodou_engine/__main__.py`` is the one exception:
+    it is what ``python -m vodou_engine`` runs, the CLI's own entry point
+    (as the ``recipe`` script is), not a module below it.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+PACKAGE = "vodou_engine"
+ROOT = Path(__file__).resolve().parent.parent / PACKAGE
+CLI_ENTRY_POINTS = {f"{PACKAGE}.__main__"}
+BELOW_CLI_MAY_NOT_NAME = re.compile(rf"{PACKAGE}\.(cli|views)(\..*)?")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+def targets(module: str, is_package: bool, node: ast.Import | ast.ImportFrom) -> list[str]:
+    """The modules of this package an import statement loads (most specific known name)."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names if a.name == PACKAGE or a.name.startswith(PACKAGE + ".")]
+    if node.level:
+        base = module.split(".") if is_package else module.split(".")[:-1]
+        base = base[: len(base) - (node.level - 1)]
+        full = ".".join(base) + (f".{node.module}" if node.module else "")
+    else:
+        full = node.module or ""
+    if full != PACKAGE and not full.startswith(PACKAGE + "."):
+        return []
+    out = []
+    for alias in node.names:
+        sub = f"{full}.{alias.name}"
+        out.append(sub if sub in MODULES else full)  # `from . import ast` imports a module; `from .x import y` a name of x
+    return out
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def import_time_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """Import statements that run when the module itself is imported."""
+    found: list[ast.Import | ast.ImportFrom] = []
+
+    def walk(statements: list[ast.stmt]) -> None:
+        for s in statements:
+            if isinstance(s, (ast.Import, ast.ImportFrom)):
+                found.append(s)
+            elif isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            elif isinstance(s, ast.If) and _is_type_checking(s.test):
+                walk(s.orelse)
+            else:
+                for field in ("body", "orelse", "finalbody"):
+                    walk([x for x in getattr(s, field, []) if isinstance(x, ast.stmt)])
+                for handler in getattr(s, "handlers", []):
+                    walk(handler.body)
+                for case in getattr(s, "cases", []):
+                    walk(case.body)
+
+    walk(tree.body)
+    return found
+
+
+def graphs() -> tuple[dict[str, set[str]], dict[str, set[str]], dict[str, ast.Module]]:
+    """(imports at import time, imports at any level, parsed trees), per module."""
+    now: dict[str, set[str]] = {}
+    anywhere: dict[str, set[str]] = {}
+    trees: dict[str, ast.Module] = {}
+    for name, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        trees[name] = tree
+        is_package = path.name == "__init__.py"
+        anywhere[name] = {
+            t
+            for n in ast.walk(tree)
+            if isinstance(n, (ast.Import, ast.ImportFrom))
+            for t in targets(name, is_package, n)
+            if t != name
+        }
+        now[name] = {t for n in import_time_imports(tree) for t in targets(name, is_package, n) if t != name}
+    return now, anywhere, trees
+
+
+NOW, ANYWHERE, TREES = graphs()
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle (as a path that returns to its start) per strongly connected group of modules."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+    counter = 0
+
+    def strong(v: str) -> None:
+        nonlocal counter
+        index[v] = low[v] = counter
+        counter += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in MODULES:
+                continue
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(group)
+
+    for v in sorted(MODULES):
+        if v not in index:
+            strong(v)
+    return [_path_within(graph, set(g)) for g in groups]
+
+
+def _path_within(graph: dict[str, set[str]], group: set[str]) -> list[str]:
+    start = min(group)
+    seen = {start: [start]}
+    frontier = [start]
+    while frontier:
+        v = frontier.pop(0)
+        for w in sorted(graph[v] & group):
+            if w == start:
+                return seen[v] + [start]
+            if w not in seen:
+                seen[w] = seen[v] + [w]
+                frontier.append(w)
+    raise AssertionError(f"no cycle through {start}")  # pragma: no cover
+
+
+def test_the_graph_is_read_as_the_code_says():
+    """The parser above sees what it must, or the checks below would pass on nothing."""
+    assert len(MODULES) > 40
+    assert f"{PACKAGE}.reports" in NOW[f"{PACKAGE}.runs"]
+    assert f"{PACKAGE}.runtime.scheduler" in NOW[f"{PACKAGE}.runtime.driver"]
+    assert f"{PACKAGE}.store" in NOW[f"{PACKAGE}.runtime.journal"]  # `from ..store import NodeRecord`
+    assert f"{PACKAGE}.runtime.driver" in ANYWHERE[f"{PACKAGE}.runs"] - NOW[f"{PACKAGE}.runs"]  # in a function
+    assert f"{PACKAGE}.views.report" in ANYWHERE[f"{PACKAGE}.cli"]
+    assert f"{PACKAGE}.tools.process" not in NOW[f"{PACKAGE}.tools.hub"]  # only under TYPE_CHECKING there
+
+
+def test_no_import_cycle_at_module_level():
+    found = cycles(NOW)
+    assert not found, "import cycles among module-level imports:\n" + "\n".join(" -> ".join(c) for c in found)
+
+
+def test_nothing_below_the_cli_imports_it():
+    offenders = []
+    for name in sorted(MODULES):
+        if name == f"{PACKAGE}.cli" or name == f"{PACKAGE}.views" or name.startswith(f"{PACKAGE}.views.") or name in CLI_ENTRY_POINTS:
+            continue
+        for target in sorted(ANYWHERE[name]):
+            if BELOW_CLI_MAY_NOT_NAME.fullmatch(target):
+                offenders.append(f"{name} imports {target}")
+        for node in ast.walk(TREES[name]):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and BELOW_CLI_MAY_NOT_NAME.fullmatch(node.value):
+                offenders.append(f"{name} names {node.value!r} (a dynamic import?)")
+    assert not offenders, "below the CLI, only cli.py and views/ may use the CLI:\n" + "\n".join(offenders)
