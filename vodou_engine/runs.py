@@ -249,10 +249,12 @@ class Runs:
         return plan, recipe_text, path
 
     @asynccontextmanager
-    async def prepare(self, source: str | os.PathLike[str] | Plan, *, text: str | None = None) -> AsyncIterator[Prepared]:
+    async def prepare(self, source: str | os.PathLike[str] | Plan, *, text: str | None = None, hub: Any = None) -> AsyncIterator[Prepared]:
         """Compile, start the servers the plan names, resolve every tool, raise risks from
         the servers' annotations and verify again. Yields a :class:`Prepared` whose
-        servers stay up until the block ends (start a run from it with :meth:`start`)."""
+        servers stay up until the block ends (start a run from it with :meth:`start`).
+        ``hub``: servers already running (kept warm by a long-lived process) to use
+        instead of starting them."""
         from .planning import check_hints, missing, resolve
 
         plan, recipe_text, path = self.load(source, text=text)
@@ -266,9 +268,15 @@ class Runs:
         if not needed:
             yield Prepared(plan=plan, text=recipe_text, path=path, servers=servers, hub=None)
             return
+        from contextlib import AsyncExitStack
+
         from .tools.hub import open_hub
 
-        async with open_hub(servers.servers, needed) as hub:
+        async with AsyncExitStack() as stack:
+            if hub is None:
+                hub = await stack.enter_async_context(open_hub(servers.servers, needed))
+            else:
+                await hub.wait_ready()
             tools = {n: hub.tools(n) for n in needed}
             status, hints = resolve(plan, servers.servers, tools)
             bad = missing(status)
@@ -300,6 +308,7 @@ class Runs:
         on_change: Callable[[str, str], None] | None = None,
         run_id: str | None = None,
         origin: str = "person",
+        hub: Any = None,
     ) -> RunReport:
         """Start a run and drive it until it ends or parks at a person.
 
@@ -314,7 +323,7 @@ class Runs:
             _refuse_agent_opt_out(plan)
         resolve_inputs(plan, inputs or {})  # a bad input starts no server
         thread_limit(self.threads)
-        async with self.prepare(source, text=text) as prepared:
+        async with self.prepare(source, text=text, hub=hub) as prepared:
             return await self._start(prepared, inputs, actor, model, on_change, run_id)
 
     async def _start(self, prepared: Prepared, inputs, actor, model, on_change, run_id, saved: Any = None, schedule: str | None = None) -> RunReport:
@@ -378,6 +387,7 @@ class Runs:
         prespawned: Any = None,
         proof: str = "api",
         hub: Any = None,
+        drive: bool = True,
     ) -> RunReport:
         """Approve the pending question of ``step`` and drive the run on.
 
@@ -397,6 +407,8 @@ class Runs:
             return run, plan, servers, policy
 
         run, plan, servers, policy = await _in_thread(check_and_decide)
+        if not drive:  # the caller drives it (a long-lived process, on its own task)
+            return await _in_thread(self._report, run_id)
         return await self._take_and_drive(run_id, servers, policy, model=model, on_change=on_change, prespawned=prespawned, busy_ok=True, hub=hub)
 
     @_plain
@@ -627,7 +639,7 @@ class Runs:
         return to_start
 
     @_plain
-    async def start_firing(self, f: Any, *, on_change: Callable[[str, str], None] | None = None) -> RunReport | None:
+    async def start_firing(self, f: Any, *, on_change: Callable[[str, str], None] | None = None, hub: Any = None) -> RunReport | None:
         """Start the run a firing decided, under the id it reserved; None if another process
         started it first. A firing whose run cannot even be created is marked failed."""
         store = self.store()
@@ -635,7 +647,7 @@ class Runs:
             s = store.get_schedule(f.schedule)
             saved = store.get_recipe(s.recipe)
             inputs = msgspec.json.decode(s.inputs_json)
-            return await self.start_saved(saved, inputs=inputs, actor=s.created_by, run_id=f.run_id, schedule=s.name, on_change=on_change)
+            return await self.start_saved(saved, inputs=inputs, actor=s.created_by, run_id=f.run_id, schedule=s.name, on_change=on_change, hub=hub)
         except RefusedError as exc:
             if "already exists" in exc.message:
                 return None  # the same firing was started by another process
@@ -646,7 +658,7 @@ class Runs:
             raise
 
     @_plain
-    async def start_saved(self, saved: Any, *, inputs: Mapping[str, Any] | None = None, actor: str | None = None, run_id: str | None = None, schedule: str | None = None, model: str | None = None, on_change: Callable[[str, str], None] | None = None) -> RunReport:
+    async def start_saved(self, saved: Any, *, inputs: Mapping[str, Any] | None = None, actor: str | None = None, run_id: str | None = None, schedule: str | None = None, model: str | None = None, on_change: Callable[[str, str], None] | None = None, hub: Any = None) -> RunReport:
         """Start a run of a saved recipe version (a RecipeRecord, or a name for the latest),
         compiled again from its text under the policy and servers in effect."""
         if isinstance(saved, str):
@@ -654,7 +666,7 @@ class Runs:
         path = f"{saved.name}.recipe"
         plan, _, _ = self.load(path, text=saved.source)
         resolve_inputs(plan, inputs or {})
-        async with self.prepare(path, text=saved.source) as prepared:
+        async with self.prepare(path, text=saved.source, hub=hub) as prepared:
             prepared.path = None  # the text lives in the store, not in a file to compare with
             return await self._start(prepared, inputs, actor, model, on_change, run_id, saved=saved, schedule=schedule)
 

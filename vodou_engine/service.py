@@ -1,0 +1,315 @@
+"""One long-running process: warm servers, many runs at once, the scheduler, a clean stop.
+
+``recipe serve`` is this, with a web inbox in front (``web/``). Everything a
+run means is still decided by the run API (``runs.py``); the service only
+decides *where* work happens: every drive is a task of its own in the
+service's nursery (one run that fails or hangs never stops the others or
+the page), each with its own store connection, on servers kept warm between
+runs by a :class:`ServerPool`.
+
+Stopping (SIGTERM, or :meth:`Service.stop`): the scheduler stops deciding,
+new work is refused, running steps get ``grace_s`` seconds to finish, then
+every drive still going is cancelled: its run is left ``interrupted`` (the
+driver writes that), an effect already executing is shielded and records
+how it ended. Nothing is lost or doubled; ``recipe resume`` or the next
+``recipe serve`` goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Awaitable, Callable, Mapping
+
+import trio
+
+from .errors import RefusedError, ToolError
+from .policy import Policy
+from .reports import RunReport
+from .runs import Runs
+from .servers import ServerSet
+
+logger = logging.getLogger("vodou_engine.service")
+
+GRACE_S = 30.0
+"""How long running steps get to finish after a stop is asked for."""
+
+
+class ServerPool:
+    """The configured servers, each started once and kept for every run that needs it.
+
+    A server that dies is started again the next time a run needs it (its
+    stderr tail goes to the log). Each server lives in its own hub, owned by
+    one task of the pool, so one server's failure never touches another's
+    session. :meth:`hub` hands a drive a view over the servers it needs.
+    """
+
+    def __init__(self, servers: ServerSet):
+        self.servers = servers
+        self._hubs: dict[str, Any] = {}
+        self._closers: dict[str, trio.Event] = {}
+        self._starting: dict[str, trio.Event] = {}
+        self._nursery: trio.Nursery | None = None
+        self.restarts: dict[str, int] = {}
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            await trio.sleep_forever()
+
+    def close(self) -> None:
+        for ev in self._closers.values():
+            ev.set()
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+
+    async def hub(self, names: list[str]) -> Any:
+        """A hub over ``names``, each warm (started now if it is not running)."""
+        await trio.lowlevel.checkpoint()
+        for name in names:
+            await self._ensure(name)
+        return PoolHub({n: self._hubs[n] for n in names})
+
+    async def _ensure(self, name: str) -> None:
+        hub = self._hubs.get(name)
+        if hub is not None and _alive(hub, name):
+            return
+        starting = self._starting.get(name)
+        if starting is not None:
+            await starting.wait()
+            if name in self._hubs and _alive(self._hubs[name], name):
+                return
+        if hub is not None:
+            tail = _stderr_tail(hub, name)
+            logger.warning("MCP server %r stopped; starting it again%s", name, (":\n  " + "\n  ".join(tail)) if tail else "")
+            self.restarts[name] = self.restarts.get(name, 0) + 1
+            self._closers.pop(name).set()
+            self._hubs.pop(name, None)
+        self._starting[name] = done = trio.Event()
+        try:
+            await self._nursery.start(self._own, name)
+        finally:
+            done.set()
+            self._starting.pop(name, None)
+
+    async def _own(self, name: str, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        from .tools.hub import open_hub
+
+        close = trio.Event()
+        async with open_hub(self.servers.servers, [name]) as hub:
+            self._hubs[name] = hub
+            self._closers[name] = close
+            task_status.started()
+            await close.wait()
+
+
+def _alive(hub: Any, name: str) -> bool:
+    srv = hub._servers.get(name)  # the hub keeps no public liveness yet; see tools/hub.py
+    if srv is None or srv.closed or srv.failure is not None or srv.start_error is not None:
+        return False
+    wire = srv.wire
+    return wire is None or not wire.gone  # None: still starting
+
+
+def _stderr_tail(hub: Any, name: str) -> list[str]:
+    srv = hub._servers.get(name)
+    return srv.stderr_tail() if srv is not None else []
+
+
+class PoolHub:
+    """The hub interface a drive uses, over warm servers of a pool."""
+
+    def __init__(self, hubs: Mapping[str, Any]):
+        self._hubs = dict(hubs)
+        self.started_in: dict[str, float] = {}
+
+    def _of(self, server: str) -> Any:
+        try:
+            return self._hubs[server]
+        except KeyError:
+            from .errors import NotSentError
+
+            raise NotSentError(f"MCP server {server!r} was not started for this run; nothing was called", server=server) from None
+
+    async def wait_ready(self) -> None:
+        for hub in self._hubs.values():
+            await hub.wait_ready()
+
+    def tool(self, server: str, tool: str) -> Any:
+        return self._of(server).tool(server, tool)
+
+    def tools(self, server: str) -> Any:
+        return self._of(server).tools(server)
+
+    def config(self, server: str) -> Any:
+        return self._of(server).config(server)
+
+    async def call(self, server: str, tool: str, arguments: Any = None, **kwargs: Any) -> Any:
+        return await self._of(server).call(server, tool, arguments, **kwargs)
+
+
+class Service:
+    """Runs driven in one process on warm servers, and the scheduler that starts them."""
+
+    def __init__(
+        self,
+        *,
+        store: Any,
+        servers: ServerSet,
+        policy: Policy | None = None,
+        clock: Callable[[], float] = time.time,
+        tick_s: float = 1.0,
+        grace_s: float = GRACE_S,
+        on_parked: Callable[[RunReport], Awaitable[None]] | None = None,
+        schedule: bool = True,
+    ):
+        self.store_location = store
+        self.server_set = servers
+        self.policy = policy or Policy()
+        self.clock = clock
+        self.tick_s = tick_s
+        self.grace_s = grace_s
+        self.on_parked = on_parked
+        self.scheduling = schedule
+        self.pool = ServerPool(servers)
+        self.accepting = True
+        self.active: dict[str, trio.CancelScope] = {}
+        """Drives in progress, by run id: what a stop waits for, then cancels."""
+        self._nursery: trio.Nursery | None = None
+        self._stopped = trio.Event()
+
+    def runs(self) -> Runs:
+        """A Runs for one operation: its own store connection, the service's configuration."""
+        return Runs(store=self.store_location, servers=self.server_set, policy=self.policy, clock=self.clock)
+
+    # --- the process ---------------------------------------------------------------------
+    async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Run until :meth:`stop`; then drain (grace period) and return."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await nursery.start(self.pool.run)
+            if self.scheduling:
+                nursery.start_soon(self._scheduler)
+            task_status.started()
+            await self._stopped.wait()
+            self.accepting = False
+            with trio.move_on_after(self.grace_s):
+                while self.active:
+                    await trio.sleep(0.05)
+            for scope in list(self.active.values()):
+                scope.cancel()
+            while self.active:
+                await trio.sleep(0.01)
+            self.pool.close()
+            nursery.cancel_scope.cancel()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def _spawn(self, run_id: str | None, fn: Callable[[Runs], Awaitable[Any]]) -> None:
+        if not self.accepting or self._nursery is None:
+            raise RefusedError("the service is stopping; nothing new was started", hint="retry once it is back")
+        self._nursery.start_soon(self._drive_task, run_id, fn)
+
+    async def _drive_task(self, run_id: str | None, fn: Callable[[Runs], Awaitable[Any]]) -> None:
+        runs = self.runs()
+        key = run_id or f"task-{id(fn)}"
+        with trio.CancelScope() as scope:
+            self.active[key] = scope
+            try:
+                report = await fn(runs)
+                if report is not None and getattr(report, "state", None) == "parked" and self.on_parked is not None:
+                    await self.on_parked(report)
+            except Exception:  # noqa: BLE001 - one run's failure never stops the others
+                logger.exception("run %s ended with an error", run_id or "(new)")
+            finally:
+                self.active.pop(key, None)
+                runs.close()
+
+    async def _hub_for(self, runs: Runs, run_id: str) -> Any:
+        from .servers import servers_to_finish
+
+        store = runs.store()
+        run = await trio.to_thread.run_sync(store.get_run, run_id)
+        from .runtime.plans import check_stored_plan
+
+        plan = check_stored_plan(run.plan_json, run.plan_fingerprint)
+        nodes = await trio.to_thread.run_sync(store.get_nodes, run_id)
+        return await self.pool.hub(servers_to_finish(plan, nodes))
+
+    # --- what surfaces ask of it ---------------------------------------------------------
+    async def approve(self, run_id: str, step: str | None, *, actor: str, fingerprint: str | None, proof: str) -> RunReport:
+        """Record the decision now (refusals are the caller's to show), then drive the run
+        on warm servers in the background."""
+        runs = self.runs()
+        try:
+            report = await runs.approve(run_id, step, actor=actor, fingerprint=fingerprint, proof=proof, drive=False)
+        finally:
+            runs.close()
+        self._spawn(run_id, lambda r: self._resume(r, run_id))
+        return report
+
+    async def reject(self, run_id: str, step: str | None, *, actor: str, reason: str | None, fingerprint: str | None, proof: str) -> RunReport:
+        runs = self.runs()
+        try:
+            return await runs.reject(run_id, step, actor=actor, reason=reason, fingerprint=fingerprint, proof=proof)
+        finally:
+            runs.close()
+
+    def start_saved(self, name: str, *, inputs: Mapping[str, Any] | None, actor: str) -> str:
+        """Start a saved recipe in the background; the run id it will have."""
+        from .runs import new_run_id
+
+        run_id = new_run_id()
+
+        async def go(runs: Runs) -> RunReport:
+            saved = await trio.to_thread.run_sync(runs.store().get_recipe, name)
+            return await runs.start_saved(saved, inputs=inputs, actor=actor, run_id=run_id, hub=await self._hub_for_recipe(runs, saved))
+
+        self._spawn(run_id, go)
+        return run_id
+
+    async def _resume(self, runs: Runs, run_id: str) -> RunReport | None:
+        try:
+            hub = await self._hub_for(runs, run_id)
+        except ToolError:
+            hub = None  # a server that cannot start: the drive reports it on the step
+        try:
+            return await runs.resume(run_id, hub=hub)
+        except RefusedError as exc:
+            if exc.code == "run.busy":
+                return None  # another drive of this run picks the decision up
+            raise
+
+    async def _hub_for_recipe(self, runs: Runs, saved: Any) -> Any:
+        from .servers import servers_needed
+
+        plan, _, _ = runs.load(f"{saved.name}.recipe", text=saved.source)
+        needed = [n for n in servers_needed(plan) if n in self.server_set.servers]
+        return await self.pool.hub(needed) if needed else None
+
+    async def _fire(self, runs: Runs, f: Any) -> RunReport | None:
+        store = runs.store()
+        schedule = await trio.to_thread.run_sync(store.get_schedule, f.schedule)
+        saved = await trio.to_thread.run_sync(store.get_recipe, schedule.recipe)
+        return await runs.start_firing(f, hub=await self._hub_for_recipe(runs, saved))
+
+    async def _scheduler(self) -> None:
+        """Each tick: decide due times (once, by the store) and start what fired."""
+        runs = self.runs()
+        try:
+            while self.accepting:
+                try:
+                    fired = await trio.to_thread.run_sync(lambda: runs.due(by="serve"))
+                except Exception:  # noqa: BLE001 - a bad tick must not stop the scheduler
+                    logger.exception("scheduler tick failed")
+                    fired = []
+                for f in fired:
+                    if not self.accepting:
+                        break
+                    self._spawn(f.run_id, lambda r, f=f: self._fire(r, f))
+                await trio.sleep(self.tick_s)
+        finally:
+            runs.close()
+
