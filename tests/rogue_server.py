@@ -74,6 +74,7 @@ Modes (what a ``tools/call`` does after it has been logged)
 ``deep``         a success with only a text block, a JSON array nested 1,000 deep.
                  A tool in this mode is listed without an outputSchema, so the
                  client's own schema check does not reject the reply first.
+``fail_first:N``  the first N calls of the tool in this process are ``tool_error``, then ``ok``.
 ``slow:MS``      answer normally after MS milliseconds, on a thread: pings and
                  other calls are answered meanwhile. A call cancelled by the
                  client (``notifications/cancelled``) is never answered.
@@ -132,6 +133,7 @@ MODES = {
 _out_lock = threading.Lock()
 _log_lock = threading.Lock()
 _cancelled: set = set()
+_seen: dict = {}  # calls per tool in this process, for fail_first
 _silent = False
 _counter = 0
 
@@ -174,7 +176,7 @@ def parse_modes(text: str) -> dict[str, str]:
     for item in filter(None, (part.strip() for part in text.split(","))):
         name, _, mode = item.partition("=")
         mode = mode.strip() or "ok"
-        if mode not in MODES and not (mode.startswith("slow:") and mode[5:].isdigit()):
+        if mode not in MODES and not (mode.startswith(("slow:", "fail_first:")) and mode.partition(":")[2].isdigit()):
             sys.exit(f"rogue: unknown mode {mode!r} for {name!r}")
         modes[name.strip()] = mode
     return modes
@@ -233,6 +235,9 @@ def call_tool(request_id, params: dict, tools: dict[str, str], modes: dict[str, 
     if base is None:
         reply(request_id, error_result(f"unknown tool: {name}"))
         return
+    if mode.startswith("fail_first:"):
+        _seen[name] = _seen.get(name, 0) + 1
+        mode = "tool_error" if _seen[name] <= int(mode.partition(":")[2]) else "ok"
     if mode == "ok":
         reply(request_id, ok_result())
     elif mode == "exit1":

@@ -69,6 +69,10 @@ def plan_rows(plan: Plan, status: Mapping[str, ToolStatus] | None = None, writer
             if st is not None and not st.exists:
                 addr = f"✗ {addr}  {st.note}"
             why = node.risk_source
+            if node.timeout_s:
+                why += f"; timeout {_duration(node.timeout_s)}"
+            if node.retries:
+                why += f"; retries {node.retries}"
             if node.without_asking:
                 why += "; WITHOUT ASKING"
             gate = approvals.get(node.id)
@@ -218,6 +222,13 @@ def mermaid(plan: Plan) -> str:
         elif isinstance(n, ToolNode) and n.risk != "read":
             out.append(f"  style {ids[n.id]} stroke:#d33,stroke-width:2px")
     return "\n".join(out) + "\n"
+
+
+def _duration(seconds: int) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
 
 
 def _esc(s: str) -> str:

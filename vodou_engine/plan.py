@@ -72,6 +72,11 @@ class ToolNode(NodeBase, tag="tool"):
     expires_s: int | None = None
     without_asking: bool = False
     where: Where | None = None
+    timeout_s: int | None = None
+    """Seconds the call may take; past it a read fails, an effect becomes unknown."""
+    retries: int = 0
+    """Times a failed read is tried again (an effect never is)."""
+    retries_where: Where | None = None
 
     @property
     def address(self) -> str:

@@ -22,7 +22,7 @@ from . import ast, template
 from .parser import Source, positioned_args
 
 RESERVED = frozenset(
-    {"recipe", "inputs", "approval", "approvers", "together", "then", "ask", "need", "expires", "of", "true", "false", "null", "write", "model"}
+    {"recipe", "inputs", "approval", "approvers", "together", "then", "ask", "need", "expires", "timeout", "retries", "of", "true", "false", "null", "write", "model"}
     | {"preview", "check"}  # step options: an option left unindented must not become a step
 )
 
@@ -83,7 +83,7 @@ class Lowerer:
                 self._declare_items(item.items)
 
     def _declare(self, name: str, kind: str, pos: ast.Pos) -> None:
-        if name in ("preview", "check", "expires"):
+        if name in ("preview", "check", "expires", "timeout", "retries"):
             raise self.error(
                 f"`{name}:` is a step option, but no tool step is right above it",
                 pos,
@@ -334,7 +334,8 @@ class Lowerer:
             node = WriteNode(id=step.name, prompt=action.prompt, inputs=inputs, needs=list(needs), where=where)
         else:
             args, refs = self._call_args(action, path, step.name)
-            preview = check = expires = None
+            preview = check = expires = timeout = None
+            retries = 0
             without = False
             seen: dict[str, ast.Pos] = {}
             for opt in step.options:
@@ -357,6 +358,10 @@ class Lowerer:
                         check = ref
                 elif opt.kind == "expires":
                     expires = opt.value
+                elif opt.kind == "timeout":
+                    timeout = opt.value
+                elif opt.kind == "retries":
+                    retries = opt.value
                 else:
                     without = True
             node = ToolNode(
@@ -372,6 +377,9 @@ class Lowerer:
                 check=check,
                 expires_s=expires,
                 without_asking=without,
+                timeout_s=timeout,
+                retries=retries,
+                retries_where=Where(seen["retries"].line, seen["retries"].column) if "retries" in seen else None,
                 where=where,
             )
         info.path = path

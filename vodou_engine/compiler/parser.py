@@ -27,6 +27,8 @@ from . import ast
 
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 MAX_DURATION = 365 * 86400
+MAX_TIMEOUT = 86400
+MAX_RETRIES = 10
 
 
 class Source:
@@ -676,6 +678,21 @@ class _Build(Transformer):
         (tok,) = children
         return ast.Option("expires", self._duration(tok), _pos(tok))
 
+    def timeout(self, children):
+        (tok,) = children
+        seconds = self._duration(tok)
+        if seconds > MAX_TIMEOUT:
+            raise self.source.error("a step's timeout is at most 1d", _pos(tok), hint="write e.g. timeout: 30s or timeout: 5m")
+        return ast.Option("timeout", seconds, _pos(tok))
+
+    def retries(self, children):
+        (tok,) = children
+        n = int(tok)
+        if not 1 <= n <= MAX_RETRIES:
+            raise self.source.error(f"retries must be from 1 to {MAX_RETRIES}", _pos(tok), hint="write e.g. retries: 2 (tried again twice, after a pause that doubles each time)")
+        keyword = self.source.line(tok.line).find("retries")  # the option's own word, for the caret
+        return ast.Option("retries", n, ast.Pos(tok.line, keyword + 1, len("retries")) if keyword >= 0 else _pos(tok))
+
     def without_asking(self, children):
         (tok,) = children
         return ast.Option("without_asking", True, _pos(tok))
@@ -880,7 +897,7 @@ _LABELS = {
     "WITHOUT_ASKING": "`without asking`",
 }
 
-_OPTIONS = {"PREVIEW", "CHECK", "EXPIRES", "WITHOUT_ASKING"}
+_OPTIONS = {"PREVIEW", "CHECK", "EXPIRES", "TIMEOUT", "RETRIES", "WITHOUT_ASKING"}
 _JSON_START = {"STRING", "SIGNED_NUMBER", "LBRACE", "JSON_FLAT", "LSQB", "TRUE", "FALSE", "NULL"}
 _STEP_LINE = re.compile(r"[ ]*([a-z_][a-z0-9_-]*)[ ]*:")
 _ACTION = re.compile(r"[A-Za-z0-9_-]+\.|write\b")
@@ -991,10 +1008,10 @@ def _explain(
         return source.error(
             f"`{name}` is not a step option" if name else f"unexpected {got} among the step's options",
             ast.Pos(pos.line, pos.column, max(1, len(name))),
-            hint="a step's indented lines are its options: preview:, check:, expires:, without asking (or don't ask); "
+            hint="a step's indented lines are its options: preview:, check:, expires:, timeout:, retries:, without asking (or don't ask); "
             "a next step goes at the step's own indentation",
         )
-    option = re.match(r"([ ]*)(preview|check|expires|without[ ]+asking|don't[ ]+ask)\b", line_text)
+    option = re.match(r"([ ]*)(preview|check|expires|timeout|retries|without[ ]+asking|don't[ ]+ask)\b", line_text)
     misplaced = option and (
         pos.column == len(option.group(1)) + 1
         or "WRITE_TEXT" in expected

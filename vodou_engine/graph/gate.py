@@ -38,6 +38,12 @@ def assess_tools(
                 risk, source = policy.assess(node.server, node.tool, hint)
             preview = _read_only(node.preview, "preview", node, policy, hints, error_at) if node.preview is not None else None
             check = _read_only(node.check, "check", node, policy, hints, error_at) if node.check is not None else None
+            if node.retries and risk != "read":
+                raise error_at(
+                    f"`retries:` is refused for `{node.id}`: {node.address} is {risk} ({source}), and an effect is never tried again by itself",
+                    node.retries_where or node.where,
+                    "a retry could make it happen twice; a person reconciles an effect whose outcome is unknown",
+                )
             if node.without_asking and risk == "critical" and not policy.allows_without_asking(node.server, node.tool):
                 raise error_at(
                     f"`without asking` is refused for `{node.id}`: {node.address} is critical ({source})",

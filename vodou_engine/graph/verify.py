@@ -203,6 +203,14 @@ def _check(plan: Plan, index: dict[str, object], graph: Callable[[], nx.DiGraph]
                         f"a {what} runs before approval; recompile the recipe",
                         path,
                     )
+            if node.retries and node.effectful:
+                raise _err(
+                    UnguardedEffectError,
+                    f"step `{node.id}` asks for retries, but {node.address} is an effect: it is never tried again by itself",
+                    node,
+                    "recompile the recipe",
+                    path,
+                )
             if node.without_asking and node.risk == "critical" and not policy.allows_without_asking(node.server, node.tool):
                 raise _err(
                     UnguardedEffectError,

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import NotSentError, ToolError
+import trio
+
+from ..errors import NoReplyError, NotSentError, ToolError
 from ..policy import BUILTIN_SERVER
 from . import builtin
 from .freeze import IDEMPOTENCY_FIELDS
@@ -25,16 +27,21 @@ class Tools:
         self.hub = hub
         self.threads = threads
 
-    async def read(self, server: str, tool: str, args: dict) -> Any:
-        """A read's value; ToolError (the step fails) for an error or no usable reply."""
+    async def read(self, server: str, tool: str, args: dict, *, timeout: float | None = None) -> Any:
+        """A read's value; ToolError (the step fails) for an error or no usable reply.
+        ``timeout``: the step's own limit (else the server's ``callTimeout``)."""
         if server == BUILTIN_SERVER:
             fn, blocking = builtin.TOOLS[tool]
-            if blocking:
+            if not blocking:
+                return fn(args)
+            if timeout is None:
                 return await self.threads.run(fn, args)
-            return fn(args)
+            with trio.move_on_after(timeout):
+                return await self.threads.run(fn, args)
+            raise NoReplyError(f"{server}.{tool} did not finish within the step's timeout of {timeout:g} s", server=server, tool=tool, timeout=timeout)
         if self.hub is None:
             raise NotSentError(f"no server session for {server}", server=server)
-        result = await self.hub.call(server, tool, args)
+        result = await self.hub.call(server, tool, args, timeout=timeout)
         if result.is_error:
             code = f" (JSON-RPC error {result.error_code})" if result.error_code is not None else ""
             raise ToolError(f"{server}.{tool} failed{code}: {result.text}", server=server, tool=tool, code=result.error_code)
@@ -63,6 +70,6 @@ class Tools:
                     break
         return args
 
-    async def effect(self, server: str, tool: str, args: dict) -> Any:
+    async def effect(self, server: str, tool: str, args: dict, *, timeout: float | None = None) -> Any:
         """The hub's answer to an effect: a ToolResult, or NotSentError / NoReplyError."""
-        return await self.hub.call(server, tool, args)
+        return await self.hub.call(server, tool, args, timeout=timeout)

@@ -157,7 +157,7 @@ class Effects:
     async def _call(self, node: ToolNode, args: Any) -> tuple[str, Any, str | None]:
         where = f"{node.server}.{node.tool}"
         try:
-            result = await self.tools.effect(node.server, node.tool, args)
+            result = await self.tools.effect(node.server, node.tool, args, timeout=node.timeout_s)
         except NotSentError as exc:
             return EffectState.FAILED, None, f"the request was never sent, so nothing happened: {exc}"
         except NoReplyError as exc:

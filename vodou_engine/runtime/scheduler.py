@@ -40,6 +40,9 @@ from .threads import Blocking
 # Steps that cannot wait (non-blocking built-ins) run in one shared task, at
 # most this many in a row before it lets the other tasks in.
 INLINE_BUDGET = 256
+RETRY_PAUSE_S = 0.5
+"""The first pause before a read step is tried again; it doubles each time, up to RETRY_PAUSE_MAX_S."""
+RETRY_PAUSE_MAX_S = 30.0
 
 PENDING, RUNNING, WAITING, SUCCEEDED = NodeState.PENDING, NodeState.RUNNING, NodeState.WAITING, NodeState.SUCCEEDED
 FAILED, CANCELLED, SKIPPED, REJECTED, UNKNOWN = NodeState.FAILED, NodeState.CANCELLED, NodeState.SKIPPED, NodeState.REJECTED, NodeState.UNKNOWN
@@ -324,7 +327,7 @@ class Scheduler:
                     elif node.effectful:
                         await self.effects.run_unasked(node)
                     else:
-                        out = await self.tools.read(node.server, node.tool, self.render(node.args))
+                        out = await self._read(node)
                         crashpoint("reads")
                         journal.set(nid, SUCCEEDED, output=out)
                 elif isinstance(node, WriteNode):
@@ -344,6 +347,23 @@ class Scheduler:
                 # Dropped while asking: its question may already be stored; it must not stay open.
                 self.work.start_soon(self.gates.withdraw, [nid], "its branch was dropped by a quorum")
         self._after(nid)
+
+    async def _read(self, node: ToolNode) -> Any:
+        """A read step: its own timeout, and its retries with a pause that doubles (an
+        effect never comes here: it is never tried again by itself)."""
+        args = self.render(node.args)
+        pause = RETRY_PAUSE_S
+        for attempt in range(node.retries + 1):
+            try:
+                return await self.tools.read(node.server, node.tool, args, timeout=node.timeout_s)
+            except ToolError as exc:
+                if attempt == node.retries:
+                    if node.retries:
+                        exc.message = f"{exc.message} (tried {node.retries + 1} times)"
+                    raise
+                await trio.sleep(pause)
+                pause = min(pause * 2, RETRY_PAUSE_MAX_S)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _resolve(self, name: str) -> Any:
         outputs = self.journal.outputs
@@ -376,6 +396,6 @@ def _builtin_read(node) -> bool | None:
     """For a read-only built-in, whether it blocks: sleep goes to a worker thread
     (and no task of its own), noop and echo run inline (nothing to wait for).
     None for every other node: it gets a task."""
-    if isinstance(node, ToolNode) and node.server == BUILTIN_SERVER and not node.effectful:
+    if isinstance(node, ToolNode) and node.server == BUILTIN_SERVER and not node.effectful and not (node.timeout_s or node.retries):
         return builtin.TOOLS[node.tool][1]
     return None
