@@ -122,6 +122,8 @@ class SqliteRunStore(SqlRunStore):
                 p.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise StoreError(f"cannot create the store at {location}: {exc.strerror}") from exc
+        if readonly and exists and _outdated(p) and os.access(p, os.W_OK) and os.access(p.parent, os.W_OK):
+            readonly = False  # an older store this user may write: upgrade it rather than refuse to read it
         dialect = SqliteDialect()
         try:
             conn = _connect_readonly(p) if readonly else _connect(p)
@@ -145,6 +147,16 @@ class SqliteRunStore(SqlRunStore):
                 f"{latest_version()}; a read-only open cannot upgrade it, so nothing was read",
                 hint="it is upgraded the next time a command that writes (run, approve, resume) opens it",
             )
+
+
+def _outdated(path: Path) -> bool:
+    conn = _connect_readonly(path)
+    try:
+        return (conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] or 0) < latest_version()
+    except sqlite3.Error:
+        return False  # the open proper reports what is wrong
+    finally:
+        conn.close()
 
 
 def _connect_readonly(path: Path) -> sqlite3.Connection:
