@@ -5,8 +5,10 @@ threads, and every method is one short transaction, so no call holds the
 store's write lock for longer than a few statements. A store object is not
 thread-safe: it may move between threads but only one may use it at a time.
 Several processes may open the same store at once; the compare-and-set
-methods (``set_run_state``, ``decide``, ``begin_effect``, ``finish_effect``)
-are what make their races safe.
+methods (``set_run_state``, ``take_run``, ``decide``, ``begin_effect``,
+``finish_effect``, ``decide_firing``) are what make their races safe. A
+write that passes ``owner`` is refused (LostRunError) unless that owner still
+drives the run.
 """
 
 from __future__ import annotations
@@ -15,7 +17,18 @@ from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from typing import Protocol, runtime_checkable
 
-from .records import ApprovalRecord, EffectRecord, EventRecord, NodeRecord, RunRecord
+from .records import (
+    ApprovalRecord,
+    ApproverRecord,
+    AuditRecord,
+    EffectRecord,
+    EventRecord,
+    FiringRecord,
+    NodeRecord,
+    RecipeRecord,
+    RunRecord,
+    ScheduleRecord,
+)
 
 Json = str | bytes
 
@@ -38,11 +51,25 @@ class RunStore(Protocol):
         started_by: str,
         state: str = "running",
         now: float | None = None,
+        owner: str | None = None,
+        lease_s: float | None = None,
+        servers_json: Json = "{}",
+        saved_recipe: str | None = None,
+        saved_version: int | None = None,
+        schedule: str | None = None,
     ) -> None: ...
 
     def get_run(self, run_id: str) -> RunRecord: ...
 
-    def list_runs(self, limit: int = 50, *, state: str | None = None) -> list[RunRecord]: ...
+    def list_runs(
+        self,
+        limit: int = 50,
+        *,
+        state: str | Iterable[str] | None = None,
+        recipe: str | None = None,
+        since: float | None = None,
+        started_by: str | None = None,
+    ) -> list[RunRecord]: ...
 
     def set_run_state(
         self,
@@ -52,15 +79,23 @@ class RunStore(Protocol):
         expected: str | Iterable[str] | None,
         error: str | None = None,
         now: float | None = None,
+        owner: str | None = None,
     ) -> bool: ...
 
+    # owners
+    def take_run(self, run_id: str, owner: str, *, lease_s: float, dead_owner: str | None = None, now: float | None = None) -> bool: ...
+
+    def renew_lease(self, run_id: str, owner: str, *, lease_s: float, now: float | None = None) -> bool: ...
+
     # nodes
-    def save_nodes(self, run_id: str, records: Iterable[NodeRecord]) -> None: ...
+    def save_nodes(self, run_id: str, records: Iterable[NodeRecord], *, owner: str | None = None) -> None: ...
 
     def get_nodes(self, run_id: str) -> dict[str, NodeRecord]: ...
 
     # approvals
-    def ask(self, approval: ApprovalRecord) -> None: ...
+    def ask(self, approval: ApprovalRecord, *, owner: str | None = None) -> None: ...
+
+    def withdraw(self, run_id: str, node_id: str, *, reason: str, owner: str | None = None, now: float | None = None) -> int: ...
 
     def get_approval(self, approval_id: str) -> ApprovalRecord: ...
 
@@ -90,6 +125,7 @@ class RunStore(Protocol):
         idempotency_key: str,
         payload_json: Json,
         now: float | None = None,
+        owner: str | None = None,
     ) -> bool: ...
 
     def begin_unasked_effect(
@@ -101,6 +137,7 @@ class RunStore(Protocol):
         idempotency_key: str,
         payload_json: Json,
         now: float | None = None,
+        owner: str | None = None,
     ) -> bool: ...
 
     def finish_effect(
@@ -146,6 +183,48 @@ class RunStore(Protocol):
     ) -> int: ...
 
     def events(self, run_id: str, *, after: int = 0, limit: int | None = None) -> list[EventRecord]: ...
+
+    # saved recipes and schedules
+    def save_recipe(self, name: str, *, source: str, plan_json: Json, plan_fingerprint: str, by: str, origin: str = "person", now: float | None = None) -> RecipeRecord: ...
+
+    def get_recipe(self, name: str, version: int | None = None) -> RecipeRecord: ...
+
+    def recipe_versions(self, name: str) -> list[RecipeRecord]: ...
+
+    def recipes_latest(self) -> list[RecipeRecord]: ...
+
+    def add_schedule(self, schedule: ScheduleRecord) -> None: ...
+
+    def get_schedule(self, name: str) -> ScheduleRecord: ...
+
+    def schedules(self) -> list[ScheduleRecord]: ...
+
+    def due_schedules(self, now: float) -> list[ScheduleRecord]: ...
+
+    def set_schedule_state(self, name: str, state: str, *, expected: Iterable[str], next_due: float | None, by: str, now: float | None = None) -> bool: ...
+
+    def remove_schedule(self, name: str, *, by: str, now: float | None = None) -> bool: ...
+
+    def decide_firing(self, firing: FiringRecord, *, next_due: float | None) -> bool: ...
+
+    def firings(self, schedule: str, limit: int = 50) -> list[FiringRecord]: ...
+
+    def orphan_firings(self, *, decided_before: float) -> list[FiringRecord]: ...
+
+    def firing_failed(self, schedule: str, due_at: float, error: str) -> None: ...
+
+    # identity and the store-wide audit log
+    def set_approver(self, name: str, token_sha256: str, *, by: str, now: float | None = None) -> None: ...
+
+    def get_approver(self, name: str) -> ApproverRecord | None: ...
+
+    def approvers_list(self) -> list[ApproverRecord]: ...
+
+    def remove_approver(self, name: str, *, by: str, now: float | None = None) -> bool: ...
+
+    def audit(self, kind: str, *, actor: str | None, run_id: str | None = None, data: dict | None = None, now: float | None = None) -> None: ...
+
+    def audit_log(self, *, after: int = 0) -> list[AuditRecord]: ...
 
     # housekeeping
     def transaction(self) -> AbstractContextManager[None]: ...
