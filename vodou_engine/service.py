@@ -220,12 +220,19 @@ class Service:
             try:
                 report = await fn(runs)
                 if report is not None and getattr(report, "state", None) == "parked" and self.on_parked is not None:
-                    await self.on_parked(report)
+                    # in a task of its own: a slow webhook neither holds the run nor a stop's grace
+                    self._nursery.start_soon(self._notify, report)
             except Exception:  # noqa: BLE001 - one run's failure never stops the others
                 logger.exception("run %s ended with an error", run_id or "(new)")
             finally:
                 self.active.pop(key, None)
                 runs.close()
+
+    async def _notify(self, report: RunReport) -> None:
+        try:
+            await self.on_parked(report)
+        except Exception:  # noqa: BLE001 - a notification that fails never touches the run
+            logger.exception("notifying about run %s failed", report.run)
 
     async def _hub_for(self, runs: Runs, run_id: str) -> Any:
         from .servers import servers_to_finish
