@@ -1,0 +1,298 @@
+"""A recipe text checked for an agent or a model: the card as text and as JSON, or the
+errors as data (message, line, column, the source line with a caret under the place,
+hint, code).
+
+The compiler decides what a recipe means, and the policy what each tool's risk is;
+nothing here keeps a rule of its own. Tools are resolved against a catalogue that was
+listed from the live servers (``catalogue.py``), so a misspelt tool is reported with
+the closest real name and a server's annotations raise a risk, exactly as
+``Runs.inspect`` does, without starting the servers again for every check. A run is
+never started from a check: ``start_run`` resolves against the live servers afresh.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from typing import Any, Mapping
+
+MAX_ERROR_TEXT = 2000
+
+
+def caret_line(exc: Any) -> str | None:
+    """The line of spaces and carets that goes under ``exc.source_line``."""
+    source, column = getattr(exc, "source_line", None), getattr(exc, "column", None)
+    if source is None or column is None:
+        return None
+    text = source.rstrip("\n").expandtabs(1)
+    width = max(1, getattr(exc, "width", 1) or 1)
+    return " " * (column - 1) + "^" * min(width, max(1, len(text) - column + 1))
+
+
+def error_data(exc: BaseException) -> dict[str, Any]:
+    """An error as data: ``code``, ``message``, ``hint``, ``line``/``column``/``source_line``/
+    ``caret`` for a recipe error, ``facts``, and ``text`` (the whole rendering)."""
+    from ..errors import VodouError
+
+    if not isinstance(exc, VodouError):
+        return {"code": "failed", "message": f"{type(exc).__name__}: {exc}"[:MAX_ERROR_TEXT], "text": f"{type(exc).__name__}: {exc}"[:MAX_ERROR_TEXT]}
+    out: dict[str, Any] = {"code": exc.code, "message": exc.message}
+    if exc.hint:
+        out["hint"] = exc.hint
+    line = getattr(exc, "line", None)
+    if line is not None:
+        out["line"] = line
+        out["column"] = getattr(exc, "column", None)
+        source = getattr(exc, "source_line", None)
+        if source is not None:
+            out["source_line"] = source.rstrip("\n").expandtabs(1)
+            caret = caret_line(exc)
+            if caret is not None:
+                out["caret"] = caret
+    facts = {k: v for k, v in exc.facts.items() if k not in ("line", "column", "source_line", "path") and _plain(v)}
+    if facts:
+        out["facts"] = facts
+    out["text"] = str(exc)[:MAX_ERROR_TEXT]
+    return out
+
+
+def _plain(value: Any) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool)) or (isinstance(value, (list, tuple)) and all(isinstance(v, (str, int, float, bool)) for v in value))
+
+
+def render(renderable: Any, width: int = 120) -> str:
+    """A rich renderable as plain text (no colour, no control codes). Columns are laid
+    out for ``width``; a longer line is kept whole, not wrapped mid-sentence."""
+    from rich.console import Console
+
+    buf = io.StringIO()
+    Console(file=buf, width=width, color_system=None, highlight=False, emoji=False).print(renderable, soft_wrap=True)
+    return buf.getvalue()
+
+
+OPT_OUT_ADVICE = "Write `without asking` under the step to opt out."
+"""The card's advice to a person. An agent's recipe may not opt out, so an agent reads
+instead who can."""
+FOR_AN_AGENT = "Only a person can let it run without asking (their own recipe file, or the policy file)."
+
+
+def card_text(
+    plan: Any, *, status: Mapping[str, Any] | None = None, servers: Mapping[str, str] | None = None, servers_note: str | None = None, source: str | None = None, agent: bool = True
+) -> str:
+    from ..cards import plan_card
+
+    model = plan.options.model
+    writer = f"model {model}" if model else "the model the run is started with, else the offline writer"
+    text = render(plan_card(plan, source=source, status=status, writer=writer, servers_note=servers_note, servers=servers))
+    return text.replace(OPT_OUT_ADVICE, FOR_AN_AGENT) if agent else text
+
+
+def card_data(plan: Any, status: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The plan card as data: one entry per step, in the order the card shows them."""
+    from ..plan import ApprovalNode, JoinNode, QuestionNode, ToolNode, WriteNode
+
+    status = status or {}
+    gates = {n.step: n for n in plan.nodes if isinstance(n, ApprovalNode)}
+    steps: list[dict[str, Any]] = []
+    for n in plan.nodes:
+        if isinstance(n, ToolNode):
+            st = status.get(n.id)
+            gate = gates.get(n.id)
+            step: dict[str, Any] = {
+                "step": n.id, "kind": "tool", "address": n.address, "risk": n.risk, "risk_source": n.risk_source,
+                "asks_first": gate is not None, "without_asking": n.without_asking, "args": n.args, "needs": n.needs,
+            }  # fmt: skip
+            if gate is not None:
+                step["approval"] = gate.id
+                if gate.question:
+                    step["question"] = gate.question
+            if st is not None:
+                step["tool_exists"] = st.exists
+                if st.note:
+                    step["note"] = st.note
+            for what in ("preview", "check"):
+                ref = getattr(n, what)
+                if ref is not None:
+                    rs = status.get(f"{n.id}#{what}")
+                    step[what] = {"address": f"{ref.server}.{ref.tool}", "risk": ref.risk, "risk_source": ref.risk_source, "args": ref.args}
+                    if rs is not None and not rs.exists:
+                        step[what]["note"] = rs.note
+            steps.append(step)
+        elif isinstance(n, WriteNode):
+            steps.append({"step": n.id, "kind": "write", "prompt": n.prompt, "from": n.inputs, "needs": n.needs, "risk": "text"})
+        elif isinstance(n, QuestionNode):
+            steps.append({"step": n.id, "kind": "question", "question": n.text, "needs": n.needs})
+        elif isinstance(n, JoinNode):
+            steps.append({"step": n.id, "kind": "join", "need": n.need, "of": n.of, "needs": n.needs})
+    return {
+        "recipe": plan.recipe.name,
+        "fingerprint": plan.fingerprint,
+        "inputs": [{"name": i.name, "required": i.required, **({} if i.required else {"default": i.default})} for i in plan.inputs],
+        "approvers": list(plan.options.approvers),
+        "approval_expires_s": plan.options.approval_expires_s,
+        "model": plan.options.model,
+        "steps": steps,
+        "asks_before": [s for s in gates],
+    }
+
+
+def opt_out_error(plan: Any) -> Any:
+    """The error an agent's recipe that opts out of asking gets: the run API refuses such a
+    recipe from an agent when it is started or saved; a check says so first."""
+    from ..errors import RecipeError
+    from ..plan import ToolNode
+
+    opted = [n for n in plan.nodes if isinstance(n, ToolNode) and n.without_asking]
+    if not opted:
+        return None
+    where = opted[0].where
+    return RecipeError(
+        f"a recipe from an agent may not opt out of asking (`without asking` / `don't ask` under `{opted[0].id}`); nothing was saved or run",
+        line=where.line if where else None,
+        column=where.column if where else None,
+        hint="remove `without asking`: the run stops and asks a person before the step; only a person's recipe file, or the policy file, can let an effect run without asking",
+    )
+
+
+def _with_source(exc: Any, text: str) -> Any:
+    """Give a positioned error without a source line the line it points at."""
+    if getattr(exc, "line", None) and getattr(exc, "source_line", None) is None:
+        lines = text.splitlines()
+        if 0 < exc.line <= len(lines):
+            exc.source_line = lines[exc.line - 1]
+            exc.facts["source_line"] = exc.source_line
+    return exc
+
+
+class Checked:
+    """What a check found: ``plan`` (None when it does not compile), ``errors`` (data),
+    ``status`` per step (does its tool exist), ``exceptions`` (the errors themselves)."""
+
+    def __init__(self) -> None:
+        self.plan: Any = None
+        self.errors: list[dict[str, Any]] = []
+        self.exceptions: list[Any] = []
+        self.status: dict[str, Any] = {}
+        self.servers: dict[str, str] = {}
+        self.note: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.plan is not None and not self.errors
+
+    def add(self, exc: Any) -> None:
+        self.exceptions.append(exc)
+        self.errors.append(error_data(exc))
+
+    def card(self) -> str | None:
+        return None if self.plan is None else card_text(self.plan, status=self.status, servers=self.servers, servers_note=self.note)
+
+    def as_data(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"ok": self.ok, "errors": self.errors}
+        if self.plan is not None:
+            out["card"] = self.card()
+            out["plan"] = card_data(self.plan, self.status)
+        return out
+
+
+def check_text(text: str, *, name: str | None = None, policy: Any, catalogue: Any = None, servers: Any = None, agent: bool = True) -> Checked:
+    """Compile ``text``; with a ``catalogue``, resolve every tool in it and raise risks from
+    the listed annotations; with ``agent``, an opt-out of asking is an error."""
+    from ..errors import RecipeError, VodouError
+
+    out = Checked()
+    path = f"{name}.recipe" if name else None
+    from ..compiler import compile_recipe
+
+    try:
+        plan = compile_recipe(text, path, policy=policy)
+    except VodouError as exc:
+        out.add(_with_source(exc, text))
+        return out
+    if catalogue is not None:
+        from ..planning import missing, resolve, servers_of
+
+        configured = servers.servers if servers is not None else {s: None for s in catalogue.listed}
+        status, hints = resolve(plan, configured, catalogue.listed)
+        for key, st in status.items():
+            server = _server_of(plan, key)
+            if not st.exists and server in catalogue.unavailable:
+                st.note = f"server `{server}` could not be started: {catalogue.unavailable[server]}"
+        out.status = status
+        if servers is not None:
+            out.servers = {n: servers.servers[n].command_line() for n in servers_of(plan) if n in servers.servers}
+            out.note = f"servers from {servers.source}; tools listed, none called"
+        if hints:
+            try:
+                plan = compile_recipe(text, path, policy=policy, hints=hints)
+            except VodouError as exc:
+                out.add(_with_source(exc, text))
+                return out
+        lines = text.splitlines()
+        index = plan.index()
+        for key in missing(status):
+            node = index.get(key.split("#", 1)[0])
+            where = getattr(node, "where", None)
+            line, column, width = (where.line, where.column, 1) if where else (None, None, 1)
+            ref = getattr(node, key.partition("#")[2], None) if "#" in key else node
+            address = f"{ref.server}.{ref.tool}" if ref is not None else None
+            if where and address:  # point at the address itself, on the step's line or an option's below it
+                for number in range(where.line, len(lines) + 1):
+                    found = lines[number - 1].find(address)
+                    if found >= 0:
+                        line, column, width = number, found + 1, len(address)
+                        break
+            exc = RecipeError(
+                f"step `{key.split('#', 1)[0]}`: {status[key].note}",
+                path=path,
+                line=line,
+                column=column,
+                source_line=lines[line - 1] if line and 0 < line <= len(lines) else None,
+                hint="use a tool the catalogue lists (list_tools), with its address exactly as listed",
+                width=width,
+            )
+            out.add(exc)
+            out.errors[-1]["code"] = "tool.unknown"
+    out.plan = plan
+    if agent:
+        exc = opt_out_error(plan)
+        if exc is not None:
+            exc.path = path
+            out.add(_with_source(exc, text))
+    return out
+
+
+def _server_of(plan: Any, key: str) -> str | None:
+    node_id, _, what = key.partition("#")
+    node = plan.index().get(node_id)
+    if node is None:
+        return None
+    ref = getattr(node, what, None) if what else node
+    return getattr(ref, "server", None)
+
+
+# --- who decides an agent's run ---------------------------------------------------------------
+
+PERSON = re.compile(r"[A-Za-z0-9_.@+-]+")
+"""An approver's name, as the recipe language spells one (``approvers: ana, bruno``)."""
+
+
+def with_approvers(text: str, plan: Any, approvers: list[str]) -> tuple[str, bool]:
+    """``text`` with ``approvers: ...`` added at the end when the recipe names none.
+
+    The run API makes whoever starts a run its approver when the recipe names no
+    ``approvers:``; for an agent that would be the agent itself, which never decides.
+    So an agent's recipe without that line gets the people this server runs for, as a
+    header line a person can read on the card. Returns (text, whether it was added)."""
+    from ..errors import UsageError
+
+    if plan.options.approvers:
+        return text, False
+    bad = [a for a in approvers if not PERSON.fullmatch(a)]
+    if not approvers or bad:
+        raise UsageError(
+            f"cannot name the approvers of an agent's run: {', '.join(map(repr, bad)) or 'none configured'} is not a usable approver name",
+            hint="start the agent server with --approver NAME (letters, digits and _ . @ + -)",
+        )
+    body = text if text.endswith("\n") or not text else text + "\n"
+    return body + "approvers: " + ", ".join(approvers) + "   # added: an agent's run is decided by a person\n", True
