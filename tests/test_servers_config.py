@@ -159,10 +159,11 @@ def test_shape_errors_name_file_and_server(tmp_path):
         load_servers(str(path), cwd=tmp_path, environ={})
     assert str(path) in str(info.value)
 
-    path.write_text(json.dumps({"mcpServers": {"web": {"url": "https://example.com/mcp"}}}))
+    # (An entry with a "url" is an HTTP server now: tests/test_remote_servers.py.)
+    path.write_text(json.dumps({"mcpServers": {"web": {"args": ["--serve"]}}}))
     with pytest.raises(ServerConfigError) as info:
         load_servers(str(path), cwd=tmp_path, environ={})
-    assert "server 'web'" in str(info.value) and "command" in str(info.value)
+    assert "server 'web'" in str(info.value) and "command" in str(info.value) and "url" in str(info.value)
 
     path.write_text(json.dumps({"mcpServers": {"x": {"command": "c", "args": ["ok", 3]}}}))
     with pytest.raises(ServerConfigError, match=r"server 'x'.*args\[1\]"):
@@ -284,3 +285,39 @@ def test_bad_timeouts_name_file_server_and_key(tmp_path, key, raw):
     assert key in message
     assert "seconds" in message  # the hint says what the key wants
     assert info.value.exit_code == 2
+
+
+def test_http_entries_ignore_other_clients_keys_and_keep_the_engines(tmp_path):
+    """A remote entry as Cursor or VS Code write it: their own keys are ignored; ours are read."""
+    doc = {
+        "inputs": [{"id": "token", "type": "promptString"}],
+        "mcpServers": {
+            "remote": {
+                "type": "http",
+                "url": "https://mcp.example.com/mcp",
+                "headers": {"Authorization": "Bearer ${GITHUB_TOKEN}"},
+                "disabled": False,
+                "autoApprove": [],
+                "oauth": {"clientId": "x"},
+                "startTimeout": 45,
+            },
+            "local": {"command": "uvx", "args": ["mcp-server-git"], "inherit": ["GITHUB_TOKEN", "GIT_AUTHOR_NAME"]},
+        },
+    }
+    servers = parse_servers(json.dumps(doc), str(tmp_path / "mcp.json"))
+    assert servers["remote"] == ServerConfig(
+        url="https://mcp.example.com/mcp", headers={"Authorization": "Bearer ${GITHUB_TOKEN}"}, start_timeout=45
+    )
+    assert servers["remote"].transport == "http" and servers["local"].transport == "stdio"
+    assert servers["local"].inherit == ["GITHUB_TOKEN", "GIT_AUTHOR_NAME"]
+    import msgspec
+
+    assert msgspec.json.decode(msgspec.json.encode(servers["local"])) == doc["mcpServers"]["local"]
+
+
+def test_a_bad_timeout_on_an_http_server_names_it_too(tmp_path):
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps({"mcpServers": {"web": {"url": "https://x.example.com/mcp", "callTimeout": 0}}}))
+    with pytest.raises(ServerConfigError) as info:
+        load_servers(str(path), cwd=tmp_path, environ={})
+    assert "server 'web'" in str(info.value) and "callTimeout" in str(info.value)

@@ -6,9 +6,16 @@ a sandbox, approved from a directory whose ``mcp.json`` maps it to
 production, would post to production. So a run stores, per server, what that
 name resolved to when it started (command, arguments, working directory,
 the executable the command resolved to, and its environment as names with a
-digest of each value, never the values), each approval's fingerprint covers
-the binding of the server it calls, and every later process that drives the
-run checks that the servers it is about to start resolve the same way.
+digest of each value, never the values; for a server reached by URL, the
+transport, the URL, and its headers as names with a digest of each value),
+each approval's fingerprint covers the binding of the server it calls, and
+every later process that drives the run checks that the servers it is about
+to start resolve the same way.
+
+``${VAR}`` in a configuration: the binding keeps the text as written (the
+``${VAR}``, never its value) and a salted digest of each value it took, so a
+variable that now holds something else (another token, another URL) is a
+different server: refused, like an edited file.
 
 Import cost: msgspec and the standard library only (``recipe approve``
 checks bindings before it imports trio or the MCP SDK).
@@ -24,26 +31,41 @@ from collections.abc import Iterable, Mapping
 import msgspec
 
 from .errors import ServerMismatchError
-from .servers import EMBEDDED_SOURCE, PROJECT_FILE, ENV_VAR, ServerConfig, ServerSet, load_servers
+from .servers import EMBEDDED_SOURCE, ENV_VAR, HTTP, PROJECT_FILE, STDIO, ServerConfig, ServerSet, load_servers, template_vars
 
 __all__ = ["ServerBinding", "bind", "bind_all", "decode_bindings", "digest", "differences", "encode_bindings", "servers_for_run", "verify_bindings"]
 
 
 class ServerBinding(msgspec.Struct, frozen=True, omit_defaults=True):
-    """One server as a run resolved it. ``source`` (the file it came from) is shown, not compared."""
+    """One server as a run resolved it. ``source`` (the file it came from) is shown, not compared.
 
-    command: str
+    Fields hold the configuration as written (``${VAR}`` unexpanded) or digests, never a
+    value taken from the environment. New fields go at the end, with defaults left out
+    of the encoding, so a binding stored before them keeps its digest."""
+
+    command: str = ""
     args: list[str] = []
     cwd: str | None = None
     executable: str | None = None
-    """Where ``command`` resolved on the server's PATH (None: not found, so it cannot start)."""
+    """Where ``command`` resolved on the server's PATH (None: not found, so it cannot start);
+    a salted sha256 of that path when the command is built from ``${VAR}``."""
     env: dict[str, str] = {}
-    """Variable name -> salted sha256 of its value."""
+    """Variable name -> salted sha256 of its value (``inherit``-ed variables included)."""
     source: str = ""
+    transport: str = STDIO
+    url: str | None = None
+    """An HTTP server's endpoint, as written."""
+    headers: dict[str, str] = {}
+    """Header name -> salted sha256 of its value."""
+    vars: dict[str, str] = {}
+    """Each ``${VAR}`` of command, args and url -> salted sha256 of the value it took."""
 
     def command_line(self) -> str:
+        """What a person is shown: the command line, or the URL of an HTTP server."""
         import shlex
 
+        if self.transport == HTTP:
+            return self.url or ""
         return shlex.join([self.command, *self.args])
 
 
@@ -56,10 +78,11 @@ def _value_digest(salt: str, name: str, value: str) -> str:
 
 
 def _executable(config: ServerConfig) -> str | None:
+    """``config`` is a resolved one: its env holds the values the server gets."""
     from .tools.process import default_environment
 
     path = (default_environment() | dict(config.env)).get("PATH")
-    command = config.command
+    command = config.command or ""
     if os.sep in command and config.cwd and not os.path.isabs(command):
         command = os.path.join(config.cwd, command)
     found = shutil.which(command, path=path)
@@ -68,21 +91,43 @@ def _executable(config: ServerConfig) -> str | None:
     return os.path.abspath(found) if found else None
 
 
-def bind(config: ServerConfig, *, source: str, salt: str) -> ServerBinding:
-    """``salt`` (the run id) keeps an environment value's digest from being looked up in a table."""
+def bind(
+    config: ServerConfig, *, source: str, salt: str, name: str = "", environ: Mapping[str, str] | None = None
+) -> ServerBinding:
+    """``salt`` (the run id) keeps a value's digest from being looked up in a table.
+
+    ``${VAR}`` are resolved from ``environ`` (default: this process's environment)
+    as the server would be started: ServerConfigError (exit 2) naming ``name`` and the
+    variable if one is not set."""
+    resolved = config.resolve(name, environ)
+    here = resolved.config
+    used = {var: _value_digest(salt, "$" + var, value) for var, value in sorted(resolved.used.items())}
+    if config.transport == HTTP:
+        return ServerBinding(
+            transport=HTTP,
+            url=config.url,
+            headers={key: _value_digest(salt, key, value) for key, value in sorted(here.headers.items())},
+            vars=used,
+            source=source,
+        )
+    executable = _executable(here)
+    if executable is not None and template_vars(config.command or ""):
+        # A path that came from the environment is kept like any value from there.
+        executable = _value_digest(salt, "executable", executable)
     return ServerBinding(
-        command=config.command,
+        command=config.command or "",
         args=list(config.args),
         cwd=config.cwd,
-        executable=_executable(config),
-        env={name: _value_digest(salt, name, value) for name, value in sorted(config.env.items())},
+        executable=executable,
+        env={key: _value_digest(salt, key, value) for key, value in sorted(here.env.items())},
         source=source,
+        vars=used,
     )
 
 
 def bind_all(servers: ServerSet, names: Iterable[str], *, salt: str) -> dict[str, ServerBinding]:
     """Bindings for the configured ones of ``names`` (an unknown name is reported where it is started)."""
-    return {n: bind(servers.servers[n], source=servers.source, salt=salt) for n in names if n in servers.servers}
+    return {n: bind(servers.servers[n], source=servers.source, salt=salt, name=n) for n in names if n in servers.servers}
 
 
 def digest(binding: ServerBinding | None) -> str:
@@ -103,17 +148,25 @@ def decode_bindings(data: str | bytes | None) -> dict[str, ServerBinding]:
 def differences(stored: ServerBinding, here: ServerBinding) -> list[str]:
     """What differs, in words a person can check (never a value of the environment)."""
     out = []
-    for field in ("command", "args", "cwd", "executable"):
+    for field in ("transport", "url", "command", "args", "cwd", "executable"):
         a, b = getattr(stored, field), getattr(here, field)
-        if a != b:
+        if a == b:
+            continue
+        if field == "executable" and any(isinstance(v, str) and v.startswith("sha256:") for v in (a, b)):
+            out.append("executable: the command resolves to another file here")
+        else:
             out.append(f"{field}: the run has {a!r}, here it is {b!r}")
-    for name in sorted(set(stored.env) | set(here.env)):
-        if name not in here.env:
-            out.append(f"env {name}: set for the run, not set here")
-        elif name not in stored.env:
-            out.append(f"env {name}: set here, not set for the run")
-        elif stored.env[name] != here.env[name]:
-            out.append(f"env {name}: a different value here")
+    for kind, a, b in (("env", stored.env, here.env), ("header", stored.headers, here.headers)):
+        for name in sorted(set(a) | set(b)):
+            if name not in b:
+                out.append(f"{kind} {name}: set for the run, not set here")
+            elif name not in a:
+                out.append(f"{kind} {name}: set here, not set for the run")
+            elif a[name] != b[name]:
+                out.append(f"{kind} {name}: a different value here")
+    for name in sorted(set(stored.vars) & set(here.vars)):
+        if stored.vars[name] != here.vars[name]:
+            out.append(f"${{{name}}}: a different value here")
     return out
 
 
@@ -128,7 +181,7 @@ def verify_bindings(run_id: str, stored: Mapping[str, ServerBinding], servers: S
         if config is None:
             problems[name] = [f"not configured in {servers.source}"]
             continue
-        diff = differences(bound, bind(config, source=servers.source, salt=run_id))
+        diff = differences(bound, bind(config, source=servers.source, salt=run_id, name=name))
         if diff:
             problems[name] = diff
     if problems:

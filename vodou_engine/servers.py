@@ -5,10 +5,16 @@ similar clients, so an existing file can be pointed at as is::
 
     {"mcpServers": {"time": {"command": "uvx", "args": ["mcp-server-time"]}}}
 
-Keys this engine does not use ("type", "disabled", a top-level
+A server is either started here and spoken to over stdio ("command") or
+reached over the spec's streamable HTTP transport ("url", with optional
+"headers"); "type" may name the transport. ``${VAR}`` and ``${VAR:-default}``
+in "command", "args", "env", "url" and "headers" are taken from the caller's
+environment when the server starts (:meth:`ServerConfig.resolve`); ``$$`` is
+a literal ``$``. Keys this engine does not use ("disabled", a top-level
 "globalShortcut", ...) are ignored rather than rejected: the same file is
-shared with other programs that put their own settings in it. Two keys are
-this engine's own, both optional: "startTimeout" and "callTimeout" (seconds).
+shared with other programs that put their own settings in it. Three keys are
+this engine's own, all optional: "startTimeout" and "callTimeout" (seconds),
+and "inherit" (names of the caller's variables a started server gets).
 
 Importing this module must stay cheap (the CLI imports it for every
 command), so it depends on msgspec and the standard library only; the MCP
@@ -23,6 +29,7 @@ import os
 import re
 import shlex
 import sys
+import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +43,9 @@ if TYPE_CHECKING:
 __all__ = [
     "ENV_VAR",
     "EMBEDDED_SOURCE",
+    "HTTP",
+    "STDIO",
+    "ResolvedServer",
     "ServerConfig",
     "ServerSet",
     "default_demo_db",
@@ -54,32 +64,260 @@ EMBEDDED_SOURCE = "embedded defaults"
 PROJECT_FILE = "mcp.json"
 
 
+STDIO = "stdio"
+HTTP = "http"
+
+_TYPES = {"stdio": STDIO, "http": HTTP, "streamable-http": HTTP, "streamable_http": HTTP, "streamablehttp": HTTP}
+"""Accepted values of "type" (case-insensitive), as other clients spell them."""
+
+MASK_MIN = 4
+"""Values taken from the environment shorter than this are not masked in messages:
+they cannot be secrets worth the name, and masking them would garble the text."""
+
+
 class ServerConfig(msgspec.Struct, omit_defaults=True):
-    """How to start one stdio MCP server.
+    """How to reach one MCP server: a command started here (stdio), or a URL (streamable HTTP).
 
     ``env`` is laid over the SDK's minimal inherited environment (PATH, HOME,
     ...), not over the whole parent environment, so secrets in the caller's
-    shell do not leak into every server by accident.
+    shell do not leak into every server by accident; ``inherit`` names the
+    caller's variables a server gets besides.
+
+    String values may hold ``${VAR}`` / ``${VAR:-default}`` (``$$`` is a
+    literal ``$``): this struct keeps them as written, and that form is the
+    one every message, card and binding shows. :meth:`resolve` takes the
+    values from the environment when the server is started.
 
     ``start_timeout`` and ``call_timeout`` (JSON keys ``startTimeout`` and
     ``callTimeout``, camelCase like the rest of the file's format) are in
     seconds; unset, the hub's defaults apply (``tools.hub.DEFAULT_START_TIMEOUT``,
     ``tools.hub.DEFAULT_CALL_TIMEOUT``). :func:`parse_servers` checks they are
     positive finite numbers; a struct built in code is taken as it is.
+
+    ``type`` is what the file said; :func:`parse_servers` settles the
+    transport and clears it (a parsed entry has exactly one of ``command``
+    and ``url``), so read :attr:`transport`, not ``type``.
     """
 
-    command: str
+    command: str | None = None
     args: list[str] = []
     env: dict[str, str] = {}
     cwd: str | None = None
     start_timeout: float | None = msgspec.field(default=None, name="startTimeout")
-    """Seconds the server gets to start, answer ``initialize`` and list its tools."""
+    """Seconds the server gets to start (or be reached), answer ``initialize`` and list its tools."""
     call_timeout: float | None = msgspec.field(default=None, name="callTimeout")
     """Seconds one tool call may take before it is given up as unanswered (and cancelled)."""
+    url: str | None = None
+    """The endpoint of a streamable HTTP server."""
+    headers: dict[str, str] = {}
+    """HTTP headers sent with every request to ``url`` (``Authorization``, API keys...)."""
+    type: str | None = None
+    inherit: list[str] = []
+    """Names of the caller's environment variables a started server gets, besides the minimal set."""
+
+    @property
+    def transport(self) -> str:
+        """``"stdio"`` or ``"http"`` (an unknown ``type`` is returned as written, lower-cased)."""
+        if self.type is not None:
+            return _TYPES.get(self.type.strip().lower(), self.type.strip().lower())
+        return HTTP if self.url and not self.command else STDIO
 
     def command_line(self) -> str:
-        """The command as a person would type it, for error messages."""
-        return shlex.join([self.command, *self.args])
+        """The command as a person would type it (the URL for an HTTP server), for messages.
+        Always the form written in the file: ``${VAR}`` stays ``${VAR}``."""
+        if self.transport == HTTP:
+            return self.url or ""
+        return shlex.join([self.command or "", *self.args])
+
+    def check(self, name: str) -> None:
+        """ServerConfigError unless the transport is known and has what it needs (for a struct built in code)."""
+        transport = self.transport
+        if transport == HTTP:
+            if not (self.url or "").strip():
+                raise ServerConfigError(f"server {name!r}: an HTTP server needs \"url\"", hint=_SHAPE_HINT)
+        elif transport == STDIO:
+            if not (self.command or "").strip():
+                raise ServerConfigError(f"server {name!r}: \"command\" is empty" if self.command is not None else f"server {name!r}: no \"command\" (or \"url\")", hint=_SHAPE_HINT)
+        else:
+            raise _type_error(name, self.type)
+
+    def resolve(self, name: str, environ: Mapping[str, str] | None = None) -> ResolvedServer:
+        """This server with every ``${VAR}`` taken from ``environ`` (default: this process's
+        environment) and its ``inherit`` list filled in: what is actually started.
+
+        Raises ServerConfigError (exit 2) naming the server and the variable when a
+        variable without a default is not set."""
+        environ = os.environ if environ is None else environ
+        self.check(name)
+        secrets: dict[str, str] = {}
+        used: dict[str, str] = {}
+
+        def expand(text: str, where: str, record: bool = False) -> str:
+            try:
+                parts = parse_template(text)
+            except ValueError as exc:
+                raise ServerConfigError(f"server {name!r}: {where}: {exc}", hint=_TEMPLATE_HINT) from None
+            out = []
+            for part in parts:
+                if isinstance(part, str):
+                    out.append(part)
+                    continue
+                var, default = part
+                value = environ.get(var)
+                if value is not None and (value or default is None):
+                    secrets[var] = value
+                elif default is not None:
+                    value = default
+                else:
+                    raise ServerConfigError(
+                        f"server {name!r}: {where} uses ${{{var}}}, and {var} is not set in the environment",
+                        hint=f"set {var} before running, or give a default: ${{{var}:-value}}",
+                        server=name,
+                        variable=var,
+                    )
+                if record:
+                    used[var] = value
+                out.append(value)
+            return "".join(out)
+
+        if self.transport == HTTP:
+            url = expand(self.url or "", '"url"', record=True)
+            parts = urllib.parse.urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise ServerConfigError(
+                    f"server {name!r}: \"url\" must be an http:// or https:// URL ({self.url})", hint=_SHAPE_HINT
+                )
+            headers = {}
+            for key, value in self.headers.items():
+                headers[key] = expand(value, f"header {key}")
+                if "\r" in headers[key] or "\n" in headers[key]:
+                    raise ServerConfigError(f"server {name!r}: the value of header {key} contains a line break")
+            config = msgspec.structs.replace(self, url=url, headers=headers, type=None, command=None, args=[], env={}, cwd=None, inherit=[])
+        else:
+            command = expand(self.command or "", '"command"', record=True)
+            args = [expand(a, f"args[{i}]", record=True) for i, a in enumerate(self.args)]
+            env: dict[str, str] = {}
+            for var in self.inherit:
+                value = environ.get(var)
+                if value is not None and not value.startswith("()"):  # never hand on a bash function
+                    env[var] = value
+                    secrets[var] = value
+            for key, value in self.env.items():
+                env[key] = expand(value, f"env {key}")
+            config = msgspec.structs.replace(self, command=command, args=args, env=env, type=None, url=None, headers={}, inherit=[])
+        return ResolvedServer(name, self, config, used, secrets)
+
+
+class ResolvedServer:
+    """A server with its ``${VAR}`` values taken from the environment: what is started.
+
+    ``config`` holds the values themselves (secrets included) and is handed
+    only to what starts or reaches the server; everything shown to a person
+    uses ``template`` (the configuration as written), and text that may
+    carry a value anyway (a server's stderr, an exception's message) goes
+    through :meth:`mask` first.
+    """
+
+    __slots__ = ("name", "template", "config", "used", "secrets", "_masks")
+
+    def __init__(self, name: str, template: ServerConfig, config: ServerConfig, used: dict[str, str], secrets: dict[str, str]):
+        self.name = name
+        self.template = template
+        self.config = config
+        self.used = used
+        """``${VAR}`` in command, args and url -> the value it took (for the binding)."""
+        self.secrets = secrets
+        """Every value taken from the caller's environment (``${VAR}`` and ``inherit``), by variable."""
+        masks: list[tuple[str, str]] = []
+        for var, value in secrets.items():
+            if len(value) < MASK_MIN:
+                continue
+            for form in dict.fromkeys((value, urllib.parse.quote(value, safe=""), urllib.parse.quote_plus(value))):
+                masks.append((form, f"${{{var}}}"))
+        masks.sort(key=lambda m: len(m[0]), reverse=True)  # a longer value containing a shorter one goes first
+        self._masks = masks
+
+    def mask(self, text: str) -> str:
+        """``text`` with every value taken from the environment replaced by its ``${VAR}``."""
+        for value, shown in self._masks:
+            if value in text:
+                text = text.replace(value, shown)
+        return text
+
+
+# -- ${VAR} -------------------------------------------------------------------
+
+_VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_TEMPLATE_HINT = "write ${NAME} or ${NAME:-default} for a variable, and $$ for a literal $"
+
+
+def parse_template(text: str) -> list[str | tuple[str, str | None]]:
+    """``text`` as literal pieces and ``(variable, default or None)`` references.
+
+    ``${NAME}``, ``${NAME:-default}`` (the default when NAME is unset or empty,
+    taken as written), ``${env:NAME}`` (the spelling of VS Code and Cursor) and
+    ``$$`` for a literal ``$``; any other ``$`` is itself. Raises ValueError
+    saying what is wrong for an unterminated or malformed ``${``.
+    """
+    parts: list[str | tuple[str, str | None]] = []
+    literal: list[str] = []
+    i = 0
+    while True:
+        j = text.find("$", i)
+        if j < 0:
+            literal.append(text[i:])
+            break
+        literal.append(text[i:j])
+        after = text[j + 1 : j + 2]
+        if after == "$":
+            literal.append("$")
+            i = j + 2
+            continue
+        if after != "{":
+            literal.append("$")
+            i = j + 1
+            continue
+        end = text.find("}", j + 2)
+        if end < 0:
+            raise ValueError(f"unterminated ${{ in {text!r}")
+        body = text[j + 2 : end]
+        var, sep, default = body.partition(":-")
+        var = var.removeprefix("env:")
+        if not _VAR_NAME.match(var):
+            raise ValueError(f"${{{body}}} is not a variable reference")
+        if "".join(literal):
+            parts.append("".join(literal))
+        literal = []
+        parts.append((var, default if sep else None))
+        i = end + 1
+    if "".join(literal):
+        parts.append("".join(literal))
+    return parts
+
+
+def template_vars(text: str) -> list[str]:
+    """The variables ``text`` refers to, in order (an invalid template refers to none)."""
+    try:
+        return [p[0] for p in parse_template(text) if not isinstance(p, str)]
+    except ValueError:
+        return []
+
+
+def _type_error(name: str, value: object) -> ServerConfigError:
+    shown = value if isinstance(value, str) else json_repr(value)
+    if isinstance(value, str) and value.strip().lower() == "sse":
+        return ServerConfigError(
+            f"server {name!r}: \"type\": \"sse\" (the deprecated HTTP+SSE transport) is not supported",
+            hint='use the server\'s streamable HTTP endpoint with "type": "http", or start it over stdio with "command"',
+        )
+    return ServerConfigError(
+        f"server {name!r}: unknown \"type\" {shown!r}",
+        hint='"type" is "stdio" (with "command") or "http" / "streamable-http" (with "url")',
+    )
+
+
+def json_repr(value: object) -> str:
+    return msgspec.json.encode(value).decode()
 
 
 class ServerSet(msgspec.Struct):
@@ -219,7 +457,10 @@ def _syntax_error(path: str, data: bytes, exc: msgspec.DecodeError) -> ServerCon
     return ServerConfigError(message, hint="the server file must be JSON (no comments, no trailing commas)")
 
 
-_SHAPE_HINT = 'each server needs "command" (a string); "args" is a list of strings, "env" an object of strings'
+_SHAPE_HINT = (
+    'each server needs "command" (a string; "args" a list of strings, "env" an object of strings) '
+    'or "url" (an http:// or https:// URL; "headers" an object of strings)'
+)
 _TIMEOUT_HINT = '"startTimeout" and "callTimeout" are numbers of seconds, e.g. "callTimeout": 300'
 
 
@@ -257,19 +498,88 @@ def parse_servers(data: bytes | str, path: str) -> dict[str, ServerConfig]:
                 f"{path}: server {name!r}: {detail}",
                 hint=_TIMEOUT_HINT if timing else _SHAPE_HINT,
             ) from None
-        if not config.command.strip():
-            raise ServerConfigError(f"{path}: server {name!r}: \"command\" is empty")
+        _settle_transport(config, name, path)
         for key, value in (("startTimeout", config.start_timeout), ("callTimeout", config.call_timeout)):
             if value is not None and not (value > 0 and math.isfinite(value)):
                 raise ServerConfigError(
                     f"{path}: server {name!r}: \"{key}\" must be a number of seconds greater than 0, not {value:g}",
                     hint=_TIMEOUT_HINT,
                 )
+        _check_templates(config, name, path)
         if config.cwd is not None and base is not None and not os.path.isabs(config.cwd):
             # Relative to the file, so a project's mcp.json works wherever it is run from.
             config.cwd = os.path.normpath(os.path.join(base, config.cwd))
         servers[name] = config
     return servers
+
+
+_STDIO_ONLY = ("args", "env", "cwd", "inherit")
+
+
+def _settle_transport(config: ServerConfig, name: str, path: str) -> None:
+    """Decide stdio or HTTP from "type", "command" and "url", check the entry has what
+    that transport needs and nothing only the other one takes, and clear "type"."""
+    where = f"{path}: server {name!r}"
+    if config.type is not None:
+        transport = _TYPES.get(config.type.strip().lower())
+        if transport is None:
+            err = _type_error(name, config.type)
+            raise ServerConfigError(f"{path}: {err.message}", hint=err.hint)
+    elif config.url is not None and config.command is not None:
+        raise ServerConfigError(
+            f"{where}: has both \"command\" and \"url\"; which one is meant?",
+            hint='add "type": "stdio" to start the command, or "type": "http" to use the URL',
+        )
+    else:
+        transport = HTTP if config.url is not None else STDIO
+    if transport == HTTP:
+        if config.url is None or not config.url.strip():
+            raise ServerConfigError(f"{where}: an HTTP server needs \"url\"", hint=_SHAPE_HINT)
+        if config.type is None or config.command is None:
+            # With "type": "http" a "command" is another client's business; without it, these are ours.
+            for key in _STDIO_ONLY:
+                if getattr(config, key):
+                    raise ServerConfigError(
+                        f"{where}: \"{key}\" is for a server started here (\"command\"); an HTTP server takes \"url\" and \"headers\"",
+                        hint="secrets for an HTTP server go in \"headers\", e.g. \"Authorization\": \"Bearer ${API_TOKEN}\"",
+                    )
+        config.command, config.args, config.env, config.cwd, config.inherit = None, [], {}, None, []
+    else:
+        if config.command is None:
+            raise ServerConfigError(f"{where}: no \"command\" (or \"url\" for an HTTP server)", hint=_SHAPE_HINT)
+        if not config.command.strip():
+            raise ServerConfigError(f"{where}: \"command\" is empty")
+        if config.headers and (config.type is None or config.url is None):
+            raise ServerConfigError(
+                f"{where}: \"headers\" are for an HTTP server (\"url\"); a server started here takes \"env\"",
+                hint=_SHAPE_HINT,
+            )
+        config.url, config.headers = None, {}
+    config.type = None
+
+
+def _check_templates(config: ServerConfig, name: str, path: str) -> None:
+    """Every ${...} is well formed (whether each variable is set is checked when the server starts)."""
+    fields: list[tuple[str, str]] = []
+    if config.command is not None:
+        fields.append(('"command"', config.command))
+    fields += [(f"args[{i}]", a) for i, a in enumerate(config.args)]
+    fields += [(f"env {k}", v) for k, v in config.env.items()]
+    if config.url is not None:
+        fields.append(('"url"', config.url))
+    fields += [(f"header {k}", v) for k, v in config.headers.items()]
+    for where, text in fields:
+        try:
+            parse_template(text)
+        except ValueError as exc:
+            raise ServerConfigError(f"{path}: server {name!r}: {where}: {exc}", hint=_TEMPLATE_HINT) from None
+    if config.cwd is not None and "${" in config.cwd:
+        raise ServerConfigError(
+            f'{path}: server {name!r}: "cwd" does not take ${{VAR}}', hint="give the directory itself, absolute or relative to this file"
+        )
+    for var in config.inherit:
+        if not _VAR_NAME.match(var):
+            raise ServerConfigError(f'{path}: server {name!r}: "inherit" lists {var!r}, which is not a variable name')
 
 
 def _read(path: str, *, named_by: str | None) -> dict[str, ServerConfig]:

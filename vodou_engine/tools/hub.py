@@ -14,8 +14,15 @@ A call ends in one of a few outcomes that each mean one thing (see
 is kept apart from "it left and no usable answer came back"
 (``NoReplyError``), because for an effect the first is nothing and the
 second is doubt. The SDK alone cannot tell them apart, nor a server's own
--32000 error from a closed connection; the transport (``tools/stdio.py``)
-notes what it wrote and read for each call, and the hub judges by that.
+-32000 error from a closed connection; the transport (``tools/stdio.py`` for
+a server started here, ``tools/http.py`` for one reached by URL) notes what
+it wrote and read for each call, and the hub judges by that.
+
+A server's configuration may hold ``${VAR}``: each is taken from the
+environment once, when the hub opens (:meth:`ServerConfig.resolve`), and
+only what starts or reaches the server sees the values. Every message the
+hub writes shows the configuration as written, and any text that may carry
+a value anyway (a server's stderr, an exception) is masked first.
 
 The MCP SDK costs about a second to import. It is imported inside the
 functions that start servers and call tools, never at module level, so
@@ -48,7 +55,7 @@ from vodou_engine.errors import (
     UnknownToolError,
 )
 from vodou_engine.limits import check_json_depth, check_value_depth
-from vodou_engine.servers import ServerConfig, unknown_server_error
+from vodou_engine.servers import HTTP, ResolvedServer, ServerConfig, unknown_server_error
 
 if TYPE_CHECKING:
     from mcp.client.session import ClientSession
@@ -119,11 +126,13 @@ class ToolResult(msgspec.Struct):
 
 
 class _Server:
-    """A server from spawn to exit; callers only read it, its owner task alone closes it."""
+    """A server from spawn (or first request) to exit; callers only read it, its owner task alone closes it."""
 
-    def __init__(self, name: str, config: ServerConfig, stderr: IO[bytes]):
+    def __init__(self, name: str, resolved: ResolvedServer, stderr: IO[bytes] | None):
         self.name = name
-        self.config = config
+        self.config = resolved.template
+        """As written (``${VAR}`` unexpanded): what every message shows."""
+        self.resolved = resolved
         self.stderr = stderr
         self.session: ClientSession | None = None
         self.tools: dict[str, ToolInfo] = {}
@@ -139,9 +148,20 @@ class _Server:
         """Set once spawned; after the hub closes, ``process.returncode`` says how it ended."""
         self.wire: Wire | None = None
         """What the transport saw: set with the session."""
+        self.link: Wire | None = None
+        """The same, from the moment the transport is open (a start that fails is worded from it)."""
+
+    @property
+    def is_http(self) -> bool:
+        return self.config.transport == HTTP
+
+    def mask(self, text: str) -> str:
+        return self.resolved.mask(text)
 
     def stderr_tail(self, lines: int = STDERR_TAIL_LINES) -> list[str]:
-        return _tail(self.stderr, lines)
+        if self.stderr is None:
+            return []
+        return [self.mask(line) for line in _tail(self.stderr, lines)]
 
 
 def _tail(f: IO[bytes], lines: int) -> list[str]:
@@ -184,6 +204,15 @@ def _leaf_text(exc: BaseException) -> str:
         return type(leaf).__name__
     # The SDK raises plain RuntimeErrors with full sentences; other types say something by their name.
     return text[0] if type(leaf) is RuntimeError else f"{type(leaf).__name__}: {text[0]}"
+
+
+def _import_http() -> None:
+    from ..gcpause import paused_for_import
+
+    with paused_for_import():
+        from . import http
+
+        http._import_sdk()
 
 
 def _tool_info(tool: Tool) -> ToolInfo:
@@ -282,10 +311,14 @@ class Hub:
         names: list[str],
         start_timeout: float | None = None,
         prespawned: Prespawned | None = None,
+        environ: Mapping[str, str] | None = None,
     ):
+        """Raises ServerConfigError, before anything starts, for a server whose ``${VAR}``
+        cannot be resolved from ``environ`` (default: this process's environment)."""
         self._prespawned = prespawned
         self._configs = dict(configs)
         self._names = names
+        self._resolved = {name: self._configs[name].resolve(name, environ) for name in names if name in self._configs}
         self._start_timeout = start_timeout
         self._servers: dict[str, _Server] = {}
         self._closed = False
@@ -367,7 +400,7 @@ class Hub:
         if self._closed or srv.closed or srv.session is None or srv.wire is None:
             reason = srv.failure or "the hub is closed"
             raise NotSentError(
-                f"{server}.{tool} was not sent: MCP server {server!r} is not running ({reason})", server=server, tool=tool
+                srv.mask(f"{server}.{tool} was not sent: MCP server {server!r} is not running ({reason})"), server=server, tool=tool
             )
         wire = srv.wire
         if wire.gone:
@@ -393,19 +426,29 @@ class Hub:
 
         if scope.cancelled_caught:
             if not watch.may_have_left:
-                raise await self._not_sent(srv, tool, f"it could not be sent within {limit:g} s")
+                why = f"it could not be sent within {limit:g} s" + (f" ({watch.lost})" if watch.lost else "")
+                raise await self._not_sent(srv, tool, why)
             if watch.bad_reply is not None:
                 raise self._no_reply(srv, tool, f"its reply could not be read: {watch.bad_reply}")
             raise self._timed_out(srv, tool, limit, explicit=timeout is not None)
         if error is not None:
             if not watch.may_have_left:
-                why = None if wire.gone else f"it could not be sent ({_leaf_text(error)})"
+                if watch.lost is not None:
+                    why: str | None = watch.lost
+                else:
+                    why = None if wire.gone else f"it could not be sent ({_leaf_text(error)})"
                 raise await self._not_sent(srv, tool, why) from error
             if isinstance(error, MCPError) and watch.error_reply:
                 return ToolResult(value=None, is_error=True, text=error.message, duration_s=elapsed, error_code=error.code)
             if isinstance(error, MCPError):
-                # No error line came for this call: the SDK made this one up (the connection closed).
-                what = await self._ending(srv) if wire.gone else f"the connection failed ({error.message})"
+                # No error reply came for this call: the SDK made this one up (the connection
+                # closed, an HTTP request failed); the transport noted what really happened.
+                if watch.bad_reply is not None:
+                    what = f"its reply could not be read: {watch.bad_reply}"
+                elif watch.lost is not None:
+                    what = watch.lost
+                else:
+                    what = await self._ending(srv) if wire.gone else f"the connection failed ({error.message})"
                 raise self._no_reply(srv, tool, what) from error
             # Output-schema mismatch, a result of the wrong shape, an input_required or
             # extension result we did not ask for: a reply came, but nothing usable.
@@ -446,7 +489,9 @@ class Hub:
         return config.start_timeout if config.start_timeout is not None else DEFAULT_START_TIMEOUT
 
     def _details(self, srv: _Server, message: str) -> str:
-        """The command and the stderr tail, for a server that has stopped."""
+        """The command and the stderr tail (the URL, for an HTTP server), for a server that has stopped."""
+        if srv.is_http:
+            return message + f"\n  url: {srv.config.url}"
         message += f"\n  command: {srv.config.command_line()}"
         tail = srv.stderr_tail()
         if tail:
@@ -475,6 +520,8 @@ class Hub:
     async def _ending(self, srv: _Server) -> str:
         """How the connection to a server that stopped answering ended, as far as the transport saw."""
         wire = srv.wire
+        if srv.is_http:
+            return wire.ending() if wire is not None else "the session ended"  # type: ignore[attr-defined]
         status = await self._exit_status(srv)
         if wire is not None and wire.cut_off:
             what = f"its output ended in the middle of a line ({wire.cut_off} bytes): the reply was cut off"
@@ -489,16 +536,19 @@ class Hub:
         message = f"no usable reply from MCP server {srv.name!r} to {tool}: {what}"
         if srv.wire is not None and srv.wire.gone:
             message = self._details(srv, message)
-        return NoReplyError(message, server=srv.name, tool=tool)
+        return NoReplyError(srv.mask(message), server=srv.name, tool=tool)
 
     async def _not_sent(self, srv: _Server, tool: str, why: str | None = None) -> NotSentError:
         """``why`` is what stopped the request; by default, how the server ended."""
         if why is None:
-            why = f"MCP server {srv.name!r} is not running: {await self._ending(srv)}"
+            if srv.is_http:
+                why = f"the session with MCP server {srv.name!r} has ended: {await self._ending(srv)}"
+            else:
+                why = f"MCP server {srv.name!r} is not running: {await self._ending(srv)}"
         message = f"{srv.name}.{tool} was not sent: {why}"
         if srv.wire is not None and srv.wire.gone:
             message = self._details(srv, message)
-        return NotSentError(message, server=srv.name, tool=tool)
+        return NotSentError(srv.mask(message), server=srv.name, tool=tool)
 
     def _timed_out(self, srv: _Server, tool: str, limit: float, *, explicit: bool) -> NoReplyError:
         wire = srv.wire
@@ -516,9 +566,42 @@ class Hub:
             hint = f'this call was given {limit:g} s, which overrides "callTimeout" for server {srv.name!r} in the server file'
         else:
             hint = f'raise "callTimeout" for server {srv.name!r} in the server file (now {limit:g} s), or check the server'
-        return NoReplyError(message, hint=hint, server=srv.name, tool=tool, timeout=limit)
+        return NoReplyError(srv.mask(message), hint=hint, server=srv.name, tool=tool, timeout=limit)
 
-    def _start_error(self, name: str, config: ServerConfig, stderr: IO[bytes], exc: BaseException) -> ServerStartError:
+    def _start_error(self, srv: _Server, exc: BaseException) -> ServerStartError:
+        error = self._http_start_error(srv, exc) if srv.is_http else self._stdio_start_error(srv, exc)
+        error.message = srv.mask(error.message)
+        error.args = (error.message,)
+        error.server = srv.name  # type: ignore[attr-defined]
+        return error
+
+    def _http_start_error(self, srv: _Server, exc: BaseException) -> ServerStartError:
+        sdk = sys.modules.get("mcp.shared.exceptions")
+        MCPError = getattr(sdk, "MCPError", ()) if sdk else ()
+        CONNECTION_CLOSED = getattr(sys.modules.get("mcp_types"), "CONNECTION_CLOSED", None)
+        cause = _leaves(exc)[0]
+        url = srv.config.url
+        failure = getattr(srv.link, "last_failure", None)
+        hint = f'check that the server is up and that "url" is right ({url}), e.g. with curl'
+        if isinstance(cause, trio.TooSlowError):
+            limit = self._start_timeout_for(srv.config)
+            reason = f"it did not finish initializing within {limit:g} s"
+            hint = f'raise "startTimeout" for server {srv.name!r} in the server file (now {limit:g} s), or check the server'
+        elif failure is not None:
+            reason = failure
+            if " 401" in failure or " 403" in failure:
+                hint = f'check the credentials in "headers" for server {srv.name!r} (their ${{VAR}} values come from your environment)'
+        elif isinstance(cause, MCPError) and cause.code == CONNECTION_CLOSED:
+            reason = "the connection closed before it answered initialize"
+        elif isinstance(cause, MCPError):
+            reason = f"it refused to initialize: {cause.message}"
+        else:
+            reason = _leaf_text(cause)
+        lines = [f"MCP server {srv.name!r} failed to start: {reason}", f"  url: {url}"]
+        return ServerStartError("\n".join(lines), hint=hint)
+
+    def _stdio_start_error(self, srv: _Server, exc: BaseException) -> ServerStartError:
+        name, config, stderr = srv.name, srv.config, srv.stderr
         # Only a start that got as far as the handshake has loaded the SDK; a spawn
         # that failed must not pay a second to import it just to word the error.
         sdk = sys.modules.get("mcp.shared.exceptions")
@@ -554,43 +637,43 @@ class Hub:
         lines = [f"MCP server {name!r} failed to start: {reason}", f"  command: {config.command_line()}"]
         if config.cwd:
             lines.append(f"  cwd: {config.cwd}")
-        tail = _tail(stderr, STDERR_TAIL_LINES)
+        tail = srv.stderr_tail()
         if tail:
             lines.append("  stderr (last lines):")
             lines.extend(f"    {line}" for line in tail)
         else:
             lines.append("  stderr: (empty)")
-        err = ServerStartError("\n".join(lines), hint=hint)
-        err.server = name  # type: ignore[attr-defined]
-        return err
+        return ServerStartError("\n".join(lines), hint=hint)
 
     async def _own(self, name: str, config: ServerConfig, spawned: trio.Event) -> None:
-        """Spawns, connects and finally closes one server, all in this task (see the module docstring).
+        """Spawns (or reaches), connects and finally closes one server, all in this task (see the module docstring).
 
-        ``spawned`` is set once the process exists (or could not be made), before the
-        SDK is imported, so a caller can go on with its own work while the server boots.
+        ``spawned`` is set once the process exists (or could not be made; at once for an
+        HTTP server), before the SDK is imported, so a caller can go on with its own work
+        while the server boots.
         """
         import tempfile
+        from contextlib import nullcontext
 
-        from . import stdio
-
-        adopted = self._prespawned.take(name) if self._prespawned is not None else None
-        if adopted is not None:
-            popen, stderr_file, clock = adopted
+        resolved = self._resolved[name]
+        adopted = None
+        if config.transport == HTTP:
+            stderr_file: Any = nullcontext(None)
+            clock = time.perf_counter()
         else:
-            stderr_file, clock = tempfile.TemporaryFile(prefix=f"vodou-{name}-", suffix=".stderr"), time.perf_counter()
+            adopted = self._prespawned.take(name) if self._prespawned is not None else None
+            if adopted is not None:
+                popen, stderr_file, clock = adopted
+            else:
+                stderr_file, clock = tempfile.TemporaryFile(prefix=f"vodou-{name}-", suffix=".stderr"), time.perf_counter()
         with stderr_file as stderr:
-            srv = _Server(name, config, stderr)
+            srv = _Server(name, resolved, stderr)
             # Registered at once, so closing the hub reaches a start still in progress.
             self._servers[name] = srv
             try:
                 with srv.owner_scope:
-                    try:
-                        process = stdio.ServerProcess(popen) if adopted is not None else await stdio.spawn(config, stderr)
-                        srv.process = process
-                    finally:
-                        spawned.set()
-                    async with stdio.session_streams(process) as (read, write, wire):
+                    async with self._streams(srv, adopted[0] if adopted is not None else None, spawned) as (read, write, wire):
+                        srv.link = wire
                         from mcp.client.session import ClientSession
 
                         async with ClientSession(read, write, client_info=_client_info()) as session:
@@ -607,18 +690,41 @@ class Hub:
                 if not srv.ready.is_set():
                     if _is_cancellation(exc) or isinstance(exc, KeyboardInterrupt):
                         raise
-                    srv.start_error = self._start_error(name, config, stderr, exc)
+                    srv.start_error = self._start_error(srv, exc)
                     srv.start_error.__cause__ = _leaves(exc)[0]
                     return
                 if _is_cancellation(exc) or isinstance(exc, KeyboardInterrupt):
                     raise
                 # After start a crashed session must not take the whole run down:
                 # remember why, and let the next call to this server say so.
-                srv.failure = f"{type(_leaves(exc)[0]).__name__}: {_leaves(exc)[0]}"
+                srv.failure = srv.mask(f"{type(_leaves(exc)[0]).__name__}: {_leaves(exc)[0]}")
                 logger.warning("MCP server %r session ended with an error: %s", name, srv.failure)
             finally:
                 srv.closed = True
                 srv.ready.set()  # nobody waits forever on a server that is gone
+
+    @asynccontextmanager
+    async def _streams(self, srv: _Server, popen: Any, spawned: trio.Event) -> AsyncIterator[tuple[Any, Any, Any]]:
+        """The session's message streams and the transport's wire: a process started here
+        (``popen``: one started before trio, taken over), or an HTTP session."""
+        if srv.is_http:
+            spawned.set()  # nothing to spawn: the first request is the start
+            if "vodou_engine.tools.http" not in sys.modules:  # httpx2 and the SDK: off the trio thread
+                await trio.to_thread.run_sync(_import_http)
+            from . import http
+
+            async with http.session_streams(srv.resolved.config, srv.config.url or "") as streams:
+                yield streams
+            return
+        from . import stdio
+
+        try:
+            process = stdio.ServerProcess(popen) if popen is not None else await stdio.spawn(srv.resolved.config, srv.stderr)  # type: ignore[arg-type]
+            srv.process = process
+        finally:
+            spawned.set()
+        async with stdio.session_streams(process) as streams:
+            yield streams
 
     async def _spawn_all(self, owners: trio.Nursery) -> None:
         """Start every owner and return once every process exists: the handshakes go on behind."""
@@ -684,11 +790,14 @@ async def open_hub(
     start_timeout: float | None = None,
     wait: bool = True,
     prespawned: Prespawned | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> AsyncIterator[Hub]:
     """Start the named servers (each once, in parallel) and close them all on exit.
 
     Raises ServerConfigError before anything starts if a name is not
-    configured, and ServerStartError if any server fails to start; servers
+    configured, or a ``${VAR}`` of one of them is not set in ``environ``
+    (default: this process's environment); and ServerStartError if any
+    server fails to start; servers
     that did start are closed first. Each server gets ``start_timeout``
     seconds to start if given, else its own ``startTimeout``, else
     DEFAULT_START_TIMEOUT. With ``wait=False`` the hub is handed
@@ -703,7 +812,7 @@ async def open_hub(
         if name not in servers:
             raise unknown_server_error(name, servers)
 
-    hub = Hub(servers, wanted, start_timeout, prespawned)
+    hub = Hub(servers, wanted, start_timeout, prespawned, environ)
     error: BaseException | None = None
     async with trio.open_nursery() as owners:
         try:

@@ -48,6 +48,9 @@ def default_environment() -> dict[str, str]:
 def start(config: ServerConfig, stderr: IO[bytes]) -> subprocess.Popen:
     """Start the server process now, with no protocol traffic and no trio needed.
 
+    ``config`` is a resolved one (``ServerConfig.resolve(...).config``): its
+    values are used as they are, ``${VAR}`` is not expanded again.
+
     A blocking call of a few milliseconds: inside trio, ``stdio.spawn`` runs it
     on a worker thread; :class:`Prespawned` runs it before trio is imported.
     Raises OSError (FileNotFoundError, PermissionError, …) when it cannot run.
@@ -122,10 +125,22 @@ class Prespawned:
         self._waiting: dict[str, tuple[subprocess.Popen, IO[bytes], float]] = {}
 
     def start(self, name: str, config: ServerConfig) -> None:
+        """Start ``config`` (as written: its ``${VAR}`` are taken from this process's
+        environment now). Anything that would not start (an HTTP server, which has
+        no process; a variable that is not set; a command that cannot run) is left
+        to the hub, which reports it."""
+        from vodou_engine.errors import ServerConfigError
+
+        if config.transport != "stdio":
+            return
+        try:
+            resolved = config.resolve(name).config
+        except ServerConfigError:
+            return
         stderr = tempfile.TemporaryFile(prefix=f"vodou-{name}-", suffix=".stderr")
         started = time.perf_counter()
         try:
-            popen = start(config, stderr)
+            popen = start(resolved, stderr)
         except OSError:
             stderr.close()  # the hub starts it again and reports why it cannot run
             return

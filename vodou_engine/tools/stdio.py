@@ -97,7 +97,7 @@ class CallWatch:
     transport fills it in from the bytes it writes and reads.
     """
 
-    __slots__ = ("request_id", "refused", "answered", "error_reply", "bad_reply", "scope", "caller_done")
+    __slots__ = ("request_id", "refused", "answered", "error_reply", "bad_reply", "scope", "caller_done", "held", "lost")
 
     def __init__(self, scope: trio.CancelScope | None = None):
         self.request_id: Any = None
@@ -115,11 +115,17 @@ class CallWatch:
         the SDK would otherwise wait for a well-formed one until the call times out."""
         self.caller_done = False
         """``Hub.call`` has returned or raised (an answer, a timeout, or its caller was cancelled)."""
+        self.held = False
+        """The transport has the request but has not begun to write it, and never will once
+        ``caller_done`` is set (HTTP: the POST waits for a connection; see ``tools/http.py``)."""
+        self.lost: str | None = None
+        """What went wrong with this call as the transport saw it, in words for a message
+        (HTTP: the connection could not be made, broke mid-reply, an HTTP error status...)."""
 
     @property
     def may_have_left(self) -> bool:
-        """False only when the request provably never reached the server's pipe."""
-        return self.request_id is not None and not self.refused
+        """False only when the request provably never reached the server (its pipe, or its socket)."""
+        return self.request_id is not None and not self.refused and not self.held
 
     @property
     def in_flight(self) -> bool:
@@ -133,7 +139,7 @@ CURRENT_CALL: ContextVar[CallWatch | None] = ContextVar("vodou_current_call", de
 class Wire:
     """The transport's own knowledge of one server connection."""
 
-    def __init__(self, process: ServerProcess):
+    def __init__(self, process: ServerProcess | None):
         self.process = process
         self.calls: dict[Any, CallWatch] = {}
         """Calls by request id, from the moment they are sent until they are answered, or
@@ -162,6 +168,11 @@ class Wire:
         (Not "the process exited": a launcher may exit and leave the real server,
         its child, serving on the same pipes.)"""
         return self.eof or self.write_failed
+
+    def holds_requests(self) -> bool:
+        """Whether a request handed to this transport is only ``held`` until it begins to be
+        written, and withheld for good if its caller is done first. The pipe writes at once: no."""
+        return False
 
     def in_doubt(self) -> bool:
         """Some call was sent and not answered. Asked at shutdown, when every caller has
@@ -285,6 +296,7 @@ class _WatchedWrites:
             await self._inner.send(item)
             return
         watch.request_id = message.id
+        watch.held = self._wire.holds_requests()
         self._wire.calls[_key(message.id)] = watch
         try:
             await self._inner.send(item)

@@ -1,0 +1,326 @@
+"""An MCP server over the spec's streamable HTTP transport, for tests: the official SDK's
+``MCPServer`` and its streamable HTTP app, served by uvicorn on 127.0.0.1.
+
+Run it as ``[sys.executable, "tests/http_server.py"]`` (or with :class:`HttpServer`,
+which tests import: it imports nothing heavy). It binds a free port and
+prints it on the first line of stdout; the endpoint is
+``http://127.0.0.1:PORT/mcp``. It runs until it is killed (or a tool kills it).
+
+Tools
+-----
+``post_message``
+    An effect (``readOnlyHint: false, destructiveHint: false``): ``channel``,
+    ``text`` and an optional ``idempotency_key``; answers ``{"ok": true, "ts": ...}``.
+``get_status``
+    A read (``readOnlyHint: true``); answers ``{"ok": true, "ts": ...}``.
+``echo``
+    A read: answers its ``text``.
+``block``
+    Never returns unless cancelled; logs ``started`` and ``cancelled``.
+``refuse``
+    A JSON-RPC error from the server itself: code -32602, ``refused on purpose``.
+``fail``
+    A tool error (``isError: true``): ``quota exceeded``.
+
+Environment
+-----------
+``HTTP_LOG``
+    A file to append one JSON line to per event, flushed and fsynced before the
+    server does anything else: ``{"tool", "arguments", "pid"}`` per call (count
+    calls with the lines that have a ``"tool"`` key), ``{"event": "start", "pid"}``,
+    ``{"event": "started" | "cancelled", "tool": "block"}`` (no ``"tool"`` key
+    counts: those lines say ``"blocking"``), ``{"event": "unauthorized"}``.
+``HTTP_MODES`` / ``HTTP_MODES_FILE``
+    How each tool misbehaves after its call is logged, e.g. ``post_message=die``
+    (the file, when it exists, wins, so the behaviour can change between two
+    starts while the configuration stays the same):
+
+    * ``ok``: answer.
+    * ``die``: the process exits at once (status 7), without a reply: the
+      connection drops mid-call.
+    * ``drop``: the tool runs and the reply is thrown away on its way out,
+      breaking the connection mid-response (the server keeps serving).
+    * ``hang``: never answer.
+
+    Answered in front of the MCP app, as a gateway might (the call is logged
+    with ``"gateway": true``; the tool itself does not run):
+
+    * ``http500``: HTTP 500 with a plain-text body.
+    * ``http202``: HTTP 202 Accepted with no body.
+    * ``html``: HTTP 200 with an HTML page.
+    * ``rpc400``: HTTP 400 with a JSON-RPC error for the request (code -32602,
+      ``refused by the gateway``).
+``HTTP_JSON_RESPONSE``, ``HTTP_STATELESS``
+    When ``1``: answer each request with one JSON body instead of an event stream;
+    keep no session (the SDK's ``json_response`` and ``stateless_http``).
+``HTTP_EXPECT_AUTH``
+    When set, every request must carry ``Authorization`` equal to it; else 401.
+``HTTP_EXPECT_KEY``
+    When set, every request's URL must have the query parameter ``key`` equal to it; else 401.
+"""
+
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+from pathlib import Path
+
+SCRIPT = str(Path(__file__).resolve())
+
+
+class HttpServer:
+    """The test side: start this script as a process, learn its URL, read its log, stop it.
+
+    Imports nothing heavy, so a test module can import it cheaply."""
+
+    def __init__(self, tmp: Path, name: str = "http", **env: str):
+        self.log = tmp / f"{name}.log"
+        self.modes = tmp / f"{name}.modes"
+        self.stderr = tmp / f"{name}.stderr"
+        self.env = {"HTTP_LOG": str(self.log), "HTTP_MODES_FILE": str(self.modes), **env}
+        self.process: subprocess.Popen | None = None
+        self.port: int | None = None
+
+    def start(self, timeout: float = 60) -> "HttpServer":
+        with open(self.stderr, "ab") as err:
+            self.process = subprocess.Popen(
+                [sys.executable, SCRIPT], stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
+                env={**os.environ, **self.env}, start_new_session=True,
+            )
+        ready, _, _ = select.select([self.process.stdout], [], [], timeout)
+        line = self.process.stdout.readline() if ready else b""
+        if not line.strip():
+            self.stop()
+            raise RuntimeError(f"the HTTP test server did not start: {self.stderr.read_text()[-2000:]}")
+        self.port = int(line)
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def set(self, modes: str = "") -> None:
+        self.modes.write_text(modes)
+
+    def records(self) -> list[dict]:
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines() if line.strip()]
+
+    def calls(self, tool: str | None = None) -> list[dict]:
+        return [r for r in self.records() if "tool" in r and (tool is None or r["tool"] == tool)]
+
+    def events(self, event: str) -> list[dict]:
+        return [r for r in self.records() if r.get("event") == event]
+
+    def wait_for(self, event: str, count: int = 1, timeout: float = 10) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if len(self.events(event)) >= count:
+                return True
+            time.sleep(0.02)
+        return False
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+def build_app():
+    """The server (heavy imports: only in the server process)."""
+    import anyio
+    from mcp.server.mcpserver import Context, MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.shared.exceptions import MCPError
+    from mcp.types import ToolAnnotations
+
+    LOG = os.environ.get("HTTP_LOG")
+
+    def log(**record):
+        if not LOG:
+            return
+        record["pid"] = os.getpid()
+        with open(LOG, "a") as f:
+            f.write(json.dumps(record) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def modes() -> dict[str, str]:
+        text = os.environ.get("HTTP_MODES", "")
+        path = os.environ.get("HTTP_MODES_FILE")
+        if path and os.path.exists(path):
+            with open(path) as f:
+                text = f.read()
+        out = {}
+        for item in text.replace("\n", ",").split(","):
+            if "=" in item:
+                tool, mode = item.split("=", 1)
+                out[tool.strip()] = mode.strip()
+        return out
+
+    DROPPING: set[str] = set()
+    """Ids of requests whose reply the middleware throws away (a tool in ``drop`` mode)."""
+
+    async def misbehave(tool: str, request_id) -> None:
+        mode = modes().get(tool, "ok")
+        if mode == "die":
+            print(f"http-tester: dying in {tool}", file=sys.stderr, flush=True)
+            os._exit(7)
+        if mode == "hang":
+            await anyio.sleep_forever()
+        if mode == "drop":
+            DROPPING.add(str(request_id))
+
+    app = MCPServer("http-tester", log_level="ERROR")
+
+    def reply() -> dict:
+        return {"ok": True, "ts": f"{time.time():.6f}"}
+
+    @app.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False))
+    async def post_message(channel: str, text: str, ctx: Context, idempotency_key: str | None = None) -> dict:
+        """Post a message to a channel."""
+        log(tool="post_message", arguments={"channel": channel, "text": text, "idempotency_key": idempotency_key})
+        await misbehave("post_message", ctx.request_id)
+        return reply()
+
+    @app.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def get_status(ctx: Context) -> dict:
+        """The server's status."""
+        log(tool="get_status", arguments={})
+        await misbehave("get_status", ctx.request_id)
+        return reply()
+
+    @app.tool(title="Echo back", annotations=ToolAnnotations(read_only_hint=True))
+    async def echo(text: str) -> str:
+        log(tool="echo", arguments={"text": text})
+        return text
+
+    @app.tool()
+    async def block() -> str:
+        """Never returns unless cancelled."""
+        log(event="started", blocking="block")
+        try:
+            await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class():
+            log(event="cancelled", blocking="block")
+            raise
+        return "unreachable"
+
+    @app.tool()
+    async def refuse() -> str:
+        log(tool="refuse", arguments={})
+        raise MCPError(code=-32602, message="refused on purpose")
+
+    @app.tool()
+    async def fail() -> str:
+        log(tool="fail", arguments={})
+        raise ToolError("quota exceeded")
+
+    class Guard:
+        """ASGI middleware: the credentials check, the gateway modes, and the ``drop`` mode's broken replies."""
+
+        def __init__(self, inner):
+            self.inner = inner
+
+        async def __call__(self, scope, receive, send):
+            if scope["type"] != "http":
+                return await self.inner(scope, receive, send)
+            headers = {k.decode().lower(): v.decode() for k, v in scope.get("headers", [])}
+            query = urllib.parse.parse_qs(scope.get("query_string", b"").decode())
+            want_auth = os.environ.get("HTTP_EXPECT_AUTH")
+            want_key = os.environ.get("HTTP_EXPECT_KEY")
+            if (want_auth and headers.get("authorization") != want_auth) or (want_key and query.get("key") != [want_key]):
+                log(event="unauthorized")
+                await send({"type": "http.response.start", "status": 401, "headers": [(b"content-type", b"text/plain")]})
+                await send({"type": "http.response.body", "body": b"unauthorized"})
+                return
+
+            body = b""
+            if scope["method"] == "POST":
+                while True:
+                    message = await receive()
+                    body += message.get("body", b"")
+                    if not message.get("more_body"):
+                        break
+                try:
+                    rpc = json.loads(body)
+                except ValueError:
+                    rpc = None
+                if isinstance(rpc, dict) and rpc.get("method") == "tools/call":
+                    tool = (rpc.get("params") or {}).get("name")
+                    mode = modes().get(tool, "ok")
+                    if mode in ("http500", "http202", "html", "rpc400"):
+                        log(tool=tool, arguments=(rpc.get("params") or {}).get("arguments"), gateway=True)
+                        status, kind, content = {
+                            "http500": (500, b"text/plain", b"internal error"),
+                            "http202": (202, b"text/plain", b""),
+                            "html": (200, b"text/html", b"<html><body>maintenance</body></html>"),
+                            "rpc400": (400, b"application/json", json.dumps({"jsonrpc": "2.0", "id": rpc.get("id"), "error": {"code": -32602, "message": "refused by the gateway"}}).encode()),
+                        }[mode]
+                        await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", kind)]})
+                        await send({"type": "http.response.body", "body": content})
+                        return
+            replayed = False
+
+            async def replay():
+                nonlocal replayed
+                if scope["method"] == "POST" and not replayed:
+                    replayed = True
+                    return {"type": "http.request", "body": body, "more_body": False}
+                return await receive()
+
+            async def guarded_send(message):
+                if message["type"] == "http.response.body" and DROPPING:
+                    body = message.get("body", b"")
+                    compact = body.replace(b" ", b"")
+                    for request_id in list(DROPPING):
+                        if any(f'"id":{form}'.encode() in compact for form in (request_id, json.dumps(request_id))):
+                            DROPPING.discard(request_id)
+                            raise ConnectionAbortedError("dropping the reply on purpose")
+                await send(message)
+
+            await self.inner(scope, replay, guarded_send)
+
+    return app, Guard
+
+
+def main() -> None:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    if os.environ.get("HTTP_LOG"):
+        with open(os.environ["HTTP_LOG"], "a") as f:
+            f.write(json.dumps({"event": "start", "pid": os.getpid()}) + "\n")
+    import anyio
+    import uvicorn
+
+    app, Guard = build_app()
+    options = {
+        "json_response": os.environ.get("HTTP_JSON_RESPONSE") == "1",
+        "stateless_http": os.environ.get("HTTP_STATELESS") == "1",
+    }
+    config = uvicorn.Config(Guard(app.streamable_http_app(**options)), log_level="critical", lifespan="on")
+    server = uvicorn.Server(config)
+    print(sock.getsockname()[1], flush=True)
+    anyio.run(lambda: server.serve(sockets=[sock]))
+
+
+if __name__ == "__main__":
+    main()
