@@ -12,13 +12,20 @@ in docs/exit-codes.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
 import sys
 from typing import Any, Callable
 
-EPILOG = """exit codes: 0 succeeded, 1 failed, 2 invalid input or usage, 3 parked waiting
+PROMPTS = """On a terminal, run, approve and resume show each card and ask. The answers are
+the same at every prompt: y approves, n rejects (the run ends declined, exit 4),
+Enter or Ctrl-D decides later (the run stays parked, exit 3)."""
+
+EPILOG = PROMPTS + """
+
+exit codes: 0 succeeded, 1 failed, 2 invalid input or usage, 3 parked waiting
 for a person, 4 declined or rejected, 5 refused (unknown run, already decided,
 not an approver, expired, stale, servers or recipe changed, run busy),
 6 store unreadable or missing, 129/130/143 stopped by SIGHUP/Ctrl-C/SIGTERM
@@ -82,7 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     servers(pl)
     pl.set_defaults(func=cmd_plan)
 
-    r = sub.add_parser("run", help="run a recipe; parks at each approval")
+    r = sub.add_parser("run", help="run a recipe; parks at each approval", description="Run a recipe; it parks at each approval.\n\n" + PROMPTS, formatter_class=argparse.RawDescriptionHelpFormatter)
     r.add_argument("file", help="a .recipe file or an actions.json")
     r.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="an input value (JSON, or plain text)")
     no_wait(r)
@@ -94,10 +101,10 @@ def _parser() -> argparse.ArgumentParser:
     store(r)
     r.set_defaults(func=cmd_run)
 
-    a = sub.add_parser("approve", help="approve a parked step and drive the run on")
+    a = sub.add_parser("approve", help="approve a parked step and drive the run on", description="Show a parked step's card, approve it, and drive the run on.\n\n" + PROMPTS, formatter_class=argparse.RawDescriptionHelpFormatter)
     a.add_argument("run", help="run id")
     a.add_argument("step", nargs="?", help="step name (needed when several approvals wait)")
-    a.add_argument("--yes", action="store_true", help="do not ask for confirmation (needed without a terminal)")
+    a.add_argument("--yes", action="store_true", help="approve without asking (needed without a terminal); without it, on a terminal: y approves, n rejects, Enter or Ctrl-D decides later")
     a.add_argument("--fingerprint", metavar="FP", help="approve only if the question still has this fingerprint (the one on the card you read)")
     a.add_argument("--model", help="model for write steps after this one (default: the one the run started with)")
     actor(a, "decide")
@@ -118,7 +125,7 @@ def _parser() -> argparse.ArgumentParser:
     store(rj)
     rj.set_defaults(func=cmd_decide, decision="reject")
 
-    rs = sub.add_parser("resume", help="continue a parked or interrupted run (asks again for expired or stale approvals)")
+    rs = sub.add_parser("resume", help="continue a parked or interrupted run (asks again for expired or stale approvals)", description="Continue a parked or interrupted run; expired or stale approvals are asked again.\n\n" + PROMPTS, formatter_class=argparse.RawDescriptionHelpFormatter)
     rs.add_argument("run", help="run id")
     rs.add_argument("--model", help="model for write steps (default: the one the run started with)")
     as_json(rs)
@@ -158,7 +165,7 @@ def _parser() -> argparse.ArgumentParser:
     rc.add_argument("step", help="the effect's step")
     g = rc.add_mutually_exclusive_group(required=True)
     g.add_argument("--executed", action="store_true", help="it did happen: `recipe resume` then goes on from it")
-    g.add_argument("--not-executed", action="store_true", help="it did not happen: the step is recorded failed and the run fails there (start a new run to try again)")
+    g.add_argument("--not-executed", action="store_true", help="it did not happen: the step is recorded failed, and `recipe resume` ends the run failed at that step (start a new run to try again)")
     rc.add_argument("--reason", help="how you know (kept in the audit log)")
     actor(rc, "settle it")
     store(rc)
@@ -412,7 +419,9 @@ def cmd_plan(args: Any) -> int:
             doc["servers"] = {"source": seen.servers_source, "commands": seen.servers}
         if seen.warnings:
             doc["warnings"] = seen.warnings
-        sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(doc, order="deterministic"), indent=2) + b"\n")
+        from .views.term import json_safe
+
+        sys.stdout.buffer.write(json_safe(msgspec.json.format(msgspec.json.encode(doc, order="deterministic"), indent=2).decode()).encode() + b"\n")
     elif args.format == "mermaid":
         from .cards import mermaid
 
@@ -462,20 +471,40 @@ def cmd_run(args: Any) -> int:
     inputs = _inputs(args.set)
     plan, _, _ = runs.load(args.file)
     actor, _ = _actor(args, runs, None, "run")
+    from .runs import new_run_id
+
+    run_id = new_run_id()
     progress = Progress([n.id for n in plan.nodes], enabled=sys.stderr.isatty() and not args.json)
-    with progress:
-        rep = _run_async(lambda: runs.start(args.file, inputs=inputs, actor=actor, model=args.model, on_change=progress.change))
+    with _left_resumable(args, run_id), progress:
+        rep = _run_async(lambda: runs.start(args.file, inputs=inputs, actor=actor, model=args.model, on_change=progress.change, run_id=run_id))
     code = report(rep, json_out=args.json, store_flag=_store_flag(args))
     return _answer_inline(args, runs, rep, code, actor, "os-user")
 
 
+@contextlib.contextmanager
+def _left_resumable(args: Any, run_id: str) -> Any:
+    """A signal while the run is driven: say how to go on with it (it was left interrupted)."""
+    try:
+        yield
+    except (Stopped, KeyboardInterrupt):
+        try:
+            state = _runs(args).show(run_id).state
+        except Exception:  # noqa: BLE001 - no such run (stopped before it was stored), no store
+            state = None
+        if state == "interrupted":
+            from .views.report import interrupted
+
+            interrupted(run_id, _store_flag(args), err=True)
+        raise
+
+
 def _ask(question: str) -> str:
-    """'yes', 'no' or 'later' (Enter, or Ctrl-D: no answer)."""
-    from .views.term import console
+    """'yes', 'no' or 'later' (Enter, or Ctrl-D: no answer). The same answers at every prompt."""
+    from .views.term import ask, console
 
     while True:
         try:
-            answer = console().input(f"{question} [y]es / [n]o, reject / Enter: decide later: ").strip().lower()
+            answer = ask(f"{question} [y]es / [n]o, reject / Enter: decide later: ").strip().lower()
         except EOFError:
             console().print()
             return "later"
@@ -534,9 +563,13 @@ def _decide(args: Any, prespawned: Any) -> int:
             return 3
         decision = "approve" if answer == "yes" else "reject"
     if decision == "approve":
-        rep = _run_async(lambda: runs.approve(args.run, card.step, actor=actor, fingerprint=fingerprint, model=args.model, prespawned=prespawned, proof=proof))
+        with _left_resumable(args, args.run):
+            rep = _run_async(lambda: runs.approve(args.run, card.step, actor=actor, fingerprint=fingerprint, model=args.model, prespawned=prespawned, proof=proof))
         if not args.json:
-            say(f"approved {card.step} ({fingerprint}) as {actor}.", style="green")
+            if card.step in rep.asked_again:
+                say(f"your approval of {card.step} ({fingerprint}) is recorded as {actor}; before the step ran, its check was read again.", style="yellow")
+            else:
+                say(f"approved {card.step} ({fingerprint}) as {actor}.", style="green")
     else:
         rep = _run_async(lambda: runs.reject(args.run, card.step, actor=actor, reason=getattr(args, "reason", None), fingerprint=fingerprint, proof=proof))
         if not args.json:
@@ -586,7 +619,8 @@ def cmd_resume(args: Any) -> int:
         from .views.report import report
 
         runs = _runs(args)
-        rep = _run_async(lambda: runs.resume(args.run, model=args.model, prespawned=prespawned))
+        with _left_resumable(args, args.run):
+            rep = _run_async(lambda: runs.resume(args.run, model=args.model, prespawned=prespawned))
         code = report(rep, json_out=args.json, store_flag=_store_flag(args))
         return _answer_inline(args, runs, rep, code, *_actor(args, runs, args.run, "resume"))
 
@@ -636,7 +670,8 @@ def cmd_runs(args: Any) -> int:
         if args.store:
             raise  # a path typed for this command must name a store
         listed = []  # no run has been stored yet where the defaults point
-    runs_table(listed, json_out=args.json, store_flag=_store_flag(args))
+    filtered = any(v is not None for v in (args.state, args.recipe, args.since))
+    runs_table(listed, json_out=args.json, store_flag=_store_flag(args), filtered=filtered)
     return 0
 
 
@@ -653,8 +688,11 @@ def cmd_reconcile(args: Any) -> int:
     runs = _runs(args)
     actor, _ = _actor(args, runs, args.run, "reconcile")
     eff = runs.reconcile(args.run, args.step, executed=bool(args.executed), actor=actor, reason=args.reason)
-    after = f"`recipe resume {args.run}` goes on from it" if eff.state == "executed" else "the step is recorded failed; a resumed run fails there"
-    say(f"effect {args.step} of run {args.run} settled as {eff.state} by {actor}; {after}.")
+    resume = f"`recipe resume {args.run}{_store_flag(args)}`"
+    if eff.state == "executed":
+        say(f"effect {args.step} of run {args.run} settled as executed by {actor}: {resume} goes on from it.")
+    else:
+        say(f"effect {args.step} of run {args.run} settled as not executed by {actor}: the step is recorded failed, and {resume} ends the run failed at {args.step} (start a new run to try again).")
     return 0
 
 

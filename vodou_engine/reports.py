@@ -35,13 +35,21 @@ class Together(Doc):
 
     join: str
     wall_s: float
+    """From the first branch's work starting to the last one's ending."""
     sum_s: float
+    """The branches' own work, added up (a cancelled or failed branch's too: it ran meanwhile)."""
     branches: int
+    """Branches that did work (those with nothing recorded are named below, not counted)."""
     slowest: str | None = None
+    """The slowest branch that succeeded; never a failed or cancelled one."""
     slowest_s: float = 0.0
     queued_s: float = 0.0
+    """Time the branches' steps waited to start once ready (for a thread slot, or their turn),
+    added up over the steps: not work."""
     failed: list[str] = []
     cancelled: list[str] = []
+    unfinished: list[str] = []
+    """Branches still running or waiting for a person when the figures were taken."""
 
 
 class ServerStart(Doc):
@@ -159,7 +167,10 @@ def together_stats(plan: Plan, times: dict[str, tuple[float | None, float | None
     ``times`` holds (ready, started, ended) per node. A branch's work is the
     measure of the union of its tool and write nodes' [started, ended]
     spans (so steps in sequence add up and steps side by side are not
-    counted twice); gates are a person's time, not work.
+    counted twice); gates are a person's time, not work, and ready -> started
+    is time queued for a thread, reported apart. A branch that was cancelled
+    or failed is named as such even when no work of it was recorded (a call
+    abandoned on its thread, a step that failed before it began).
     """
     index = plan.index()
     out = []
@@ -169,36 +180,38 @@ def together_stats(plan: Plan, times: dict[str, tuple[float | None, float | None
         spans = []
         starts, ends = [], []
         queued = 0.0
-        failed, cancelled = [], []
+        failed, cancelled, unfinished = [], [], []
         for i, item in enumerate(j.members):
             branch = j.needs[i]
+            st = states.get(branch, "")
+            if st == "cancelled":
+                cancelled.append(branch)
+            elif st in ("failed", "skipped", "rejected", "unknown"):
+                failed.append(branch)
+            elif st != "succeeded":
+                unfinished.append(branch)  # pending, running, or waiting for a person
             work = []
             for m in item:
                 t = times.get(m)
                 if t is None or not isinstance(index.get(m), (ToolNode, WriteNode)):
                     continue
                 ready, started, ended = t
+                if ready is not None and started is not None and started > ready:
+                    queued += started - ready
                 if started is not None and ended is not None:
                     work.append((started, ended))
-                    if ready is not None and started > ready:
-                        queued += started - ready
             if not work:
                 continue
             starts.append(min(s for s, _ in work))
             ends.append(max(e for _, e in work))
-            st = states.get(branch, "")
             spans.append((branch, _union(work), st == "succeeded"))
-            if st == "cancelled":
-                cancelled.append(branch)
-            elif st != "succeeded":
-                failed.append(branch)
         if not starts:
             continue
         finished = [s for s in spans if s[2]]
         slowest = max(finished, key=lambda s: s[1]) if finished else (None, 0.0, False)
         out.append(Together(
             join=j.id, wall_s=max(ends) - min(starts), sum_s=sum(s[1] for s in spans), branches=len(spans),
-            slowest=slowest[0], slowest_s=slowest[1], queued_s=queued, failed=failed, cancelled=cancelled,
+            slowest=slowest[0], slowest_s=slowest[1], queued_s=queued, failed=failed, cancelled=cancelled, unfinished=unfinished,
         ))  # fmt: skip
     return out
 

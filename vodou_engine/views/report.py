@@ -13,8 +13,8 @@ from typing import Any
 import msgspec
 
 from ..errors import EXIT_DECLINED, EXIT_FAILED, EXIT_OK, EXIT_PARKED
-from ..reports import RunReport, RunSummary, RunView, Together
-from .term import console, out, printable, say
+from ..reports import EffectView, RunReport, RunSummary, RunView, Together
+from .term import cell, console, json_safe, out, printable, say
 
 EXIT_FOR = {
     "succeeded": EXIT_OK,
@@ -36,7 +36,7 @@ def when(ts: float | None) -> str:
 
 
 def _json(doc: Any) -> None:
-    out(msgspec.json.format(msgspec.json.encode(doc, order="deterministic"), indent=2).decode() + "\n")
+    out(json_safe(msgspec.json.format(msgspec.json.encode(doc, order="deterministic"), indent=2).decode()) + "\n")
 
 
 class Progress:
@@ -75,26 +75,53 @@ class Progress:
         for nid in self.order:
             st = self.states.get(nid)
             if st is not None:
-                t.add_row(printable(nid), self.ICONS.get(st, st))
+                t.add_row(cell(nid), self.ICONS.get(st) or cell(st))
         return t
 
 
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms" if seconds < 10 else f"{seconds:.1f} s"
+
+
 def together_lines(stats: list[Together]) -> list[str]:
+    """One line per together: its wall-clock against its branches' own work. Time spent
+    queued for a thread is not work and is shown apart; a failed or cancelled branch is
+    named as such, never as the slowest."""
     lines = []
     for s in stats:
-        line = f"{s.join}: wall {s.wall_s * 1000:.0f} ms · work of {s.branches} branches {s.sum_s * 1000:.0f} ms"
+        line = f"{s.join}: wall {_ms(s.wall_s)} · work of {s.branches} branch{'es' if s.branches != 1 else ''} {_ms(s.sum_s)}"
         if s.sum_s > 0:
             line += f" · wall/work {s.wall_s / s.sum_s:.2f}"
         if s.slowest:
-            line += f" · slowest {s.slowest} {s.slowest_s * 1000:.0f} ms"
+            line += f" · slowest {s.slowest} {_ms(s.slowest_s)}"
         if s.queued_s >= 0.001:
-            line += f" · queued for threads {s.queued_s * 1000:.0f} ms"
+            line += f" · queued {_ms(s.queued_s)} in all (waiting for a thread or a turn: not work)"
         if s.cancelled:
             line += f" · cancelled: {', '.join(s.cancelled)}"
         if s.failed:
             line += f" · failed: {', '.join(s.failed)}"
+        if s.unfinished:
+            line += f" · not finished: {', '.join(s.unfinished)}"
         lines.append(line)
     return lines
+
+
+def _value(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def changed_lines(change: dict) -> list[str]:
+    """What a ``check:`` read says now against what it said when the question was asked:
+    the fields that differ when both are objects, else both values whole."""
+    was, now = change.get("was"), change.get("now")
+    if isinstance(was, dict) and isinstance(now, dict):
+        keys = [k for k in sorted(set(was) | set(now), key=str) if was.get(k, _MISSING) != now.get(k, _MISSING)]
+        if keys:
+            return [f"  {k}: {_value(was[k]) if k in was else '(absent)'} -> {_value(now[k]) if k in now else '(absent)'}" for k in keys]
+    return [f"  was: {_value(was)}", f"  now: {_value(now)}"]
+
+
+_MISSING = object()
 
 
 def report(rep: RunReport, *, json_out: bool = False, store_flag: str = "") -> int:
@@ -104,8 +131,12 @@ def report(rep: RunReport, *, json_out: bool = False, store_flag: str = "") -> i
         return EXIT_FOR.get(rep.state, EXIT_FAILED)
     for line in together_lines(rep.together):
         say(line, style="dim")
-    for step, change in getattr(rep, "asked_again", {}).items():
-        say(f"⚠ the check of `{step}` reads differently now, so it was asked again:\n  was: {json.dumps(change.get('was'), sort_keys=True, default=str)}\n  now: {json.dumps(change.get('now'), sort_keys=True, default=str)}", style="yellow")
+    for step, change in rep.asked_again.items():
+        say(
+            f"⚠ `{step}` did not run: its check reads differently from when the question was asked, so nothing was done and it asks again.\n"
+            + "\n".join(changed_lines(change)),
+            style="yellow",
+        )
     if rep.driven_by:
         say(f"run {rep.run} is being driven by {rep.driven_by}; it picks up this decision when it next stops.", style="yellow")
         return EXIT_OK
@@ -117,8 +148,8 @@ def report(rep: RunReport, *, json_out: bool = False, store_flag: str = "") -> i
             say(f"reject:   recipe reject {rep.run} {a.step}{store_flag}")
         for step, why in rep.unknown.items():
             say(
-                f"⚠ {step}: {why}\n  settle: recipe reconcile {rep.run} {step} --executed   (it happened)\n"
-                f"          recipe reconcile {rep.run} {step} --not-executed   (it did not){store_flag}",
+                f"⚠ {step}: {why}\n  settle: recipe reconcile {rep.run} {step} --executed{store_flag}   (it happened)\n"
+                f"          recipe reconcile {rep.run} {step} --not-executed{store_flag}   (it did not)",
                 style="yellow",
             )
         say(f"run {rep.run} is parked, waiting for a person.", style="yellow")
@@ -131,7 +162,7 @@ def report(rep: RunReport, *, json_out: bool = False, store_flag: str = "") -> i
     elif rep.state == "declined":
         say(f"run {rep.run} was declined; nothing after the refusal ran.", style="yellow")
     elif rep.state == "interrupted":
-        say(f"run {rep.run} was interrupted; nothing is lost. Continue it with: recipe resume {rep.run}{store_flag}", style="yellow")
+        interrupted(rep.run, store_flag)
     else:
         say(f"run {rep.run} {rep.state}.", style="red")
         for step, why in rep.errors.items():
@@ -139,33 +170,57 @@ def report(rep: RunReport, *, json_out: bool = False, store_flag: str = "") -> i
     return EXIT_FOR.get(rep.state, EXIT_FAILED)
 
 
-def runs_table(runs: list[RunSummary], *, json_out: bool = False, store_flag: str = "") -> None:
+def interrupted(run: str, store_flag: str = "", *, err: bool = False) -> None:
+    say(f"run {run} was interrupted; nothing is lost. Continue it with: recipe resume {run}{store_flag}", style="yellow", err=err)
+
+
+def runs_table(runs: list[RunSummary], *, json_out: bool = False, store_flag: str = "", filtered: bool = False) -> None:
     if json_out:
         _json(runs)
         return
-    from rich.table import Table
-
-    t = Table()
-    longest = max((len(r.run) for r in runs), default=3)
-    t.add_column("run", min_width=longest, no_wrap=True)  # a run id is never cut: it is what people copy
-    for name in ("recipe", "state", "started by", "started"):
-        t.add_column(name, overflow="fold")
-    for r in runs:
-        state = r.state + (f" ({r.driven_by})" if r.driven_by else "")
-        t.add_row(r.run, printable(r.recipe), state, printable(r.started_by), when(r.created_at))
+    if not runs:
+        say("no runs match." if filtered else "no runs yet.")
+        return
     con = console()
-    con.print(t, soft_wrap=True)
+    rows = [(r.run, r.state + (f" ({r.driven_by})" if r.driven_by else ""), r.recipe, r.started_by, when(r.created_at)) for r in runs]
+    longest = max(len(r.run) for r in runs)
+    wide = longest + max(len(row[1]) for row in rows) + max(len(row[2]) for row in rows) + max(len(row[3]) for row in rows) + 25 + 16
+    if con.width >= wide:
+        from rich.table import Table
+
+        t = Table()
+        t.add_column("run", min_width=longest, no_wrap=True)  # a run id is never cut: it is what people copy
+        t.add_column("state", no_wrap=True)
+        for name in ("recipe", "started by", "started"):
+            t.add_column(name, overflow="fold")
+        for row in rows:
+            t.add_row(*(cell(v) for v in row))
+        con.print(t, soft_wrap=True)
+    else:
+        # A narrow terminal: one run per two lines, the id whole on the first.
+        for run, state, recipe, by, started in rows:
+            say(f"{run}  {state}")
+            say(f"  {recipe} · started by {by} at {started}", style="dim")
     for r in runs:
         if r.state == "interrupted":
             say(f"{r.run} was interrupted; continue it with: recipe resume {r.run}{store_flag}", style="yellow")
 
 
-def _summary(value: Any, limit: int = 300) -> str:
-    if isinstance(value, str):
-        text = value
+def _result(value: Any, full: bool, limit: int = 300) -> str:
+    """A step's result as text: whole with ``full``, else cut to ``limit`` characters (saying so)."""
+    text = value if isinstance(value, str) else _value(value)
+    if full or len(text) <= limit:
+        return text
+    return text[:limit] + f"… ({len(text)} characters; --full shows all)"
+
+
+def _block(head: str, text: str) -> None:
+    """``head: text`` on one line, or ``head:`` and the text indented under it when it has several."""
+    if "\n" in text:
+        say(f"{head}:")
+        say("\n".join("  " + line for line in text.splitlines()))
     else:
-        text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
-    return text if len(text) <= limit else text[:limit] + f"… ({len(text)} characters; --full shows all)"
+        say(f"{head}: {text}")
 
 
 def show(view: RunView, *, json_out: bool = False, audit: bool = False, full: bool = False, store_flag: str = "") -> None:
@@ -180,9 +235,10 @@ def show(view: RunView, *, json_out: bool = False, audit: bool = False, full: bo
         say(f"  {view.error}", style="red")
     t = Table("node", "kind", "state", "work", "queued", "note")
     for n in view.nodes:
-        dur = f"{(n.ended_at - n.started_at) * 1000:.0f} ms" if n.started_at and n.ended_at else ""
-        queued = f"{(n.started_at - n.ready_at) * 1000:.0f} ms" if n.ready_at and n.started_at and n.started_at - n.ready_at >= 0.001 else ""
-        t.add_row(n.node, n.kind, n.state, dur, queued, printable(n.error or ""))
+        gate = n.kind in ("approval", "question", "join")  # a person's time, or none: not work
+        dur = _ms(n.ended_at - n.started_at) if n.started_at and n.ended_at and not gate else ""
+        queued = _ms(n.started_at - n.ready_at) if n.ready_at and n.started_at and n.started_at - n.ready_at >= 0.001 and not gate else ""
+        t.add_row(cell(n.node), cell(n.kind), cell(n.state), dur, queued, cell(n.error or ""))
     con.print(t, soft_wrap=True)
     for line in together_lines(view.together):
         say(line)
@@ -195,40 +251,59 @@ def show(view: RunView, *, json_out: bool = False, audit: bool = False, full: bo
                 say(f"{n.node} (written):")
                 say("\n".join("  " + line for line in n.output.splitlines()))
             else:
-                say(f"{n.node}: " + (json.dumps(n.output, sort_keys=True, ensure_ascii=False, default=str) if full else _summary(n.output)))
+                _block(n.node, _result(n.output, full))
+    if view.approvals:
+        say("\napprovals:", style="bold")
     for a in view.approvals:
-        line = f"approval {a.step}: {a.state}"
-        if a.decided_by and a.state in ("approved", "rejected"):
-            line += f" by {a.decided_by} at {when(a.decided_at)}"
-        elif a.state in ("expired", "withdrawn", "superseded"):
+        line = f"{a.step}: {a.state}"
+        if a.state in ("approved", "rejected"):
+            line += f" by {a.decided_by or 'someone unrecorded'}"
+        if a.state == "pending":
+            line += f" since {when(a.asked_at)}" + (f", expires {when(a.expires_at)}" if a.expires_at else "")
+        elif a.decided_at is not None:
             line += f" at {when(a.decided_at)}"
         if a.reason:
-            line += f" ({a.reason})"
+            line += f", reason: {a.reason}"
         say(line + f"  {a.fingerprint}")
     for e in view.effects:
         if e.state == "unknown":
             say(
                 f"⚠ effect {e.step} is unknown: {e.error or 'nobody knows if it happened'}\n"
-                f"  recipe reconcile {view.run} {e.step} --executed   (it happened)\n"
-                f"  recipe reconcile {view.run} {e.step} --not-executed   (it did not){store_flag}",
+                f"  recipe reconcile {view.run} {e.step} --executed{store_flag}   (it happened)\n"
+                f"  recipe reconcile {view.run} {e.step} --not-executed{store_flag}   (it did not)",
                 style="yellow",
             )
     if view.state == "interrupted":
-        say(f"run {view.run} was interrupted; continue it with: recipe resume {view.run}{store_flag}", style="yellow")
+        interrupted(view.run, store_flag)
     if audit:
-        for e in view.effects:
-            say(f"\neffect {e.step}: {e.state}", style="bold")
-            if e.approval is None:
-                say("ran without asking: the recipe says `without asking` for this step, and the policy allowed it")
-            else:
-                say(e.card or "")
-                say(f"decided by {e.decided_by or 'nobody'} at {when(e.decided_at)}")
-            say(f"fingerprint: {e.fingerprint}")
-            say(f"idempotency key: {e.idempotency_key}")
-            say(f"started: {when(e.started_at)}  ended: {when(e.ended_at)}")
-            say("payload: " + json.dumps(e.payload, sort_keys=True, ensure_ascii=False))
-            say("result: " + json.dumps(e.result, sort_keys=True, ensure_ascii=False, default=str))
-            if e.error:
-                say(f"error: {e.error}")
-            if e.settled_by:
-                say(f"settled by {e.settled_by}")
+        _audit(view)
+
+
+def _audit(view: RunView) -> None:
+    if not view.effects:
+        say("\nno effect was executed in this run.", style="dim")
+    for e in view.effects:
+        say(f"\neffect {e.step}: {e.state}", style="bold")
+        say(decision_line(e))
+        if e.card:
+            say("card shown:")
+            say("\n".join("  " + line for line in e.card.splitlines()))
+        say(f"fingerprint: {e.fingerprint}")
+        say(f"idempotency key: {e.idempotency_key}")
+        say(f"started: {when(e.started_at)}  ended: {when(e.ended_at)}")
+        say("payload: " + _value(e.payload))
+        say("result: " + _value(e.result))
+        if e.error:
+            say(f"error: {e.error}")
+        if e.settled_by:
+            happened = "it happened" if e.state == "executed" else "it did not happen"
+            say(f"settled by {e.settled_by}: {happened}")
+
+
+def decision_line(e: EffectView) -> str:
+    """Who let this effect run: a person (who, when), or the recipe's `without asking`."""
+    if e.approval is None:
+        return "ran without asking: the recipe says `without asking` for this step, and the policy allowed it"
+    if e.decided_by is None:
+        return f"approval {e.approval}: no decision on record"
+    return f"decided by {e.decided_by} at {when(e.decided_at)}: approved"

@@ -29,6 +29,17 @@ def _escape(m: re.Match[str]) -> str:
     return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
 
 
+# What JSON leaves as it is but a terminal may obey: DEL, C1 controls, bidirectional overrides.
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def json_safe(text: str) -> str:
+    """JSON text with every character a terminal could obey written as a ``\\uXXXX`` escape
+    (C0 controls are escaped by JSON itself). Such characters only occur inside strings, so
+    the document decodes to the same value."""
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m[0]):04x}", text)
+
+
 def printable(text: Any) -> str:
     """``text`` with every control character shown as an escape, not obeyed."""
     s = text if isinstance(text, str) else str(text)
@@ -102,7 +113,7 @@ def console(stderr: bool = False) -> Any:
     stream = sys.stderr if stderr else sys.stdout
     key = (stderr, id(stream))
     con = _consoles.get(key)
-    if con is None:
+    if con is None or con.file is not stream:  # an id can be reused once its stream is gone
         from rich.console import Console
 
         tty = stream.isatty()
@@ -113,3 +124,18 @@ def console(stderr: bool = False) -> Any:
 def say(text: Any, *, style: str | None = None, err: bool = False) -> None:
     """One line (or block) of text that may hold server-supplied words."""
     console(err).print(printable(text), style=style, markup=False, highlight=False, soft_wrap=True)
+
+
+def cell(text: Any) -> Any:
+    """A table cell that may hold server-supplied words: control characters escaped, and
+    taken as text, never as rich markup (a ``[/x]`` in a tool's error is shown, not obeyed)."""
+    from rich.text import Text
+
+    return Text(printable(text))
+
+
+def ask(question: str) -> str:
+    """Read one answer at a prompt; the question is text, not markup (``[y]es`` stays as it is)."""
+    from rich.text import Text
+
+    return console().input(Text(printable(question)))
