@@ -30,6 +30,7 @@ CASES = {
     "g": "park, approve, resume",
     "h": "compile speed: 100 / 1,000 / 10,000 steps",
     "i": "CLI cold start",
+    "j": "a quorum's slow branch never holds the process (exit after the K-th success)",
     "p": "an alternative not taken (benchmarks/proposed) vs shipped, same run; only with --only p",
 }
 

@@ -3,9 +3,10 @@
 The demo lab servers ``board``, ``recall`` and ``proc`` each answer
 ``query {"ms": N}`` by blocking a server-side worker for N ms. The hub is
 opened here (so server start-up is reported on its own, from the hub's
-``started_in``) and passed to ``start_run``; every run after one warm-up call
-per server is measured. The slowest branch's own work is the time the
-server says its ``time.sleep`` took.
+``started_in``) and handed to the run API as a prepared plan
+(``Runs.start(Prepared(..., hub=hub))``); every run after one warm-up run is
+measured. The slowest branch's own work is the time the server says its
+``time.sleep`` took; node times and outputs are read back with ``Runs.show``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import time
 
 import trio
 
-from .common import Case, Config, TempDir, engine_times, open_bench_store, timed_start, together_wall
+from .common import Case, Config, Seen, TempDir, bench_runs, open_bench_store, prepared, timed_start, together_wall
 
 SERVERS = ("board", "recall", "proc")
 RECIPE = """recipe "post fan-out on MCP"
@@ -55,6 +56,7 @@ def run(cfg: Config) -> Case:
     with TempDir("b") as tmp:
         servers = demo_servers(tmp / "demo.db")
         store = open_bench_store(tmp / "runs.db")
+        runs = bench_runs(store, servers)
         base = compile_recipe(RECIPE)
 
         async def main() -> dict:
@@ -65,22 +67,25 @@ def run(cfg: Config) -> Case:
                 status, hints = resolve(base, servers, {n: hub.tools(n) for n in SERVERS})
                 assert not missing(status), status
                 plan = compile_recipe(RECIPE, hints=hints)
-                warm, out = await timed_start(plan, store, servers=servers, hub=hub)
+                ready = prepared(plan, servers, hub)
+                warm, out = await timed_start(runs, ready)
                 assert out.state == "succeeded", out.state
                 await _raw_fanout(hub)
                 for _ in range(cfg.runs):
                     raw.append(await _raw_fanout(hub))
-                    wall, out = await timed_start(plan, store, servers=servers, hub=hub)
+                    wall, out = await timed_start(runs, ready)
                     assert out.state == "succeeded", out.state
-                    times = engine_times(out)
-                    tw = together_wall(plan, times, "join:fanout")
-                    outs = out.engine.outputs
+                    seen = Seen(runs, out.run)  # after the timing: a store read
+                    tw = together_wall(plan, seen, "join:fanout")
+                    outs = seen.outputs
                     work = {k: outs[k]["ended"] - outs[k]["started"] for k in SERVERS}
-                    spans = {k: times[k][1] - times[k][0] for k in SERVERS}
+                    # what the engine saw of each call: the task began it → its end recorded
+                    spans = {k: seen.times[k][2] - seen.times[k][1] for k in SERVERS}
                     rows.append({
                         "run_wall": wall,
                         "together_wall": tw["wall_s"],
                         "sum": tw["sum_s"],
+                        "work_sum": tw["work_sum_s"],
                         "slowest_work": max(work.values()),
                         "slowest_span": tw["slowest_s"],
                         "call_overhead": [spans[k] - work[k] for k in SERVERS],
@@ -99,12 +104,13 @@ def run(cfg: Config) -> Case:
     case.figure("hub_open_s", hubinfo["open"], "s", "open_hub for all three (in parallel)")
     case.figure("hub_close_s", hubinfo["close"], "s", "closing the hub (servers exit)")
     case.figure("first_run_wall_s", hubinfo["warm"], "s", "first run after start (not in the medians)")
-    wall = case.figure("together_wall_s", col("together_wall"), "s", "together wall (first branch start → join decided)")
-    case.figure("run_wall_s", col("run_wall"), "s", "whole start_run with the hub up")
-    total = case.figure("sum_s", col("sum"), "s", "summed branch time (engine spans)")
+    wall = case.figure("together_wall_s", col("together_wall"), "s", "together wall (first branch ready → join decided)")
+    case.figure("run_wall_s", col("run_wall"), "s", "whole Runs.start with the hub up")
+    case.figure("sum_s", col("sum"), "s", "summed branch time (engine spans: ready → ended)")
+    total = case.figure("work_sum_s", col("work_sum"), "s", "summed branch work (started → ended, as the run report gives it)")
     slow = case.figure("slowest_work_s", col("slowest_work"), "s", "slowest branch's work, server side")
-    case.figure("slowest_span_s", col("slowest_span"), "s", "slowest branch as the engine saw it (MCP round trip included)")
-    case.figure("mcp_call_overhead_s", [x for r in rows for x in r["call_overhead"]], "s", "per call: engine span − server-side work")
+    case.figure("slowest_span_s", col("slowest_span"), "s", "slowest branch as the engine saw it (ready → ended, MCP round trip included)")
+    case.figure("mcp_call_overhead_s", [x for r in rows for x in r["call_overhead"]], "s", "per call: engine span (started → ended) − server-side work")
     case.figure("runs_overlapping_on_servers", sum(1 for r in rows if r["server_overlap"]), "count", "runs whose three server-side sleeps all overlapped")
     ratio = case.figure("wall_over_slowest", [r["together_wall"] / r["slowest_work"] for r in rows], "x", "together wall / slowest work")
     case.figure("run_wall_over_slowest", [r["run_wall"] / r["slowest_work"] for r in rows], "x", "whole run / slowest work (info)")

@@ -8,8 +8,11 @@ and once with a fresh pool (cold, thread creation included). Two rows without
 the engine give context: N × ``trio.to_thread.run_sync`` in a nursery (trio's
 own per-call hand-off), and N calls through the engine's batched hand-off
 (``runtime.threads.Blocking``) alone, both with the engine's thread limit. A
-branch's engine span includes waiting for one of those thread slots, so the
-summed branch time grows with N.
+branch's engine span (ready → ended) includes waiting for one of those thread
+slots, so the summed branch time grows with N; the run report's own figure
+(``Together.sum_s``, each branch's started → ended) leaves the queueing out
+and reports it apart (``queued_s``), and both are given. Runs go through
+``Runs.start`` of a prepared plan; node times come back through ``Runs.show``.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 
 import trio
 
-from .common import Case, Config, TempDir, engine_times, open_bench_store, profile_text, timed_start, together_wall
+from .common import Case, Config, Seen, TempDir, bench_runs, open_bench_store, prepared, profile_text, timed_start, together_wall
 
 SLEEP_MS = 10
 
@@ -65,15 +68,9 @@ async def _bare_blocking(n: int, limit: int) -> float:
 
 
 def _thread_limit() -> int:
-    from vodou_engine.runtime import api
+    from vodou_engine.runs import thread_limit
 
-    if hasattr(api, "thread_limit"):
-        return api.thread_limit()
-    import inspect
-
-    from vodou_engine.runtime.engine import Engine
-
-    return inspect.signature(Engine).parameters["thread_limit"].default
+    return thread_limit()
 
 
 def sizes(cfg: Config) -> tuple[int, ...]:
@@ -88,36 +85,39 @@ def run(cfg: Config) -> Case:
     limit = _thread_limit()
     with TempDir("d") as tmp:
         store = open_bench_store(tmp / "runs.db")
+        runs = bench_runs(store)
         for n in sizes(cfg):
             sleep_plan = compile_recipe(recipe(n, f'vodou.sleep {{"ms": {SLEEP_MS}}}'))
             noop_plan = compile_recipe(recipe(n, "vodou.noop {}"))
+            sleep_ready, noop_ready = prepared(sleep_plan), prepared(noop_plan)
             pool = ThreadPoolExecutor(max_workers=n)
             rows: list[dict] = []
             try:
                 _pool_once(pool, n)  # create the pool's threads
-                trio.run(timed_start, sleep_plan, store)  # warm trio's thread cache
-                trio.run(timed_start, noop_plan, store)
+                trio.run(timed_start, runs, sleep_ready)  # warm trio's thread cache
+                trio.run(timed_start, runs, noop_ready)
                 for _ in range(cfg.runs):
                     warm = _pool_once(pool, n)
                     cold = _cold_pool(n)
                     barel = trio.run(_bare_trio, n, limit)
                     baren = trio.run(_bare_trio, n, n) if limit != n else barel
                     blocking = trio.run(_bare_blocking, n, limit)
-                    wall, out = trio.run(timed_start, sleep_plan, store)
+                    wall, out = trio.run(timed_start, runs, sleep_ready)
                     assert out.state == "succeeded", out.state
-                    times = engine_times(out)
-                    tw = together_wall(sleep_plan, times, "join:wide")
-                    nwall, nout = trio.run(timed_start, noop_plan, store)
+                    tw = together_wall(sleep_plan, Seen(runs, out.run), "join:wide")
+                    nwall, nout = trio.run(timed_start, runs, noop_ready)
                     assert nout.state == "succeeded", nout.state
-                    ntw = together_wall(noop_plan, engine_times(nout), "join:wide")
-                    rows.append({"barel": barel, "baren": baren, "blocking": blocking, "warm": warm, "cold": cold, "wall": wall, "tw": tw["wall_s"], "sum": tw["sum_s"], "slowest": tw["slowest_s"], "nwall": nwall, "ntw": ntw["wall_s"]})
+                    ntw = together_wall(noop_plan, Seen(runs, nout.run), "join:wide")
+                    rows.append({"barel": barel, "baren": baren, "blocking": blocking, "warm": warm, "cold": cold, "wall": wall, "tw": tw["wall_s"], "sum": tw["sum_s"], "work_sum": tw["work_sum_s"], "queued": tw["queued_s"], "slowest": tw["slowest_s"], "nwall": nwall, "ntw": ntw["wall_s"]})
                     cfg.log(f"d: N={n} sleep {wall * 1e3:.0f} ms (pool {warm * 1e3:.0f}/{cold * 1e3:.0f} ms), noop {nwall * 1e3:.1f} ms")
             finally:
                 pool.shutdown()
             col = lambda k: [r[k] for r in rows]  # noqa: E731
-            w = case.figure(f"sleep_{n}_run_wall_s", col("wall"), "s", f"N={n} × 10 ms: whole start_run")
+            w = case.figure(f"sleep_{n}_run_wall_s", col("wall"), "s", f"N={n} × 10 ms: whole Runs.start")
             case.figure(f"sleep_{n}_together_wall_s", col("tw"), "s", f"N={n} × 10 ms: together wall")
-            s = case.figure(f"sleep_{n}_sum_s", col("sum"), "s", f"N={n} × 10 ms: summed branch time")
+            case.figure(f"sleep_{n}_sum_s", col("sum"), "s", f"N={n} × 10 ms: summed branch time (engine spans, queueing included)")
+            s = case.figure(f"sleep_{n}_work_sum_s", col("work_sum"), "s", f"N={n} × 10 ms: summed branch work (as the run report gives it)")
+            case.figure(f"sleep_{n}_queued_s", col("queued"), "s", f"N={n} × 10 ms: summed wait for a thread (ready → started)")
             sl = case.figure(f"sleep_{n}_slowest_s", col("slowest"), "s", f"N={n} × 10 ms: slowest branch (engine span)")
             pw = case.figure(f"pool_{n}_warm_wall_s", col("warm"), "s", f"ThreadPoolExecutor({n}), threads exist: wall")
             case.figure(f"pool_{n}_cold_wall_s", col("cold"), "s", f"ThreadPoolExecutor({n}), fresh: wall")
@@ -133,7 +133,7 @@ def run(cfg: Config) -> Case:
             case.figure(f"sleep_{n}_over_bare_blocking", [r["wall"] / r["blocking"] for r in rows], "x", f"N={n}: engine wall / its own hand-off alone ({limit})")
             ratio = case.figure(f"sleep_{n}_over_pool_warm", [r["wall"] / r["warm"] for r in rows], "x", f"N={n}: engine wall / warm pool (thread limit {limit})")
             case.figure(f"sleep_{n}_over_pool_cold", [r["wall"] / r["cold"] for r in rows], "x", f"N={n}: engine wall / fresh pool")
-            nw = case.figure(f"noop_{n}_run_wall_s", col("nwall"), "s", f"N={n} no-work: whole start_run")
+            nw = case.figure(f"noop_{n}_run_wall_s", col("nwall"), "s", f"N={n} no-work: whole Runs.start")
             case.figure(f"noop_{n}_together_wall_s", col("ntw"), "s", f"N={n} no-work: together wall")
             per = case.figure(f"noop_{n}_per_branch_s", [r["nwall"] / n for r in rows], "s", f"N={n} no-work: engine wall / N")
             case.bar(f"{n}×10 ms", wall_s=w, sum_s=s, slowest_s=sl)
@@ -142,10 +142,10 @@ def run(cfg: Config) -> Case:
             case.bar(f"pool({n})", wall_s=pw, sum_s=None, slowest_s=None)
             if n == big:
                 if not case.check(f"d: {n}×10 ms / pool floor", ratio, 2.0, unit="x", what=f"engine wall over a warm ThreadPoolExecutor({n}), same run", ratio=True):
-                    case.profiles[f"one run of {n} × 10 ms (cProfile of the trio thread, by own time)"] = profile_text(lambda: trio.run(timed_start, sleep_plan, store))
+                    case.profiles[f"one run of {n} × 10 ms (cProfile of the trio thread, by own time)"] = profile_text(lambda: trio.run(timed_start, runs, sleep_ready))
                 if not case.check(f"d: no-work branch (N={n})", per, 50e-6, unit="s", what="engine wall / N"):
-                    case.profiles[f"one run of {n} no-work branches (cProfile of the trio thread, by own time)"] = profile_text(lambda: trio.run(timed_start, noop_plan, store))
-                case.figure("thread_limit", limit, "count", "engine thread limit in effect for start_run")
+                    case.profiles[f"one run of {n} no-work branches (cProfile of the trio thread, by own time)"] = profile_text(lambda: trio.run(timed_start, runs, noop_ready))
+                case.figure("thread_limit", limit, "count", "engine thread limit in effect for Runs.start")
                 case.bar(f"{n} no-work", wall_s=nw, sum_s=None, slowest_s=None)
         store.close()
     return case.done()

@@ -111,40 +111,94 @@ def open_bench_store(path: Path):
     return open_store(path)
 
 
-def engine_times(outcome) -> dict[str, tuple[float | None, float | None]]:
-    return {k: (v[0], v[1]) for k, v in outcome.engine.times.items()}
+def bench_runs(store, servers: dict | None = None):
+    """The run API (``vodou_engine.runs.Runs``) over a benchmark's store.
+
+    The policy is the default one (no file is looked for), so what a benchmark
+    measures never depends on a policy file lying around; the servers are the
+    benchmark's own (none for built-ins only).
+    """
+    from vodou_engine.policy import Policy
+    from vodou_engine.runs import Runs
+    from vodou_engine.servers import ServerSet
+
+    return Runs(store=store, servers=ServerSet(dict(servers or {}), "bench"), policy=Policy())
 
 
-async def timed_start(plan, store, **kwargs) -> tuple[float, Any]:
-    """start_run, timed from the call to its return (perf_counter seconds)."""
-    from vodou_engine.runtime.api import start_run
+def prepared(plan, servers: dict | None = None, hub=None):
+    """A plan ready to start on servers that are already up (``hub``), as ``Runs.prepare``
+    would hand it over: no compile and no server start inside what is timed."""
+    from vodou_engine.runs import Prepared
+    from vodou_engine.servers import ServerSet
 
-    kwargs.setdefault("servers", None)
+    return Prepared(plan=plan, text=None, path=None, servers=ServerSet(dict(servers or {}), "bench"), hub=hub)
+
+
+async def timed_start(runs, ready, **kwargs) -> tuple[float, Any]:
+    """``Runs.start`` of a Prepared plan, timed from the call to its return (perf_counter seconds).
+
+    What is inside: the inputs and thread limit checked, the servers bound to the
+    run, the run stored, and the whole drive until the run ends or parks (its
+    last node states and end committed)."""
     kwargs.setdefault("actor", "bench")
     t0 = time.perf_counter()
-    outcome = await start_run(plan, store=store, **kwargs)
-    return time.perf_counter() - t0, outcome
+    report = await runs.start(ready, **kwargs)
+    return time.perf_counter() - t0, report
 
 
-def together_wall(plan, times, join_id: str) -> dict[str, float]:
-    """One together's figures from engine node times.
+class Seen:
+    """One run as the run API shows it afterwards (``Runs.show``): node times, states, outputs.
 
-    ``wall_s`` runs from the first branch's start to the moment the join was
-    decided (so it includes dispatch and the join itself); ``span_s`` is
-    together_stats' wall (first start to last branch end).
+    ``times[node]`` is (ready, started, ended), as the journal records them:
+    ready is when the node could start (a blocking built-in is handed to the
+    thread queue then, a task is spawned then), started when its work began
+    (a worker took the call, or the task began it), ended when the engine
+    recorded its end. Queueing for a thread is ready → started.
     """
-    from vodou_engine.runtime.commands import together_stats
 
-    stats = {s["join"]: s for s in together_stats(plan, times)}[join_id]
+    def __init__(self, runs, run_id: str):
+        view = runs.show(run_id)
+        self.view = view
+        self.times = {n.node: (n.ready_at, n.started_at, n.ended_at) for n in view.nodes}
+        self.states = {n.node: str(n.state) for n in view.nodes}
+        self.outputs = {n.node: n.output for n in view.nodes}
+        self.together = {t.join: t for t in view.together}
+
+    def began(self, node: str) -> float | None:
+        """When the engine began a node: its ready time (its start time if it has none)."""
+        ready, started, _ = self.times.get(node, (None, None, None))
+        return ready if ready is not None else started
+
+
+def together_wall(plan, seen: Seen, join_id: str) -> dict[str, float]:
+    """One together's figures from the node times the run API shows.
+
+    ``wall_s`` runs from the first branch becoming ready to the moment the join
+    was decided (so it includes dispatch, thread hand-off and the join itself).
+    Engine spans are per branch ready → ended (what the engine saw, thread hop
+    and queueing included: the meaning these figures had before node times
+    had a separate ready time). Work figures are the run report's own
+    (``Together``: each branch's started → ended, queueing apart).
+    """
     join = next(n for n in plan.nodes if n.id == join_id)
-    starts = [times[m][0] for item in join.members for m in item if times.get(m, (None,))[0] is not None]
-    decided = times[join_id][1]
+    spans = []
+    for i, item in enumerate(join.members):
+        starts = [seen.began(m) for m in item if seen.began(m) is not None]
+        ends = [seen.times[m][2] for m in item if m in seen.times and seen.times[m][2] is not None]
+        if starts and ends:
+            spans.append((join.needs[i], max(ends) - min(starts), min(starts), max(ends)))
+    decided = seen.times[join_id][2]
+    slowest = max(spans, key=lambda s: s[1])
+    stats = seen.together[join_id]
     return {
-        "wall_s": decided - min(starts),
-        "span_s": stats["wall_s"],
-        "sum_s": stats["sum_s"],
-        "slowest_s": stats["slowest_s"],
-        "slowest": stats["slowest"],
+        "wall_s": decided - min(s[2] for s in spans),
+        "sum_s": sum(s[1] for s in spans),
+        "slowest_s": slowest[1],
+        "slowest": slowest[0],
+        "work_sum_s": stats.sum_s,
+        "work_slowest_s": stats.slowest_s,
+        "work_wall_s": stats.wall_s,
+        "queued_s": stats.queued_s,
     }
 
 

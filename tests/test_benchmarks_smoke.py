@@ -1,10 +1,13 @@
-"""The benchmark runs end to end (quick, cases a and e) and writes its outputs.
+"""The benchmark runs end to end (quick, cases a and e) and writes its outputs, and every
+case still names only engine modules and functions that exist.
 
 No timing assertions: the figures depend on the machine and its load.
 """
 
 from __future__ import annotations
 
+import ast
+import importlib
 import json
 import math
 import subprocess
@@ -17,6 +20,48 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _numeric(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def test_every_benchmark_names_engine_code_that_exists():
+    """The cases import the engine inside ``run()``: a renamed or removed module or function
+    would only show when the case runs. Check every ``from vodou_engine... import ...`` here."""
+    missing = []
+    for path in sorted((ROOT / "benchmarks").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.split(".")[0] == "vodou_engine":
+                try:
+                    module = importlib.import_module(node.module)
+                except ImportError as exc:
+                    missing.append(f"{path.name}:{node.lineno}: {node.module} ({exc})")
+                    continue
+                for alias in node.names:
+                    if not hasattr(module, alias.name):
+                        try:
+                            importlib.import_module(f"{node.module}.{alias.name}")
+                        except ImportError:
+                            missing.append(f"{path.name}:{node.lineno}: {node.module}.{alias.name}")
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.split(".")[0] == "vodou_engine":
+                        try:
+                            importlib.import_module(alias.name)
+                        except ImportError as exc:
+                            missing.append(f"{path.name}:{node.lineno}: {alias.name} ({exc})")
+    assert not missing, "benchmarks name engine code that no longer exists:\n" + "\n".join(missing)
+
+
+def test_every_case_is_listed_and_has_a_run_function():
+    sys.path.insert(0, str(ROOT))
+    try:
+        from benchmarks.__main__ import CASES
+
+        for path in sorted((ROOT / "benchmarks").glob("case_*.py")):
+            letter = path.stem.removeprefix("case_")
+            assert letter in CASES, f"{path.name} is not listed in benchmarks/__main__.py CASES"
+            module = importlib.import_module(f"benchmarks.case_{letter}")
+            assert callable(getattr(module, "run", None)), path.name
+    finally:
+        sys.path.remove(str(ROOT))
 
 
 def test_quick_benchmark_writes_json_svg_and_report(tmp_path):
