@@ -241,11 +241,6 @@ def test_time_queued_for_a_thread_is_reported_apart_from_work(tmp_path, capsys):
     assert "work of 30 branches" in line and "queued" in line and "not work" in line
 
 
-@pytest.mark.xfail(
-    strict=False,  # on a loaded machine a descheduled worker can hide the overlap, so it may pass today
-    reason="needs the runtime to record a thread call's end on its worker (threads.py/scheduler.py/journal.py): "
-    "today a branch's end is stamped when the trio thread collects it, after the worker has started the next call",
-)
 def test_summed_work_never_exceeds_the_wall_clock_on_one_thread(tmp_path):
     runs = local_runs(tmp_path, threads=1)
     rep = trio.run(lambda: runs.start("naps.recipe", text=naps(60, 1)))
@@ -558,11 +553,6 @@ def test_reconcile_does_what_its_help_says(recipe_cmd, tmp_path):
     assert demo_calls(tmp_path / "demo.db", tool="slack_post_message") == []  # a person's word, never a retry
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runtime: Journal.restore takes a settled effect's state into memory without marking its node unsaved, "
-    "so the node's record stays `running` in a run that then ends",
-)
 def test_a_settled_step_shows_as_settled_in_its_finished_run(tmp_path):
     runs, (not_done, done) = crash_mid_effect(tmp_path, 2)
     runs.reconcile(not_done, "post", executed=False, actor="ana")

@@ -65,8 +65,9 @@ class Journal:
         self._limiter = trio.CapacityLimiter(1)
 
     # --- changing states -------------------------------------------------------------
-    def set(self, nid: str, state: str, *, output: Any = None, error: str | None = None, started: float | None = None) -> None:
-        """Record a node's new state (journaled); ``started`` overrides when its work began."""
+    def set(self, nid: str, state: str, *, output: Any = None, error: str | None = None, started: float | None = None, ended: float | None = None) -> None:
+        """Record a node's new state (journaled); ``started`` and ``ended`` override when its
+        work began and ended (a thread call is timed on its worker, not when trio collects it)."""
         states = self.states
         prev = states[nid]
         states[nid] = state
@@ -83,7 +84,7 @@ class Journal:
                 t[1] = started
             elif t[1] is None and state not in _NEVER_BEGAN:
                 t[1] = now
-            t[2] = now
+            t[2] = now if ended is None else ended
         if state == _SUCCEEDED:
             self.outputs[nid] = output
         if error is not None:
@@ -178,3 +179,6 @@ class Journal:
             elif eff.state in (EffectState.UNKNOWN, EffectState.EXECUTING):
                 states[step] = NodeState.UNKNOWN
                 self.errors[step] = eff.error or "the effect may or may not have happened (its process ended mid-call)"
+            stored = nodes.get(step)
+            if stored is None or stored.state != states[step]:
+                self._dirty[step] = None  # the effect's record (a person may have settled it) is newer: write it

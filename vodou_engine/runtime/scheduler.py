@@ -202,14 +202,14 @@ class Scheduler:
             self._finish_read(nid, lambda: builtin.TOOLS[node.tool][0](self.render(node.args)))
         self._after(nid)
 
-    def _finish_read(self, nid: str, result: Callable[[], Any], started: float | None = None) -> None:
+    def _finish_read(self, nid: str, result: Callable[[], Any], started: float | None = None, ended: float | None = None) -> None:
         """Record a read step's result, or the error ``result()`` raises for it."""
         try:
             out = result()
             crashpoint("reads")
-            self.journal.set(nid, SUCCEEDED, output=out, started=started)
+            self.journal.set(nid, SUCCEEDED, output=out, started=started, ended=ended)
         except STEP_ERRORS as exc:
-            self.journal.set(nid, FAILED, error=str(exc), started=started)
+            self.journal.set(nid, FAILED, error=str(exc), started=started, ended=ended)
 
     def _submit(self, node: ToolNode) -> None:
         """A blocking built-in read goes to a worker thread with no task of its own:
@@ -234,7 +234,7 @@ class Scheduler:
                     nid = job.tag
                     if self.jobs.pop(nid, None) is None:
                         continue  # dropped by a quorum decided earlier in this batch
-                    self._finish_read(nid, job.result.unwrap, started=job.started)
+                    self._finish_read(nid, job.result.unwrap, started=job.started, ended=job.ended)
                     self._after(nid)
         except BaseException:
             # The run is going down (cancelled, or a step raised): nothing waits for
@@ -289,7 +289,7 @@ class Scheduler:
                     job = self.jobs.pop(m, None)
                     if job is not None:
                         self.threads.abandon(job)
-                        journal.set(m, CANCELLED, error=why)
+                        journal.set(m, CANCELLED, error=why, started=job.started)  # its work counts until the drop
                         dropped.append(m)
                         continue
                     scope = self.scopes.get(m)

@@ -134,7 +134,9 @@ class Blocking:
                     self.workers -= 1
                     return
             job.started = time.time()
-            job.deliver(outcome.capture(job.context.run, job.fn, *job.args))
+            result = outcome.capture(job.context.run, job.fn, *job.args)
+            job.ended = time.time()  # now, not when trio collects it: the wait for trio is not work
+            job.deliver(result)
 
     def _drain(self) -> None:
         # Cleared before reading, so a worker that saw it set has already
@@ -158,7 +160,7 @@ def _ignore(_: Any) -> None:
 
 
 class _Job:
-    __slots__ = ("args", "context", "fn", "owner", "result", "started", "tag", "task")
+    __slots__ = ("args", "context", "ended", "fn", "owner", "result", "started", "tag", "task")
 
     def __init__(self, owner: Blocking, fn: Callable[..., Any], args: tuple, task: Any, tag: Any):
         self.owner = owner
@@ -170,6 +172,8 @@ class _Job:
         self.result = None
         self.started: float | None = None
         """When a worker took it (epoch seconds): the time before that was spent queueing, not working."""
+        self.ended: float | None = None
+        """When the call returned on its worker (the hand-back to trio comes after)."""
 
     def abort(self, _: Any) -> Abort:
         # Under the workers' lock: a call no worker has taken yet never runs;
