@@ -180,6 +180,14 @@ def main() -> int:
         mark(f"probe not installed: {type(exc).__name__}: {exc}")
     from vodou_engine import cli
 
+    real_exit = os._exit
+
+    def probe_exit(code: int) -> None:  # the CLI ends a whole process with os._exit: no atexit then
+        mark("main returned")
+        _dump()
+        real_exit(code)
+
+    os._exit = probe_exit
     sys.argv = ["recipe", *sys.argv[1:]]
     code = cli.main()
     mark("main returned")

@@ -331,6 +331,15 @@ def _import_sdk() -> None:
         import mcp.shared.message  # noqa: F401
         import mcp_types  # noqa: F401
 
+        # The SDK imports jsonschema the first time it checks a result against a tool's
+        # output schema, on the trio thread, while replies wait unread in the pipe
+        # (~30 ms, measured in benchmarks/case_j.py). Here it overlaps the servers' start.
+        try:
+            import jsonschema.validators  # noqa: F401
+            import referencing.exceptions  # noqa: F401
+        except ImportError:  # pragma: no cover - an SDK that no longer uses them
+            pass
+
 
 async def load_sdk() -> None:
     """Import the MCP SDK off the trio thread (it takes about a second), once per process."""
