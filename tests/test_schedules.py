@@ -6,6 +6,7 @@ Two ``Runs`` on one store file stand for two serving processes.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
@@ -130,3 +131,21 @@ def test_an_agents_schedule_starts_paused_and_its_recipe_cannot_opt_out(runs):
     assert resumed.state == "active" and resumed.next_due is not None
     with pytest.raises(RecipeError, match="may not opt out"):
         runs.save("x.recipe", text='post: slack.slack_post_message {"channel": "#x", "text": "y"}\n  without asking\n', by="agent:claude", origin="agent")
+
+
+def test_save_and_schedule_on_the_command_line(cli, tmp_path):
+    recipe = tmp_path / "hello.recipe"
+    recipe.write_text(RECIPE)
+    assert "version 1" in cli("save", recipe, expect=0).out
+    assert "version 2" in cli("save", recipe, expect=0).out
+    added = cli("schedule", "add", "hello", "--cron", "0 8 * * 1-5", "--tz", "Europe/Lisbon", "--set", "who=team", expect=0)
+    assert "next due" in added.out
+    assert cli("schedule", "add", "hello", "--cron", "0 8 * *").code == 2  # four fields
+    assert cli("schedule", "add", "nope", "--cron", "0 8 * * *").code == 5  # no such saved recipe
+    (listed,) = cli("schedule", "list", "--json", expect=0).json()
+    assert listed["state"] == "active" and listed["tz"] == "Europe/Lisbon" and json.loads(listed["inputs_json"]) == {"who": "team"}
+    cli("schedule", "pause", "hello", expect=0)
+    assert cli("schedule", "pause", "hello").code == 5  # already paused: says so
+    cli("schedule", "resume", "hello", expect=0)
+    cli("schedule", "remove", "hello", expect=0)
+    assert cli("schedule", "list", "--json", expect=0).json() == []

@@ -193,6 +193,43 @@ def _parser() -> argparse.ArgumentParser:
     policy(pc)
     servers(pc)
     pc.set_defaults(func=cmd_policy_check)
+
+    sv = sub.add_parser("save", help="save a recipe in the store, as a new version (older versions are kept)")
+    sv.add_argument("file", help="a .recipe file")
+    sv.add_argument("--name", metavar="NAME", help="the name to save it under (default: the recipe's title, else its file name)")
+    policy(sv)
+    store(sv)
+    sv.set_defaults(func=cmd_save)
+
+    sc = sub.add_parser("schedule", help="run saved recipes on cron schedules (`recipe serve` fires them)")
+    scsub = sc.add_subparsers(dest="schedule_command", metavar="ACTION")
+    scsub.required = True
+    sa = scsub.add_parser("add", help="run the saved recipe NAME on a cron schedule")
+    sa.add_argument("name", help="the saved recipe's name; also the schedule's, unless --as-name")
+    sa.add_argument("--cron", required=True, metavar="EXPR", help='five-field cron expression, e.g. "0 8 * * 1-5" for 8:00 on weekdays')
+    sa.add_argument("--tz", default="UTC", metavar="ZONE", help="IANA time zone the expression is read in (default UTC), e.g. Europe/Lisbon")
+    sa.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="an input value for every run (JSON, or plain text)")
+    sa.add_argument("--catch-up", metavar="DURATION", help="a due time missed by less than this still runs (once) when serving resumes (default 1h; 0 never)")
+    sa.add_argument("--as-name", dest="schedule_name", metavar="SCHEDULE", help="the schedule's own name (default: the recipe's)")
+    store(sa)
+    sa.set_defaults(func=cmd_schedule)
+    for action, helptext in (("list", "list schedules, when each is next due, and what its last due times did"), ("pause", "pause a schedule"), ("resume", "resume a paused schedule (counted from now: what was missed while paused is not run)"), ("remove", "remove a schedule (its record of past due times is kept)")):
+        sp = scsub.add_parser(action, help=helptext)
+        if action != "list":
+            sp.add_argument("name", help="the schedule's name")
+        else:
+            as_json(sp)
+        store(sp)
+        sp.set_defaults(func=cmd_schedule)
+
+    from .agents import author, mcp_server
+
+    mc = sub.add_parser("mcp", help="serve the engine to an AI agent over MCP (stdio): it may propose and start recipes, never decide")
+    mcp_server.add_arguments(mc)
+    mc.set_defaults(func=mcp_server.run)
+    au = sub.add_parser("author", help="draft a recipe from one sentence with a language model (nothing runs or is saved unless asked)")
+    author.add_arguments(au)
+    au.set_defaults(func=author.run)
     return p
 
 
@@ -715,6 +752,69 @@ def cmd_approver(args: Any) -> int:
     else:
         for name in runs.approvers():
             out(name + "\n")
+    return 0
+
+
+def cmd_save(args: Any) -> int:
+    from .runs import os_user
+    from .views.term import say
+
+    saved = _runs(args).save(args.file, name=args.name, by=os_user())
+    say(f"saved {saved.name} version {saved.version} ({saved.plan_fingerprint}).")
+    return 0
+
+
+def _seconds(text: str | None) -> float | None:
+    import re
+
+    from .errors import UsageError
+
+    if text is None:
+        return None
+    m = re.fullmatch(r"(\d+)\s*([smhd]?)", text.strip())
+    if not m:
+        raise UsageError(f"{text!r} is not a duration", hint="e.g. 0, 90s, 30m, 1h or 2d")
+    return int(m[1]) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m[2]]
+
+
+def cmd_schedule(args: Any) -> int:
+    from .runs import os_user
+    from .views.report import when
+    from .views.term import out, say
+
+    runs = _runs(args)
+    me = os_user()
+    action = args.schedule_command
+    if action == "add":
+        s = runs.add_schedule(args.schedule_name or args.name, recipe=args.name, cron=args.cron, tz=args.tz, inputs=_inputs(args.set), catch_up_s=_seconds(args.catch_up), by=me)
+        say(f"schedule {s.name}: {s.recipe} at {s.cron!r} ({s.tz}); next due {when(s.next_due)}. `recipe serve` fires it.")
+    elif action == "pause":
+        say(f"schedule {runs.pause_schedule(args.name, by=me).name} is paused.")
+    elif action == "resume":
+        s = runs.resume_schedule(args.name, by=me)
+        say(f"schedule {s.name} is active; next due {when(s.next_due)}.")
+    elif action == "remove":
+        runs.remove_schedule(args.name, by=me)
+        say(f"schedule {args.name} removed; its record of past due times is kept.")
+    else:
+        from .errors import StoreMissingError
+
+        try:
+            listed = runs.schedules()
+        except StoreMissingError:
+            listed = []
+        if args.json:
+            import msgspec
+
+            out(msgspec.json.format(msgspec.json.encode([{**msgspec.structs.asdict(s), "last": [msgspec.structs.asdict(f) for f in runs.firings(s.name, 3)]} for s in listed]), indent=2).decode() + "\n")
+            return 0
+        if not listed:
+            say("no schedules yet.")
+        for s in listed:
+            state = s.state + (" (proposed by an agent: a person resumes it)" if s.origin == "agent" and s.state == "paused" else "")
+            say(f"{s.name}: {s.recipe} at {s.cron!r} ({s.tz}), {state}; next due {when(s.next_due)}")
+            for f in runs.firings(s.name, 3):
+                say(f"  {when(f.due_at)}: {f.outcome}" + (f" (run {f.run_id})" if f.run_id else "") + (f": {f.note}" if f.note else ""))
     return 0
 
 
