@@ -129,8 +129,9 @@ BRIEFING = ROOT / "recipes" / "morning-briefing.recipe"
 def test_morning_briefing_is_the_spec_example_plus_a_post():
     text = BRIEFING.read_text(encoding="utf-8")
     lines = text.splitlines(keepends=True)
-    assert lines[0].startswith("# ")
-    body = "".join(lines[1:])
+    header = [line for line in lines if line.startswith("# ")]
+    assert header and lines[: len(header)] == header  # the header comments come first
+    body = "".join(lines[len(header) :])
     assert body == SPEC_EXAMPLE + '  post: slack.slack_post_message {"channel": "#daily", "text": "{briefing}"}\n'
 
 
