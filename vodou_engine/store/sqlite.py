@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -110,6 +111,15 @@ class SqliteRunStore(SqlRunStore):
         refuses a path where no store exists yet, instead of creating one."""
         p = Path(os.fspath(path)).expanduser()
         location = str(p)
+        self._file: tuple | None = _claim(p)  # before any connection to the file (its header is read here)
+        try:
+            self._open(p, location, verify=verify, readonly=readonly, create=create)
+        except BaseException:
+            _release(self._file)
+            self._file = None
+            raise
+
+    def _open(self, p: Path, location: str, *, verify: bool, readonly: bool, create: bool) -> None:
         exists = inspect_file(p, verify=verify)
         if not exists and (readonly or not create):
             raise StoreMissingError(
@@ -129,6 +139,7 @@ class SqliteRunStore(SqlRunStore):
             conn = _connect_readonly(p) if readonly else _connect(p)
         except sqlite3.Error as exc:
             raise (dialect.store_error(exc, location) or StoreError(f"cannot open {location}: {exc}")) from exc
+        self._file = _created(p, self._file)
         super().__init__(conn, dialect, location)
         try:
             if readonly:
@@ -138,6 +149,13 @@ class SqliteRunStore(SqlRunStore):
         except BaseException:
             self.close()
             raise
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            _release(self._file)
+            self._file = None
 
     def _require_current_schema(self) -> None:
         found = self.schema_version()
@@ -212,6 +230,75 @@ def _enable_wal(conn: sqlite3.Connection) -> None:
         time.sleep(0.01)
 
 
+_CONNECTED: dict[tuple[int, int], int] = {}
+"""Store objects of this process open (or opening) on each file, by (device, inode).
+
+A store's header is read with a plain ``open()``, and closing any descriptor of a
+file drops every POSIX lock this process holds on it, those of its SQLite
+connections included: another process would then take itself for the last one,
+checkpoint and remove the WAL from under them, and writes would be lost or the file
+damaged. So the header is read only while no store of this process is open or
+opening on the file, under the lock that counts them, before the new store makes
+any connection; the checks through SQLite run every time."""
+_CREATING: dict[str, int] = {}
+"""Stores being opened on a path where no store file exists yet (by absolute path)."""
+_CONNECTED_LOCK = threading.Lock()
+
+
+def _claim(path: Path) -> tuple:
+    """Count a store about to open ``path``; read and check the file's header first when
+    nothing else of this process is open on it. Returns what :func:`_release` takes."""
+    name = os.path.abspath(path)
+    with _CONNECTED_LOCK:
+        try:
+            st = path.stat()
+        except OSError:
+            st = None
+        if st is None or not stat.S_ISREG(st.st_mode) or st.st_size == 0:
+            _CREATING[name] = _CREATING.get(name, 0) + 1  # inspect_file judges what it is
+            return ("path", name)
+        key = (st.st_dev, st.st_ino)
+        if not _CONNECTED.get(key) and not _CREATING.get(name):
+            try:
+                with open(path, "rb") as f:
+                    header = f.read(100)
+            except OSError as exc:
+                raise StoreError(f"cannot read the store at {path}: {exc.strerror}") from exc
+            _check_header(path, header, st.st_size)
+        _CONNECTED[key] = _CONNECTED.get(key, 0) + 1
+        return ("file", key)
+
+
+def _created(path: Path, claim: tuple | None) -> tuple | None:
+    """After the first connection: a claim on a path becomes a claim on the file made there."""
+    if claim is None or claim[0] != "path":
+        return claim
+    try:
+        st = path.stat()
+    except OSError:
+        return claim
+    key = (st.st_dev, st.st_ino)
+    with _CONNECTED_LOCK:
+        _CONNECTED[key] = _CONNECTED.get(key, 0) + 1
+        _drop(_CREATING, claim[1])
+    return ("file", key)
+
+
+def _release(claim: tuple | None) -> None:
+    if claim is None:
+        return
+    with _CONNECTED_LOCK:
+        _drop(_CONNECTED if claim[0] == "file" else _CREATING, claim[1])
+
+
+def _drop(counts: dict, key: Any) -> None:
+    left = counts.get(key, 0) - 1
+    if left > 0:
+        counts[key] = left
+    else:
+        counts.pop(key, None)
+
+
 def inspect_file(path: Path, *, verify: bool = False) -> bool:
     """Refuse anything but a healthy vodou store, touching nothing.
 
@@ -236,12 +323,7 @@ def inspect_file(path: Path, *, verify: bool = False) -> bool:
         raise StoreError(f"{location} is not a file, so it cannot be a run store", hint=MOVE_ASIDE)
     if st.st_size == 0:
         return False
-    try:
-        with open(path, "rb") as f:
-            header = f.read(100)
-    except OSError as exc:
-        raise StoreError(f"cannot read the store at {location}: {exc.strerror}") from exc
-    _check_header(path, header, st.st_size)
+    # the header was read and checked by _claim, before any connection of this store
     try:
         conn = _connect_readonly(path)
     except sqlite3.Error as exc:
