@@ -49,17 +49,20 @@ from .records import (
     EffectRecord,
     EventRecord,
     FiringRecord,
+    InboxRow,
     NodeRecord,
     RecipeRecord,
     RunRecord,
     ScheduleRecord,
+    WebLinkRecord,
+    WebSessionRecord,
 )
 
 # Tables every store of schema version >= 1 has; used to tell a damaged store
 # from a healthy one before touching it.
 CORE_TABLES = frozenset({"schema_version", "runs", "nodes", "approvals", "effects", "events"})
 # Tables added by later migrations: a store of that version must have them too.
-TABLES_SINCE = {2: frozenset({"approvers", "audit"}), 3: frozenset({"recipes", "schedules", "firings"})}
+TABLES_SINCE = {2: frozenset({"approvers", "audit"}), 3: frozenset({"recipes", "schedules", "firings"}), 4: frozenset({"web_links", "web_sessions", "web_keys"})}
 
 RUNS_HINT = "list the runs in this store to find the one you mean"
 
@@ -1131,6 +1134,126 @@ class SqlRunStore:
 
     def audit_log(self, *, after: int = 0) -> list[AuditRecord]:
         return [AuditRecord(*r) for r in self._all(SELECT_AUDIT, (after,))]
+
+    # -- the web inbox (`recipe serve`, vodou_engine/web/) ------------------
+    # Everything below is used by web/ only: the key cookies are signed with,
+    # one-time sign-in links, sessions, and the inbox's one query. Schema
+    # version 4 (migrations/0004_web_sign_in_sessions.sql). A link or a session
+    # is good only while its approver exists and was not given a new secret
+    # after it was made (`recipe approver add` again revokes them all).
+
+    _WEB_KEY = "SELECT secret FROM web_keys WHERE name = ?"
+    _WEB_KEY_ADD = "INSERT INTO web_keys (name, secret, created_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING"
+    _WEB_LINK_COLS = _cols(WebLinkRecord)
+    _WEB_SESSION_COLS = _cols(WebSessionRecord)
+    _WEB_LINK_ADD = f"INSERT INTO web_links ({_WEB_LINK_COLS}) VALUES {_values(WebLinkRecord)}"
+    _WEB_LINK = f"SELECT {_WEB_LINK_COLS} FROM web_links WHERE token_sha256 = ?"
+    _WEB_LINK_USE = "UPDATE web_links SET used_at = ? WHERE token_sha256 = ? AND used_at IS NULL AND expires_at > ?"
+    _WEB_SESSION_ADD = f"INSERT INTO web_sessions ({_WEB_SESSION_COLS}) VALUES {_values(WebSessionRecord)}"
+    _WEB_SESSION = (
+        f"SELECT {_cols(WebSessionRecord, 's.')} FROM web_sessions s JOIN approvers a ON a.name = s.name "
+        "WHERE s.id_sha256 = ? AND s.ended_at IS NULL AND s.expires_at > ? AND a.created_at <= s.created_at"
+    )
+    _WEB_SESSION_END = "UPDATE web_sessions SET ended_at = ? WHERE id_sha256 = ? AND ended_at IS NULL"
+    _WEB_INBOX = (
+        "SELECT a.id, a.run_id, a.step, a.fingerprint, a.asked_at, a.expires_at, a.approvers_json, "
+        "r.recipe_name, r.started_by, r.state, r.schedule FROM approvals a JOIN runs r ON r.id = a.run_id "
+        "WHERE a.state = 'pending' ORDER BY a.asked_at, a.id"
+    )
+    _WEB_EXTRAS = "SELECT id, preview_json, check_json FROM approvals WHERE run_id = ?"
+    _WEB_UNASKED = (
+        "SELECT r.id, r.recipe_name, r.started_by, r.updated_at FROM runs r WHERE r.state = 'parked' "
+        "AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = r.id AND a.state = 'pending') "
+        "ORDER BY r.updated_at DESC LIMIT ?"
+    )
+
+    def web_key(self, name: str = "session", *, now: float | None = None) -> str:
+        """The store's signing key called ``name`` (hex), made on first use."""
+        row = self._one(self._WEB_KEY, (name,))
+        if row is not None:
+            return row[0]
+        import secrets
+
+        with self._write() as cur:
+            cur.execute(self._q(self._WEB_KEY_ADD), (name, secrets.token_hex(32), _now(now)))
+            cur.execute(self._q(self._WEB_KEY), (name,))
+            return cur.fetchone()[0]
+
+    def add_web_link(self, token_sha256: str, name: str, *, by: str, expires_at: float, now: float | None = None) -> WebLinkRecord:
+        """Record a one-time sign-in link for the approver ``name`` (who must exist)."""
+        now = _now(now)
+        rec = WebLinkRecord(token_sha256, name, now, by, expires_at)
+        with self._write() as cur:
+            cur.execute(self._q(SELECT_APPROVER), (name,))
+            if cur.fetchone() is None:
+                raise RefusedError(f"there is no approver {name!r} in the store at {self.location}; no link was made", hint="add the approver first", approver=name)
+            cur.execute(self._q(self._WEB_LINK_ADD), msgspec.structs.astuple(rec))
+            cur.execute(self._q(INSERT_AUDIT), (now, "web.link_issued", by, None, _json({"name": name, "expires_at": expires_at})))
+        return rec
+
+    def get_web_link(self, token_sha256: str) -> WebLinkRecord | None:
+        row = self._one(self._WEB_LINK, (token_sha256,))
+        return None if row is None else WebLinkRecord(*row)
+
+    def web_link_usable(self, link: WebLinkRecord, *, now: float | None = None) -> str | None:
+        """None if ``link`` can sign in now, else why not (in words)."""
+        now = _now(now)
+        if link.used_at is not None:
+            return f"this sign-in link was already used, at {iso(link.used_at)}"
+        if link.expires_at <= now:
+            return f"this sign-in link expired at {iso(link.expires_at)}"
+        approver = self.get_approver(link.name)
+        if approver is None or approver.created_at > link.created_at:
+            return f"{link.name} was removed or given a new secret after this link was made"
+        return None
+
+    def use_web_link(self, token_sha256: str, session_sha256: str, *, session_expires_at: float, user_agent: str | None = None, now: float | None = None) -> tuple[WebSessionRecord | None, str | None]:
+        """Spend a sign-in link on a new session, once: (session, None) for the one caller
+        that wins, (None, why) for everyone else. Either way the audit log has it."""
+        now = _now(now)
+        with self._write() as cur:
+            cur.execute(self._q(self._WEB_LINK), (token_sha256,))
+            row = cur.fetchone()
+            link = None if row is None else WebLinkRecord(*row)
+            why = "no such sign-in link" if link is None else self.web_link_usable(link, now=now)
+            if why is None:
+                cur.execute(self._q(self._WEB_LINK_USE), (now, token_sha256, now))
+                if cur.rowcount != 1:  # only reachable if the engine let another writer in between
+                    why = "this sign-in link was used just now"
+            if why is not None:
+                data = {"why": why, "link": token_sha256[:12]}
+                cur.execute(self._q(INSERT_AUDIT), (now, "web.sign_in_refused", link.name if link else None, None, _json(data)))
+                return None, why
+            session = WebSessionRecord(session_sha256, link.name, now, session_expires_at, None, token_sha256, (user_agent or "")[:200] or None)
+            cur.execute(self._q(self._WEB_SESSION_ADD), msgspec.structs.astuple(session))
+            cur.execute(self._q(INSERT_AUDIT), (now, "web.signed_in", link.name, None, _json({"link": token_sha256[:12], "expires_at": session_expires_at})))
+        return session, None
+
+    def get_web_session(self, session_sha256: str, *, now: float | None = None) -> WebSessionRecord | None:
+        """The live session with this id hash: not ended, not expired, its approver still there."""
+        row = self._one(self._WEB_SESSION, (session_sha256, _now(now)))
+        return None if row is None else WebSessionRecord(*row)
+
+    def end_web_session(self, session_sha256: str, *, by: str | None, now: float | None = None) -> bool:
+        now = _now(now)
+        with self._write() as cur:
+            cur.execute(self._q(self._WEB_SESSION_END), (now, session_sha256))
+            ended = cur.rowcount == 1
+            if ended:
+                cur.execute(self._q(INSERT_AUDIT), (now, "web.signed_out", by, None, "{}"))
+        return ended
+
+    def inbox(self) -> list[InboxRow]:
+        """Every pending question, oldest first, with its run's name, starter and state."""
+        return [InboxRow(*r) for r in self._all(self._WEB_INBOX, ())]
+
+    def parked_unasked(self, limit: int = 200) -> list[tuple[str, str, str, float]]:
+        """Parked runs with no open question (theirs expired): (run, recipe, started_by, updated_at)."""
+        return [tuple(r) for r in self._all(self._WEB_UNASKED, (limit,))]
+
+    def approval_extras(self, run_id: str) -> dict[str, tuple[str | None, str | None]]:
+        """Per approval of a run: the stored preview and check results (JSON text or None)."""
+        return {r[0]: (r[1], r[2]) for r in self._all(self._WEB_EXTRAS, (run_id,))}
 
 
 class _Lost(Exception):

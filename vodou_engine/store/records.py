@@ -175,3 +175,45 @@ class EventRecord(Struct, frozen=True):
     node_id: str | None = None
     actor: str | None = None
     data_json: str = "{}"
+
+
+# --- the web inbox (``recipe serve``, web/) ------------------------------------------------
+
+
+class WebLinkRecord(Struct, frozen=True):
+    """A one-time sign-in link; only the sha256 of its token is kept."""
+
+    token_sha256: str
+    name: str
+    created_at: float
+    created_by: str
+    expires_at: float
+    used_at: float | None = None
+
+
+class WebSessionRecord(Struct, frozen=True):
+    """A signed-in browser; only the sha256 of the session id is kept."""
+
+    id_sha256: str
+    name: str
+    created_at: float
+    expires_at: float
+    ended_at: float | None = None
+    link_sha256: str | None = None
+    user_agent: str | None = None
+
+
+class InboxRow(Struct, frozen=True, gc=False):
+    """A pending question with what the inbox lists beside it (no payload, no plan)."""
+
+    approval_id: str
+    run_id: str
+    step: str
+    fingerprint: str
+    asked_at: float
+    expires_at: float | None
+    approvers_json: str
+    recipe_name: str
+    started_by: str
+    run_state: str
+    schedule: str | None = None

@@ -1,0 +1,30 @@
+"""The approval inbox behind `recipe serve`: a Starlette app on Hypercorn's trio worker.
+
+Presentation only. Every rule about a run (who may decide, what approving
+means, a stale or expired card) is the run API's (``runs.py``) and the
+service's (``service.py``); this package proves who is at the browser,
+shows what the run API reports, and hands decisions to the service, which
+runs approved effects in this process on its warm servers.
+
+* ``serve.py``: the ``recipe serve`` command (``add_arguments``, ``run``).
+* ``app.py``: ``create_app(service, config)``: routes, security headers, the
+  service in the app's lifespan.
+* ``identity.py``: sign-in links, signed session cookies, form tokens
+  (imported by the CLI for ``recipe approver add``: light, no web framework).
+* ``pages.py``: what each page shows, as plain data for the templates.
+* ``templates/``, ``static/``: Jinja2 pages and one stylesheet; no script.
+
+docs/serve.md is the guide.
+"""
+
+from __future__ import annotations
+
+__all__ = ["create_app"]
+
+
+def __getattr__(name: str):
+    if name == "create_app":
+        from .app import create_app
+
+        return create_app
+    raise AttributeError(name)

@@ -1,0 +1,167 @@
+"""``recipe serve``: one trio process serving the inbox and running the service.
+
+Hypercorn's trio worker serves the Starlette app (``app.py``); the app's
+lifespan runs the :class:`~vodou_engine.service.Service` (scheduler, warm
+servers, runs driven in the background) in the same trio run.
+
+The first SIGTERM, SIGINT or SIGHUP stops taking work: the scheduler stops
+deciding, new runs and approvals are refused, requests in flight get a few
+seconds, running steps get the grace period (``--grace``, 30 s) to
+finish, and every run is left parked, finished or ``interrupted``
+(resumable); then the process exits 0. A second signal stops every server
+process at once and exits 128 + the signal.
+
+The CLI wires ``add_arguments`` and ``run``; ``python -m vodou_engine.web.serve``
+runs the same command on its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from typing import Any, Awaitable, Callable
+
+from .config import GRACE_S, WebConfig, from_flags
+
+logger = logging.getLogger("vodou_engine.web")
+
+HTTP_GRACE_S = 5.0
+"""How long requests in flight get to finish after a stop is asked for."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``recipe serve``."""
+    parser.add_argument("--host", help="address to listen on (default 127.0.0.1: this machine only)")
+    parser.add_argument("--port", type=int, help="TCP port (default 8400; 0 picks a free one)")
+    parser.add_argument("--store", metavar="PATH", help="run store (default: $VODOU_STORE or ~/.local/share/vodou/runs.db)")
+    parser.add_argument("--servers", metavar="FILE", help="MCP servers JSON (default: $VODOU_SERVERS, ./mcp.json, ~/.config/vodou/mcp.json, then the demo servers)")
+    parser.add_argument("--policy", metavar="FILE", help="tool policy file (default: $VODOU_POLICY, ./vodou-policy.toml, ~/.config/vodou/policy.toml)")
+    parser.add_argument("--config", metavar="FILE", help="serve configuration: the inbox's address and notifications (default: $VODOU_SERVE_CONFIG, ./vodou-serve.toml, ~/.config/vodou/serve.toml; docs/notifications.md)")
+    parser.add_argument("--grace", type=float, metavar="SECONDS", help=f"on SIGTERM, how long running steps get to finish before their runs are left interrupted (default {GRACE_S:.0f})")
+
+
+def build(cfg: WebConfig) -> tuple[Any, Any]:
+    """(service, app) for ``cfg``: servers and policy read now, so a bad file stops here."""
+    from ..policy import load_policy
+    from ..servers import load_servers
+    from ..service import Service
+    from .app import create_app
+
+    servers = load_servers(cfg.servers)
+    policy = load_policy(cfg.policy)
+    holder: dict[str, Any] = {}
+    service = Service(store=cfg.store, servers=servers, policy=policy, grace_s=cfg.grace_s, on_parked=parked_hook(cfg, lambda: holder["app"].state.web))
+    app = create_app(service, cfg)
+    holder["app"] = app
+    return service, app
+
+
+def parked_hook(cfg: WebConfig, web: Callable[[], Any]) -> Callable[[Any], Awaitable[None]] | None:
+    """``Service(on_parked=...)``: hand a run that parked to ``vodou_engine.notify.notify_parked``
+    when that module is there and its configuration sends anything; otherwise None."""
+    if cfg.notify is None or not getattr(cfg.notify, "notifies", False):
+        return None
+    from .. import notify
+
+    async def on_parked(report: Any) -> None:
+        url = cfg.notify.run_url(report.run, default_base=cfg.base_url(web().port))
+        await notify.notify_parked(cfg.notify, report, url)
+
+    return on_parked
+
+
+def run(args: Any) -> int:
+    """``recipe serve``: serve until a signal; 0 after a clean stop."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    cfg = from_flags(args)
+    service, app = build(cfg)
+    import trio
+
+    trio.run(_serve, service, app, cfg)
+    return 0
+
+
+async def _serve(service: Any, app: Any, cfg: WebConfig) -> None:
+    import trio
+    from hypercorn.config import Config as HypercornConfig
+    from hypercorn.trio import serve as hypercorn_serve
+
+    hc = HypercornConfig()
+    host = f"[{cfg.host}]" if ":" in cfg.host and not cfg.host.startswith("[") else cfg.host
+    hc.bind = [f"{host}:{cfg.port}"]
+    hc.graceful_timeout = HTTP_GRACE_S
+    hc.shutdown_timeout = cfg.grace_s + 30
+    hc.startup_timeout = 120
+    hc.accesslog = None
+    hc.errorlog = logging.getLogger("hypercorn.error")  # through this process's logging, once
+    hc.include_server_header = False
+    hc.keep_alive_timeout = 20
+
+    shutdown = trio.Event()
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def watch() -> None:
+                seen = 0
+                async for signum in signals:
+                    seen += 1
+                    if seen == 1:
+                        logger.warning("%s: stopping; running steps get %g s to finish", signal.Signals(signum).name, cfg.grace_s)
+                        service.stop()
+                        shutdown.set()
+                    else:
+                        from ..tools.process import stop_all_now
+
+                        stop_all_now()
+                        os._exit(128 + signum)
+
+            async def serving(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+                try:
+                    await hypercorn_serve(app, hc, shutdown_trigger=shutdown.wait, task_status=task_status)
+                finally:
+                    nursery.cancel_scope.cancel()
+
+            nursery.start_soon(watch)
+            try:
+                binds = await nursery.start(serving)
+            except OSError as exc:
+                from ..errors import UsageError
+
+                raise UsageError(f"cannot listen on {host}:{cfg.port}: {exc.strerror or exc}; nothing was started", hint="choose another --port, or stop what listens there") from None
+            port = _port(binds)
+            app.state.web.port = port
+            from ..store import default_store_path
+
+            print(f"vodou inbox: serving on {cfg.base_url(port)} (store {cfg.store or default_store_path()}); stop with Ctrl-C or SIGTERM", file=sys.stderr, flush=True)
+    logger.info("stopped")
+
+
+def _port(binds: list[str]) -> int | None:
+    for b in binds or []:
+        try:
+            return int(b.rsplit(":", 1)[1])
+        except (IndexError, ValueError):
+            continue
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m vodou_engine.web.serve``: the command without the rest of the CLI."""
+    parser = argparse.ArgumentParser(prog="recipe serve", description="Serve the approval inbox and run saved recipes on their schedules.")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    from ..errors import VodouError
+
+    try:
+        return run(args)
+    except VodouError as exc:
+        print(str(exc), file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":  # pragma: no cover - a process entry point
+    sys.exit(main())
