@@ -181,6 +181,10 @@ def _parser() -> argparse.ArgumentParser:
     lst = apsub.add_parser("list", help="list approver names")
     store(lst)
     lst.set_defaults(func=cmd_approver)
+    ln = apsub.add_parser("link", help="a new one-time sign-in link to the inbox for NAME (for another device)")
+    ln.add_argument("name", help="the approver's name")
+    store(ln)
+    ln.set_defaults(func=cmd_approver)
     rm = apsub.add_parser("remove", help="remove NAME; their secret stops working")
     rm.add_argument("name", help="the approver's name")
     store(rm)
@@ -223,6 +227,11 @@ def _parser() -> argparse.ArgumentParser:
         sp.set_defaults(func=cmd_schedule)
 
     from .agents import author, mcp_server
+    from .web import serve as web_serve
+
+    se = sub.add_parser("serve", help="serve the approval inbox, run saved recipes on their schedules, keep servers warm")
+    web_serve.add_arguments(se)
+    se.set_defaults(func=web_serve.run)
 
     mc = sub.add_parser("mcp", help="serve the engine to an AI agent over MCP (stdio): it may propose and start recipes, never decide")
     mcp_server.add_arguments(mc)
@@ -740,9 +749,17 @@ def cmd_approver(args: Any) -> int:
     runs = _runs(args)
     me = os_user()
     if args.approver_command == "add":
-        token = runs.add_approver(args.name, by=me)
+        from .web.identity import add_approver
+
+        token, link = add_approver(runs, args.name, by=me)
         say(f"{args.name} may now act with `--as {args.name}` when ${TOKEN_ENV} holds this secret (shown once; only its hash is kept):", err=True)
         out(token + "\n")
+        say(f"and sign in to the inbox (`recipe serve`) once, within a day, at:\n  {link}", err=True)
+    elif args.approver_command == "link":
+        from .web.identity import sign_in_link
+
+        say(f"a one-time sign-in link for {args.name}, good for a day (other devices stay signed in):", err=True)
+        out(sign_in_link(runs, args.name, by=me) + "\n")
     elif args.approver_command == "remove":
         if not runs.remove_approver(args.name, by=me):
             from .errors import RefusedError

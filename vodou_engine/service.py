@@ -254,8 +254,13 @@ class Service:
             report = await runs.approve(run_id, step, actor=actor, fingerprint=fingerprint, proof=proof, drive=False)
         finally:
             runs.close()
-        self._spawn(run_id, lambda r: self._resume(r, run_id))
+        self.resume(run_id)
         return report
+
+    def resume(self, run_id: str) -> None:
+        """Drive a parked or interrupted run again on warm servers, in the background (an
+        expired question is asked again)."""
+        self._spawn(run_id, lambda r: self._resume(r, run_id))
 
     async def reject(self, run_id: str, step: str | None, *, actor: str, reason: str | None, fingerprint: str | None, proof: str) -> RunReport:
         runs = self.runs()

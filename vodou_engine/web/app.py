@@ -432,11 +432,7 @@ async def resume(web: Web, request: Request, me: Me, form: dict[str, str]) -> Re
 
 def resume_in_service(svc: Any, run_id: str) -> None:
     """Drive the run again on the service's warm servers, in the background."""
-    public = getattr(svc, "resume", None)
-    if public is not None:
-        public(run_id)
-    else:  # until Service has a public resume (docs/serve.md)
-        svc._spawn(run_id, lambda r: svc._resume(r, run_id))
+    svc.resume(run_id)
 
 
 async def run_recipe(web: Web, request: Request, me: Me, form: dict[str, str]) -> Response:
