@@ -226,6 +226,13 @@ def _parser() -> argparse.ArgumentParser:
         store(sp)
         sp.set_defaults(func=cmd_schedule)
 
+    pr = sub.add_parser("prune", help="remove finished runs older than an age (never parked ones, nor effects left unknown); the store shrinks")
+    pr.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 30d, 12h, 90m: runs that ended longer ago than this")
+    pr.add_argument("--state", action="append", choices=["succeeded", "failed", "declined", "cancelled"], help="only runs that ended in this state (repeatable; default: every final state)")
+    as_json(pr)
+    store(pr)
+    pr.set_defaults(func=cmd_prune)
+
     from .agents import author, mcp_server
     from .web import serve as web_serve
 
@@ -690,9 +697,8 @@ def _since(text: str | None) -> float | None:
 
     from .errors import UsageError
 
-    m = re.fullmatch(r"(\d+)\s*([smhd])", text.strip())
-    if m:
-        return time.time() - int(m[1]) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m[2]]
+    if re.fullmatch(r"\d+\s*[smhd]", text.strip()):
+        return time.time() - _seconds(text)
     try:
         dt = datetime.fromisoformat(text)
     except ValueError:
@@ -769,6 +775,22 @@ def cmd_approver(args: Any) -> int:
     else:
         for name in runs.approvers():
             out(name + "\n")
+    return 0
+
+
+def cmd_prune(args: Any) -> int:
+    from .runs import os_user
+    from .views.term import out, say
+
+    age = _seconds(args.older_than)
+    rep = _runs(args).prune(older_than_s=age, states=args.state, by=os_user())
+    if args.json:
+        import msgspec
+
+        out(msgspec.json.encode(rep).decode() + "\n")
+        return 0
+    size = f"; the store went from {rep.bytes_before:,} to {rep.bytes_after:,} bytes" if rep.bytes_before is not None and rep.bytes_after is not None else ""
+    say(f"removed {rep.runs} finished run{'s' if rep.runs != 1 else ''}{size}.")
     return 0
 
 

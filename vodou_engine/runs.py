@@ -490,6 +490,24 @@ class Runs:
         eff = store.settle_effect(run_id, step, executed, actor, reason=reason)
         return _effect_view(eff, {})
 
+    def prune(self, *, older_than_s: float, states: list[str] | None = None, by: str) -> PruneReport:
+        """Remove finished runs that ended more than ``older_than_s`` seconds ago (in
+        ``states``: default every final state), never a parked, running or interrupted
+        one, nor one with an effect left unknown; then give the space back."""
+        from .states import TERMINAL_RUN_STATES
+
+        if not older_than_s >= 0:
+            raise UsageError("the age must be 0 seconds or more", older_than_s=older_than_s)
+        wanted = list(states) if states else sorted(TERMINAL_RUN_STATES)
+        refused = [s for s in wanted if s not in TERMINAL_RUN_STATES]
+        if refused:
+            raise UsageError(f"only finished runs can be pruned, not {', '.join(refused)} ones", hint=f"states: {', '.join(sorted(TERMINAL_RUN_STATES))}", states=refused)
+        store = self.store(create=False)
+        size = _store_size(store)
+        removed = store.prune(ended_before=self.clock() - older_than_s, states=wanted, by=by)
+        store.compact()
+        return PruneReport(runs=removed, bytes_before=size, bytes_after=_store_size(store))
+
     # --- reading -------------------------------------------------------------------------
     def list(self, *, state: str | None = None, recipe: str | None = None, since: float | None = None, limit: int = 50, started_by: str | None = None) -> list[RunSummary]:
         """Runs, newest first. A run whose driving process is gone shows as ``interrupted``.
@@ -850,6 +868,24 @@ class Prepared(msgspec.Struct, kw_only=True):
     servers: ServerSet
     hub: Any = None
     status: dict = {}
+
+
+class PruneReport(msgspec.Struct, kw_only=True):
+    runs: int
+    bytes_before: int | None = None
+    bytes_after: int | None = None
+
+
+def _store_size(store: Any) -> int | None:
+    """The store's size on disk (a file and its WAL), where it has one."""
+    total = 0
+    for suffix in ("", "-wal"):
+        try:
+            total += os.path.getsize(store.location + suffix)
+        except OSError:
+            if not suffix:
+                return None
+    return total
 
 
 class Inspection(msgspec.Struct, kw_only=True):

@@ -178,6 +178,9 @@ class Dialect:
     def insert_returning(self, cur: Any, sql: str, params: tuple, column: str) -> int:
         raise NotImplementedError
 
+    def compact(self, conn: Any) -> None:
+        """Return freed space to the file system, outside any transaction."""
+
 
 # --------------------------------------------------------------------------
 # small helpers
@@ -250,6 +253,13 @@ SELECT_RUN = f"SELECT {_RUN_COLS} FROM runs WHERE id = ?"
 RUN_EXISTS = "SELECT 1 FROM runs WHERE id = ?"
 LIST_RUNS = f"SELECT {_RUN_COLS} FROM runs"
 LIST_RUNS_ORDER = " ORDER BY created_at DESC, id DESC LIMIT ?"
+# Runs that may be removed: ended (in one of the states asked for) before a time, and
+# with no effect whose fate is open (unknown or executing) - that needs a person first.
+PRUNABLE = (
+    "SELECT id FROM runs r WHERE r.ended_at IS NOT NULL AND r.ended_at < ? AND r.state IN {states} "
+    "AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.run_id = r.id AND e.state IN ('unknown', 'executing'))"
+)
+PRUNE_TABLES = ("events", "effects", "approvals", "nodes", "runs")
 RECENT_RUN_IDS = "SELECT id FROM runs ORDER BY created_at DESC LIMIT 2000"
 RUN_IDS_WITH_PREFIX = "SELECT id FROM runs WHERE substr(id, 1, ?) = ? ORDER BY created_at DESC LIMIT 5"
 SET_RUN_STATE = (
@@ -999,6 +1009,28 @@ class SqlRunStore:
         if not rows and after == 0:
             self._require_run(run_id)
         return [EventRecord(*r) for r in rows]
+
+    # -- housekeeping -------------------------------------------------------
+
+    def prune(self, *, ended_before: float, states: Iterable[str], by: str, now: float | None = None) -> int:
+        """Remove finished runs (and everything recorded about them) that ended before
+        ``ended_before`` in one of ``states`` (final states only). A run with an effect
+        whose fate is open is never removed. Returns how many runs went."""
+        wanted = _states(states, TERMINAL_RUN_STATES, "finished run state")
+        with self._write() as cur:
+            cur.execute(self._q(PRUNABLE.format(states=_in(len(wanted)))), (ended_before, *wanted))
+            ids = [r[0] for r in cur.fetchall()]
+            for start in range(0, len(ids), 500):  # bound the statement's parameters
+                chunk = ids[start : start + 500]
+                for table in PRUNE_TABLES:
+                    key = "id" if table == "runs" else "run_id"
+                    cur.execute(self._q(f"DELETE FROM {table} WHERE {key} IN {_in(len(chunk))}"), chunk)
+            cur.execute(self._q(INSERT_AUDIT), (_now(now), "runs.pruned", by, None, _json({"runs": len(ids), "ended_before": ended_before, "states": list(wanted)})))
+        return len(ids)
+
+    def compact(self) -> None:
+        """Give the space of removed rows back to the file system (a dialect may do nothing)."""
+        self._d.compact(self._conn)
 
     # -- saved recipes ------------------------------------------------------
 

@@ -91,6 +91,11 @@ class SqliteDialect(Dialect):
         cur.execute(sql, params)
         return cur.lastrowid
 
+    def compact(self, conn: Any) -> None:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.execute("VACUUM")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
 
 def damaged(location: str, detail: str) -> StoreError:
     return StoreError(
