@@ -51,10 +51,9 @@ def open_store(path_or_url: str | os.PathLike[str] | None = None, *, readonly: b
     absent store is an error naming the path, not a new empty store."""
     location = default_store_path() if path_or_url is None else os.fspath(path_or_url)
     if location.startswith(POSTGRES_SCHEMES):
-        raise StoreError(
-            f"cannot open {location}: PostgreSQL stores are not available yet",
-            hint="use a file path (a SQLite store) in VODOU_STORE for now",
-        )
+        from .postgres import PostgresRunStore
+
+        return PostgresRunStore(location, readonly=readonly, create=create)
     return SqliteRunStore(location, readonly=readonly, create=create)
 
 

@@ -181,6 +181,13 @@ class Dialect:
     def compact(self, conn: Any) -> None:
         """Return freed space to the file system, outside any transaction."""
 
+    def lock(self, cur: Any, key: str) -> None:
+        """Inside a write: serialise with every other writer holding ``key`` until commit.
+        SQLite's writes are serialised already (BEGIN IMMEDIATE): nothing to do there."""
+
+    def migration_lock(self, cur: Any) -> None:
+        """Inside the migrating transaction: one process migrates at a time."""
+
 
 # --------------------------------------------------------------------------
 # small helpers
@@ -510,6 +517,7 @@ class SqlRunStore:
         if self.schema_version() == latest:
             return
         with self._write() as cur:
+            self._d.migration_lock(cur)
             cur.execute(CREATE_SCHEMA_VERSION)
             cur.execute(SELECT_VERSION)
             current = cur.fetchone()[0] or 0
@@ -674,7 +682,7 @@ class SqlRunStore:
         """Inside a write: refuse unless ``owner`` still drives ``run_id`` (None: no check)."""
         if owner is None:
             return
-        cur.execute(self._q(RUN_OWNER), (run_id,))
+        cur.execute(self._q(RUN_OWNER + self._d.for_update), (run_id,))
         row = cur.fetchone()
         if row is None:
             raise self._unknown_run(run_id)
@@ -1038,6 +1046,7 @@ class SqlRunStore:
         """Store a new version of ``name`` (1 for the first); older versions stay."""
         now = _now(now)
         with self._write() as cur:
+            self._d.lock(cur, f"recipe:{name}")  # two saves of one name number their versions in turn
             cur.execute(self._q(LAST_RECIPE_VERSION), (name,))
             version = (cur.fetchone()[0] or 0) + 1
             rec = RecipeRecord(name, version, source, _text(plan_json), plan_fingerprint, now, by, origin)
