@@ -785,6 +785,6 @@ def test_open_store_uses_the_default_and_creates_directories(monkeypatch, tmp_pa
     s.close()
 
 
-def test_postgres_url_is_not_available_yet():
-    with pytest.raises(StoreError, match="PostgreSQL"):
-        open_store("postgresql://localhost/vodou")
+def test_a_postgres_url_naming_no_database_is_a_store_error_that_creates_nothing():
+    with pytest.raises(StoreError, match="no database for the store at postgresql://127.0.0.1/vodou_no_such_db"):
+        open_store("postgresql://127.0.0.1/vodou_no_such_db")
