@@ -1,8 +1,9 @@
 """A run is bound to the servers it was approved against (issue "Close the holes", item 3).
 
 A run parked in projA/ (whose mcp.json maps `slack` to a sandbox) must never be
-approved into another directory's `slack`. Real CLI processes, real demo
-servers; posts are counted in each demo world's own log.
+approved into another directory's `slack`. The CLI run from each directory (in this
+process, with that working directory), real demo servers; posts are counted in each
+demo world's own log.
 """
 
 from __future__ import annotations
@@ -28,13 +29,15 @@ def posts(db: Path) -> list[dict]:
     return [c for c in demo_calls(db, tool="slack_post_message") if c["outcome"] == "ok"]
 
 
-def run_in(cli, cwd: Path, *args: str, expect: int | None = None):
-    import subprocess
+class Ran:
+    """What a finished `recipe` process would show: returncode, stdout, stderr."""
 
-    proc = subprocess.run(cli.argv(*args), cwd=cwd, env=cli.env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
-    if expect is not None:
-        assert proc.returncode == expect, proc.stderr
-    return proc
+    def __init__(self, res):
+        self.returncode, self.stdout, self.stderr = res.code, res.out, res.err
+
+
+def run_in(cli, cwd: Path, *args: str, expect: int | None = None) -> Ran:
+    return Ran(cli(*args, cwd=cwd, expect=expect))
 
 
 def test_a_run_is_approved_only_against_the_servers_it_was_started_with(cli, tmp_path):

@@ -1,8 +1,10 @@
-"""The `recipe` command as a person meets it: real processes in an isolated home.
+"""The `recipe` command as a person meets it, in an isolated home.
 
-Claims about the CLI are checked by running `python -m vodou_engine`; claims
-that a command never calls a tool are checked in the demo servers' own call
-log, not in the engine's bookkeeping.
+Claims about the CLI are checked by running its ``main`` with the arguments a
+person types, in this process (tests/test_cli_process.py starts the real
+`python -m vodou_engine` for every command and exit code); claims that a command
+never calls a tool are checked in the demo servers' own call log, not in the
+engine's bookkeeping.
 """
 
 from __future__ import annotations
@@ -325,8 +327,8 @@ def test_online_plan_never_calls_previews_either(cli):
 
 
 def test_online_plan_shows_a_misspelled_tool_and_the_closest_name(cli):
-    path = cli.tmp / "typo.recipe"
-    path.write_text(MORNING.read_text().replace("slack_post_message", "slack_post_mesage"))
+    path = cli.tmp / "typo.recipe"  # one server to start: the misspelt tool's
+    path.write_text('ask me:\n- post it?\npost: slack.slack_post_mesage {"channel": "#daily", "text": "hi"}\n')
     res = cli("plan", path, expect=2)
     row = next(line for line in res.out.splitlines() if re.search(r"\bpost\s", line) and "✗" in line)
     assert "slack·slack_post_mesage" in row
@@ -338,7 +340,7 @@ def test_online_plan_shows_a_misspelled_tool_and_the_closest_name(cli):
 
 def test_online_plan_shows_an_unconfigured_server(cli):
     path = cli.tmp / "teams.recipe"
-    path.write_text(MORNING.read_text().replace("slack.slack_post_message", "teams.post_message"))
+    path.write_text('note: slack.slack_get_channel {"channel": "#daily"}\npost: teams.post_message {"text": "{note}"}\n')
     res = cli("plan", path, expect=2)
     row = next(line for line in res.out.splitlines() if "✗" in line)
     assert "teams·post_message" in row and "not configured" in row
@@ -349,7 +351,7 @@ def test_online_plan_shows_an_unconfigured_server(cli):
 
 
 def test_servers_come_from_flag_env_or_project_file(cli):
-    """--servers FILE, $VODOU_SERVERS and ./mcp.json each select the servers (run at once)."""
+    """--servers FILE, $VODOU_SERVERS and ./mcp.json each select the servers."""
     recipe = time_recipe(cli)
     good = cli.tmp / "time-servers.json"
     good.write_text(json.dumps({"mcpServers": time_servers()}))
@@ -359,21 +361,18 @@ def test_servers_come_from_flag_env_or_project_file(cli):
     project = cli.tmp / "project"
     project.mkdir()
     (project / "mcp.json").write_text(json.dumps({"mcpServers": time_servers()}))
-    project_cli = Cli(cli.tmp)
-    project_cli.tmp = project
 
     cases = {
         # the flag beats the variable
-        "flag": (cli, ["plan", recipe, "--servers", good], {"VODOU_SERVERS": str(empty)}, str(good)),
-        "env": (cli, ["plan", recipe], {"VODOU_SERVERS": str(good)}, str(good)),
-        "project": (project_cli, ["plan", recipe], {}, str(project / "mcp.json")),
+        "flag": (["plan", recipe, "--servers", good], {"VODOU_SERVERS": str(empty)}, cli.tmp, str(good)),
+        "env": (["plan", recipe], {"VODOU_SERVERS": str(good)}, cli.tmp, str(good)),
+        "project": (["plan", recipe], {}, project, str(project / "mcp.json")),
     }
-    procs = {name: (c.popen(*argv, env=env), source) for name, (c, argv, env, source) in cases.items()}
-    for name, (proc, source) in procs.items():
-        out, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, (name, out, err)
-        assert "time·get_current_time" in out and "✗" not in out, (name, out)
-        assert f"servers from {source}" in out, (name, out)
+    for name, (argv, env, cwd, source) in cases.items():
+        res = cli(*argv, env=env, cwd=cwd)
+        assert res.code == 0, (name, res.out, res.err)
+        assert "time·get_current_time" in res.out and "✗" not in res.out, (name, res.out)
+        assert f"servers from {source}" in res.out, (name, res.out)
 
 
 def test_without_a_server_file_time_is_not_configured(cli):

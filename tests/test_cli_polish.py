@@ -430,7 +430,7 @@ def test_ctrl_c_during_a_step_exits_130_leaves_it_resumable_and_no_server(cli):
 def test_runs_on_a_narrow_terminal_never_cuts_the_id_and_names_the_resume_command(cli):
     path = cli.tmp / "q.recipe"
     path.write_text(QUESTION)
-    crashed_run = cli("run", path, "--json", env={"VODOU_CRASH_AT": "parking"})
+    crashed_run = cli.proc("run", path, "--json", env={"VODOU_CRASH_AT": "parking"})
     assert crashed_run.code == -signal.SIGKILL  # killed mid-run, as by kill -9
     (listed,) = Runs(store=cli.store).list()
     assert listed.state == "interrupted"

@@ -20,25 +20,34 @@ from pathlib import Path
 import pytest
 import trio
 
-from conftest import demo_calls
+from conftest import rogue_calls, rogue_server
 from vodou_engine.runs import Runs
 from vodou_engine.servers import ServerConfig
 
 ROGUE = str(Path(__file__).with_name("rogue_server.py"))
+# A briefing's shape (reads together, a write, a question bound to the post) on the rogue
+# server, which starts in tens of ms: these tests are about processes, not about the demo world.
 BRIEF = """\
 together sources:
   calendar: vodou.echo {"value": {"events": ["standup"]}}
-  slack:    slack.slack_search_messages {"query": "mentions:me"}
+  status:   ops.get_status {}
 then:
-  briefing: write a morning briefing from {calendar, slack}
+  briefing: write a morning briefing from {calendar, status}
   ask me:
   - post to #daily?
-  post: slack.slack_post_message {"channel": "#daily", "text": "{briefing}"}
+  post: ops.post_message {"channel": "#daily", "text": "{briefing}"}
 """
 
 
+def brief(cli, tmp: Path, header: str = "") -> Path:
+    """BRIEF in ./brief.recipe, its `ops` server the rogue one in ./mcp.json (calls in ./rogue.log)."""
+    cli.servers_file({"ops": rogue_server(tmp / "rogue.log")})
+    return write(tmp, "brief.recipe", header + BRIEF)
+
+
 def posts(cli) -> list[dict]:
-    return [c for c in demo_calls(cli.demo_db, tool="slack_post_message") if c["outcome"] == "ok"]
+    """Posts the server answered, from its own log."""
+    return [c for c in rogue_calls(cli.tmp / "rogue.log", "post_message") if c["mode"] == "ok"]
 
 
 def write(tmp: Path, name: str, text: str) -> Path:
@@ -95,11 +104,11 @@ def test_a_signal_stops_the_run_resumably_and_leaves_no_server_behind(cli, tmp_p
 
 
 def test_two_resumes_at_once_take_the_run_once(cli, tmp_path):
-    recipe = write(tmp_path, "brief.recipe", BRIEF)
+    recipe = brief(cli, tmp_path)
     for _ in range(3):
         run = cli("run", recipe, "--json", expect=3).json()["run"]
         # approved, then the approving process dies right after taking the run
-        crashed = cli("approve", run, "post", "--yes", env={"VODOU_CRASH_AT": "resume"})
+        crashed = cli.proc("approve", run, "post", "--yes", env={"VODOU_CRASH_AT": "resume"})
         assert crashed.code == -9
         before = len(posts(cli))
         procs = [cli.popen("resume", run, "--json") for _ in range(2)]
@@ -113,9 +122,9 @@ def test_two_resumes_at_once_take_the_run_once(cli, tmp_path):
 
 
 def test_approving_a_run_whose_driver_died_takes_it_over_and_runs_the_effect(cli, tmp_path):
-    recipe = write(tmp_path, "brief.recipe", BRIEF)
+    recipe = brief(cli, tmp_path)
     # killed right after storing the question, before the run was parked: it stays "running"
-    assert cli("run", recipe, "--json", env={"VODOU_CRASH_AT": "parking"}).code == -9
+    assert cli.proc("run", recipe, "--json", env={"VODOU_CRASH_AT": "parking"}).code == -9
     (listed,) = cli("runs", "--json", expect=0).json()
     assert listed["state"] == "interrupted"  # its owner is gone, so it is not shown as running
     res = cli("approve", listed["run"], "post", "--yes", "--json", expect=0)
@@ -299,7 +308,7 @@ def test_only_regular_files_are_read_as_recipes(cli, tmp_path, kind):
         os.mkfifo(path)
     else:
         path = Path("/dev/zero")
-    res = cli("compile", path, timeout=30)
+    res = cli.proc("compile", path, timeout=30)  # a real process: refused, never blocked
     assert res.code == 2 and "not a regular file" in res.err
 
 
@@ -350,7 +359,7 @@ def test_a_read_only_store_can_still_be_read(cli, tmp_path):
 
 
 def test_a_closed_stdout_does_not_stop_the_run(cli, tmp_path):
-    recipe = write(tmp_path, "brief.recipe", BRIEF)
+    recipe = brief(cli, tmp_path)
     run = cli("run", recipe, "--json", expect=3).json()["run"]
     proc = cli.popen("approve", run, "post", "--yes")
     proc.stdout.readline()
@@ -362,7 +371,7 @@ def test_a_closed_stdout_does_not_stop_the_run(cli, tmp_path):
 
 # --- 7: who may act -------------------------------------------------------------------------------------
 def test_acting_as_someone_else_needs_their_secret_and_is_audited(cli, tmp_path):
-    recipe = write(tmp_path, "brief.recipe", 'approvers: ana\n' + BRIEF)
+    recipe = brief(cli, tmp_path, "approvers: ana\n")
     run = cli("run", recipe, "--json", expect=3).json()["run"]
     refused = cli("approve", run, "post", "--yes", "--as", "ana")
     assert refused.code == 5 and "secret" in refused.err
@@ -379,8 +388,13 @@ def test_acting_as_someone_else_needs_their_secret_and_is_audited(cli, tmp_path)
 
 
 def test_a_policy_entry_for_a_tool_that_does_not_exist_is_reported(cli, tmp_path):
+    # the demo chat server alone: the typo is one letter away from a tool it really lists
+    from vodou_engine.servers import demo_servers
+
+    slack = demo_servers(cli.demo_db)["slack"]
+    cli.servers_file({"slack": {"command": slack.command, "args": slack.args, "env": slack.env}})
     policy = write(tmp_path, "vodou-policy.toml", '[tools."slack.slack_delete_messages"]\nallow_without_asking = true\n')
-    recipe = write(tmp_path, "brief.recipe", BRIEF)
+    recipe = write(tmp_path, "post.recipe", 'post: slack.slack_post_message {"channel": "#daily", "text": "hi"}\n')
     plan = cli("plan", recipe, "--policy", policy)
     assert plan.code == 0 and "warning" in plan.err and "slack_delete_messages" in plan.err and "slack_delete_message" in plan.err
     check = cli("policy", "check", "--policy", policy)

@@ -9,6 +9,7 @@ pass as reads.
 from __future__ import annotations
 
 import csv
+import random
 import time
 from collections import Counter
 from pathlib import Path
@@ -163,27 +164,66 @@ JOINS = {
 }
 
 
+DIGITS = ["1", "2", "42", "2024", "0"]
+
+
 @st.composite
 def names_with(draw, inserted: list[str]):
     words = draw(st.lists(st.sampled_from(NEUTRAL), min_size=0, max_size=5))
     word = draw(st.sampled_from(inserted))
     words.insert(draw(st.integers(0, len(words))), word)
     how = draw(st.sampled_from(sorted(JOINS)))
-    digits = draw(st.sampled_from(["1", "2", "42", "2024", "0"]))
+    digits = draw(st.sampled_from(DIGITS))
     return word, how, JOINS[how](words, digits)
 
 
-@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def every_joining(inserted: list[str]):
+    """Every word of ``inserted``, in every joining, at every place among 0 to 3 neutral words
+    (a fresh draw from NEUTRAL for each word, joining and length, with a fixed seed): for the
+    effect and critical words, 234 words x 11 joinings x 10 places = 25,740 names, in a third
+    of a second. The sweep is what makes "anywhere, in any casing or joining" exhaustive; the
+    Hypothesis properties beside it add longer runs of neutral words, drawn afresh each time."""
+    rng = random.Random(20261130)
+    for word in inserted:
+        for how, join in JOINS.items():
+            for n in range(4):
+                neighbours = rng.sample(NEUTRAL, n)
+                digits = rng.choice(DIGITS)
+                for place in range(n + 1):
+                    words = list(neighbours)
+                    words.insert(place, word)
+                    yield word, how, join(words, digits)
+
+
+def test_an_effect_or_critical_word_anywhere_is_never_read():
+    checked = 0
+    for word, how, name in every_joining(EFFECT_WORDS + CRITICAL_WORDS):
+        risk, source = verb_risk(name)
+        assert risk != "read", f"{name!r} ({how}, holds {word!r}) is read: {source}"
+        checked += 1
+    assert checked == len(EFFECT_WORDS + CRITICAL_WORDS) * len(JOINS) * 10
+
+
+def test_a_critical_word_anywhere_is_critical():
+    checked = 0
+    for word, how, name in every_joining(CRITICAL_WORDS):
+        risk, source = verb_risk(name)
+        assert risk == "critical", f"{name!r} ({how}, holds {word!r}) is {risk}: {source}"
+        checked += 1
+    assert checked == len(CRITICAL_WORDS) * len(JOINS) * 10
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(names_with(EFFECT_WORDS + CRITICAL_WORDS))
-def test_an_effect_or_critical_word_anywhere_is_never_read(case):
+def test_an_effect_or_critical_word_among_up_to_five_random_words_is_never_read(case):
     word, how, name = case
     risk, source = verb_risk(name)
     assert risk != "read", f"{name!r} ({how}, holds {word!r}) is read: {source}"
 
 
-@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(names_with(CRITICAL_WORDS))
-def test_a_critical_word_anywhere_is_critical(case):
+def test_a_critical_word_among_up_to_five_random_words_is_critical(case):
     word, how, name = case
     risk, source = verb_risk(name)
     assert risk == "critical", f"{name!r} ({how}, holds {word!r}) is {risk}: {source}"

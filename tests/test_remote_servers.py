@@ -36,8 +36,34 @@ waited for its timeout instead fails here."""
 POST = {"channel": "#ops", "text": "hello"}
 
 
+@pytest.fixture(scope="module")
+def _shared_web():
+    holder: dict[str, HttpServer] = {}
+    yield holder
+    if "web" in holder:
+        holder["web"].stop()
+
+
 @pytest.fixture
-def web(tmp_path):
+def web(_shared_web, tmp_path_factory):
+    """The HTTP test server, one per test process for this module (a start imports the SDK and
+    uvicorn: about a second): started again when a test stopped or killed it, and before each
+    test its modes are cleared and its log emptied, so each test reads only its own calls.
+    Tests that block a call (its cancellation is logged when it lands) or end the server on
+    purpose take ``own_web``: a server of their own, as every test had before."""
+    server = _shared_web.get("web")
+    if server is None or not server.alive():
+        if server is not None:
+            server.stop()
+        server = _shared_web["web"] = HttpServer(tmp_path_factory.mktemp("web")).start()
+    else:
+        server.set("")
+        server.log.write_text("")
+    return server
+
+
+@pytest.fixture
+def own_web(tmp_path):
     server = HttpServer(tmp_path).start()
     yield server
     server.stop()
@@ -181,7 +207,9 @@ def test_a_server_that_is_not_there_fails_to_start(tmp_path):
     assert isinstance(info.value, NotSentError)
 
 
-def test_a_server_gone_before_the_call_is_not_sent(web):
+def test_a_server_gone_before_the_call_is_not_sent(own_web):
+    web = own_web
+
     async def body(hub):
         web.stop()  # connection refused from now on
         with pytest.raises(NotSentError) as info:
@@ -246,7 +274,8 @@ def test_the_proxy_settings_of_the_environment_apply(web, monkeypatch):
 # -- no reply --------------------------------------------------------------------
 
 
-def test_a_server_that_dies_mid_call_is_no_reply_then_not_sent(web):
+def test_a_server_that_dies_mid_call_is_no_reply_then_not_sent(own_web):
+    web = own_web
     web.set("post_message=die")
 
     async def body(hub):
@@ -342,7 +371,8 @@ def test_other_server_flavours_end_the_same_ways(tmp_path, flavour):
     assert [c["tool"] for c in server.calls()] == ["echo", "refuse", "fail", "post_message", "get_status"]
 
 
-def test_call_timeout_from_the_server_file_cancels_on_the_server(web, tmp_path):
+def test_call_timeout_from_the_server_file_cancels_on_the_server(own_web, tmp_path):
+    web = own_web
     servers = parse_servers(json.dumps({"mcpServers": {"web": {"url": web.url, "callTimeout": 0.5}}}), str(tmp_path / "mcp.json"))
 
     async def body(hub):
@@ -373,9 +403,10 @@ def test_start_timeout_from_the_server_file(tmp_path):
     assert took < 10  # closing the session does not wait for the mute server either
 
 
-def test_a_quorum_drop_of_an_in_flight_call_returns_promptly(web):
+def test_a_quorum_drop_of_an_in_flight_call_returns_promptly(own_web):
     """A branch a quorum no longer needs is cancelled mid-call: the caller is back at once,
     the server is told, and the session serves the next call."""
+    web = own_web
     seen = {}
 
     async def body(hub):
@@ -395,7 +426,9 @@ def test_a_quorum_drop_of_an_in_flight_call_returns_promptly(web):
     assert web.wait_for("cancelled")
 
 
-def test_closing_the_hub_does_not_wait_for_a_call_nobody_waits_for(web):
+def test_closing_the_hub_does_not_wait_for_a_call_nobody_waits_for(own_web):
+    web = own_web
+
     async def body(hub):
         with trio.move_on_after(0.3):
             await hub.call("web", "block", {})

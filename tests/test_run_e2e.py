@@ -1,7 +1,9 @@
-"""`recipe run` / `approve` / `reject` end to end: real processes, real servers, a real store.
+"""`recipe run` / `approve` / `reject` end to end: real servers, a real store, and a real
+process wherever the claim is about one (an approval from another process, twenty
+approvals racing); the rest runs the CLI in this process.
 
-Effects are counted where they land: in the demo servers' own call log, or in
-the git repository's history.
+Effects are counted where they land: in the demo servers' own call log, the rogue
+server's log, or the git repository's history.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RECIPES, demo_calls
+from conftest import RECIPES, demo_calls, rogue_calls, rogue_server
 
 MORNING = RECIPES / "morning-briefing.recipe"
 
@@ -34,7 +36,7 @@ def test_morning_briefing_parks_then_posts_once_when_approved_from_another_proce
     assert reads_before == 1
 
     assert set(doc["servers"]) == {"google-calendar", "gmail", "slack"}
-    res = cli("approve", doc["run"], "post", "--yes", "--json", expect=0)
+    res = cli.proc("approve", doc["run"], "post", "--yes", "--json", expect=0)  # another process
     assert res.json()["state"] == "succeeded"
     # only the server the rest of the run needs was started, and it says how long that took
     assert list(res.json()["servers"]) == ["slack"] and res.json()["servers"]["slack"]["start_s"] > 0
@@ -76,7 +78,14 @@ def test_rejected_run_posts_nothing_and_ends_declined(cli):
 
 
 def test_twenty_concurrent_approvals_execute_once(cli):
-    doc = _run_parked(cli)
+    """Twenty `recipe approve` processes race for one question. The post goes to the rogue
+    server (standard library, tens of ms to start), so the race costs twenty approvals, not
+    twenty demo server starts; the post is counted in that server's own log."""
+    log = cli.tmp / "rogue.log"
+    servers = cli.servers_file({"ops": rogue_server(log)})
+    recipe = cli.tmp / "post.recipe"
+    recipe.write_text('post: ops.post_message {"channel": "#daily", "text": "once"}\n')
+    doc = _run_parked(cli, recipe, "--servers", servers)
     procs = [cli.popen("approve", doc["run"], "post", "--yes") for _ in range(20)]
     results = [(p.wait(timeout=300), p.stdout.read(), p.stderr.read()) for p in procs]
     codes = sorted(code for code, _, _ in results)
@@ -85,8 +94,8 @@ def test_twenty_concurrent_approvals_execute_once(cli):
     for code, _, err in results:
         if code == 5:
             assert "already" in err or "approved" in err
-    posts = demo_calls(cli.demo_db, tool="slack_post_message")
-    assert len(posts) == 1 and posts[0]["outcome"] == "ok"
+    (post,) = rogue_calls(log, "post_message")
+    assert post["mode"] == "ok" and post["arguments"]["text"] == "once"
 
 
 def test_post_fanout_branches_overlap_on_the_servers(cli):
