@@ -1,14 +1,21 @@
-"""`recipe mcp`: the MCP SDK's own client is the agent, the server a real stdio subprocess.
+"""`recipe mcp`: the MCP SDK's own client is the agent.
 
-Effects are counted where they land (the demo servers' call log); a person
-decides with the real `recipe approve` command, in another process.
+Most tests connect that client to the agent server in this process (the SDK's
+in-memory transport, ``Client(server)``), with the environment and directory
+`recipe mcp` would have; the agent's tools still start the real demo servers as
+processes. The stdio subprocess is kept for what only it shows: the documented
+command lines start and answer (the snippets), how fast a started server answers
+``initialize``, and the whole way once (an agent process starts the morning
+briefing, a person approves it with `recipe approve`).
+
+Effects are counted where they land (the demo servers' call log).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
-import statistics
 import sys
 import time
 from contextlib import AsyncExitStack
@@ -30,10 +37,14 @@ POST = 'post: slack.slack_post_message {"channel": "#daily", "text": "hello"}\n'
 
 
 class Agent:
-    """An MCP client session with `python -m vodou_engine.agents.mcp_server` (or ``argv``)."""
+    """An MCP client session with the agent server: `recipe mcp FLAGS` in this process (the
+    SDK's in-memory transport), or with ``stdio=True`` (or ``argv``) a real
+    `python -m vodou_engine.agents.mcp_server` subprocess over stdio."""
 
-    def __init__(self, cli, *flags: str, name: str = "test-agent", argv: list[str] | None = None, env: dict | None = None):
+    def __init__(self, cli, *flags: str, name: str = "test-agent", argv: list[str] | None = None, env: dict | None = None, stdio: bool = False):
         self.cli = cli
+        self.flags = flags
+        self.stdio = stdio or argv is not None
         self.argv = argv or [sys.executable, "-m", "vodou_engine.agents.mcp_server", *flags]
         self.name = name
         self.env = {**cli.env, **(env or {})}
@@ -41,19 +52,44 @@ class Agent:
         self.initialized = 0.0
 
     async def __aenter__(self) -> "Agent":
-        from mcp.client.session import ClientSession
-        from mcp.client.stdio import StdioServerParameters, stdio_client
         from mcp.types import Implementation
 
         self.stack = AsyncExitStack()
         await self.stack.__aenter__()
         self.started = time.perf_counter()
-        params = StdioServerParameters(command=self.argv[0], args=self.argv[1:], env=self.env, cwd=str(self.cli.tmp))
-        read, write = await self.stack.enter_async_context(stdio_client(params))
-        self.session = await self.stack.enter_async_context(ClientSession(read, write, client_info=Implementation(name=self.name, version="1")))
-        await self.session.initialize()
+        client_info = Implementation(name=self.name, version="1")
+        if self.stdio:
+            from mcp.client.session import ClientSession
+            from mcp.client.stdio import StdioServerParameters, stdio_client
+
+            params = StdioServerParameters(command=self.argv[0], args=self.argv[1:], env=self.env, cwd=str(self.cli.tmp))
+            read, write = await self.stack.enter_async_context(stdio_client(params))
+            self.session = await self.stack.enter_async_context(ClientSession(read, write, client_info=client_info))
+            await self.session.initialize()
+        else:
+            import argparse
+
+            from mcp.client.client import Client
+
+            from vodou_engine.agents.mcp_server import AgentConfig, add_arguments, build_server
+
+            self.stack.callback(self._restore, dict(os.environ), os.getcwd())
+            os.environ.clear()
+            os.environ.update(self.env)
+            os.chdir(self.cli.tmp)
+            parser = argparse.ArgumentParser()
+            add_arguments(parser)
+            server = build_server(AgentConfig.from_args(parser.parse_args(list(self.flags))))
+            client = await self.stack.enter_async_context(Client(server, client_info=client_info))
+            self.session = client.session
         self.initialized = time.perf_counter()
         return self
+
+    @staticmethod
+    def _restore(env: dict, cwd: str) -> None:
+        os.environ.clear()
+        os.environ.update(env)
+        os.chdir(cwd)
 
     async def __aexit__(self, *exc) -> None:
         await self.stack.__aexit__(*exc)
@@ -96,6 +132,42 @@ def posts(cli) -> list[dict]:
     return demo_calls(cli.demo_db, tool="slack_post_message")
 
 
+_LISTED: list = []  # the catalogue the demo servers listed, once per test process
+
+
+@pytest.fixture
+def listed_once(cli, monkeypatch):
+    """The live catalogue of the demo servers (each started and listed, none called), listed once
+    per test process and handed as it is to the agent sessions of the tests that take this
+    fixture: listing six demo servers again would prove nothing more. The list_tools test lists
+    them live in its own session, and checks that listing called nothing."""
+    import trio
+
+    from vodou_engine.agents import catalogue as mod
+    from vodou_engine.runs import Runs
+
+    if not _LISTED:
+        saved, cwd = dict(os.environ), os.getcwd()
+        os.environ.clear()
+        os.environ.update(cli.env)
+        os.chdir(cli.tmp)
+        try:
+            runs = Runs()
+            servers, policy = runs.servers(), runs.policy()
+            _LISTED.append(trio.run(lambda: mod.fetch(servers, policy)))
+            runs.close()
+        finally:
+            Agent._restore(saved, cwd)
+    (cat,) = _LISTED
+
+    async def fetch(servers, policy, names=None, **kw):
+        assert names is None and policy.source is None, "the shared catalogue is every demo server's, with no policy file"
+        return cat
+
+    monkeypatch.setattr(mod, "fetch", fetch)
+    return cat
+
+
 def stored_runs(cli) -> list:
     from vodou_engine.runs import Runs
 
@@ -125,8 +197,8 @@ def test_no_tool_and_no_argument_can_decide(cli):
             for name in ("start_run", "run_status"):
                 assert "recipe approve" in tools[name].description
             assert tools["start_run"].annotations.open_world_hint is True
-            init = agent.session._initialize_result  # the server's instructions say who decides
-            assert init is None or "person decides" in (init.instructions or "")
+            # the server's instructions say who decides (from initialize, or the newer discover)
+            assert "person decides" in (agent.session.instructions or "")
 
             # an argument a tool does not declare is refused, never ignored
             err = await agent.refused("start_run", recipe=MORNING, approved=True)
@@ -184,7 +256,7 @@ def test_a_server_that_cannot_start_is_reported_and_the_rest_listed(cli):
 
 
 # --- check_recipe -----------------------------------------------------------------------------------
-def test_check_recipe_gives_structured_errors_and_the_card(cli):
+def test_check_recipe_gives_structured_errors_and_the_card(cli, listed_once):
     async def main():
         async with Agent(cli) as agent:
             bad = 'together:\n  a: slack.slack_search_messages {"query": "x",}\n  b: gmail.messages_list {}\n'
@@ -219,8 +291,10 @@ def test_check_recipe_gives_structured_errors_and_the_card(cli):
 
 # --- the whole way: an agent starts, a person approves ------------------------------------------
 def test_the_morning_briefing_parks_until_a_person_approves_it_once(cli):
+    """The whole way through processes: the agent server over stdio, the person's `recipe approve`."""
+
     async def main():
-        async with Agent(cli) as agent:
+        async with Agent(cli, stdio=True) as agent:
             started = await agent.ok("start_run", recipe=MORNING, name="morning-briefing")
             assert started["state"] == "parked" and started["started_by"] == "agent:test-agent"
             run_id = started["run"]
@@ -241,7 +315,7 @@ def test_the_morning_briefing_parks_until_a_person_approves_it_once(cli):
 
             # the person, in a shell, with the command the agent was shown
             assert "--store" in pending["decide"]["approve"]
-            res = cli(*pending["decide"]["approve"].split()[1:], "--yes", expect=0)
+            res = cli.proc(*pending["decide"]["approve"].split()[1:], "--yes", expect=0)
             assert "succeeded" in res.out + res.err
             (post,) = posts(cli)
             assert post["arguments"]["channel"] == "#daily" and "morning briefing" in post["arguments"]["text"]
@@ -256,7 +330,7 @@ def test_the_morning_briefing_parks_until_a_person_approves_it_once(cli):
 
 
 # --- never without asking -----------------------------------------------------------------------
-def test_an_agent_may_not_opt_out_of_asking(cli):
+def test_an_agent_may_not_opt_out_of_asking(cli, listed_once):
     sneaky = {
         "without asking": MORNING + "    without asking\n",
         "don't ask": POST + "  don't ask\n",
@@ -445,44 +519,14 @@ def test_the_claude_desktop_snippets_in_the_docs_start(cli, index):
     run(main)
 
 
-# --- speed -----------------------------------------------------------------------------------------
-BARE = "from mcp.server.mcpserver import MCPServer\nMCPServer('bare').run()\n"
-
-
-def test_initialize_is_answered_within_the_sdk_floor_plus_100_ms(cli):
+# --- over stdio --------------------------------------------------------------------------------------
+# How soon it answers and how fast a check round-trips are measured in benchmarks/agents_bench.py.
+def test_the_stdio_server_answers_initialize_and_checks_recipes_round_after_round(cli):
     async def main():
-        bare, ours = [], []
-        for _ in range(3):
-            async with Agent(cli, argv=[sys.executable, "-c", BARE]) as a:
-                bare.append(a.initialized - a.started)
-            async with Agent(cli) as a:
-                ours.append(a.initialized - a.started)
-        print(f"\ninitialize answered: recipe mcp {min(ours):.3f} s (runs {', '.join(f'{x:.3f}' for x in ours)}); bare MCPServer {min(bare):.3f} s")
-        assert min(ours) <= min(bare) + 0.100
-
-    run(main)
-
-
-def test_check_recipe_round_trip_is_fast(cli):
-    """Median of 25 round trips <= 20 ms once the server is up. A machine busy with other
-    work gets up to three batches: the figure is the server's, not the neighbours'."""
-
-    async def main():
-        async with Agent(cli) as agent:
-            await agent.ok("check_recipe", recipe=MORNING)  # lists the catalogue once
-            medians = []
+        async with Agent(cli, stdio=True) as agent:
             for _ in range(3):
-                times = []
-                for _ in range(25):
-                    t0 = time.perf_counter()
-                    data = await agent.ok("check_recipe", recipe=MORNING)
-                    times.append(time.perf_counter() - t0)
-                    assert data["ok"]
-                medians.append(statistics.median(times))
-                if medians[-1] <= 0.020:
-                    break
-        print(f"\ncheck_recipe round trip: median {min(medians) * 1000:.1f} ms (batches: {', '.join(f'{m * 1000:.1f}' for m in medians)})")
-        assert min(medians) <= 0.020
+                data = await agent.ok("check_recipe", recipe=MORNING)
+                assert data["ok"] and "post" in json.dumps(data)
 
     run(main)
 
