@@ -31,8 +31,12 @@ CASES = {
     "h": "compile speed: 100 / 1,000 / 10,000 steps",
     "i": "CLI cold start",
     "j": "a quorum's slow branch never holds the process (exit after the K-th success)",
+    "s": "recipe serve: approve on the page → effect, the inbox with 1,000 parked runs, 100 runs at once, a schedule's lag",
+    "m": "recipe mcp: initialize against the SDK's floor, check_recipe round trip",
     "p": "an alternative not taken (benchmarks/proposed) vs shipped, same run; only with --only p",
 }
+MODULES = {"s": "serve_bench", "m": "agents_bench"}
+"""Cases whose module is not ``case_<letter>.py`` (each also runs on its own: ``python -m benchmarks.serve_bench``)."""
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -76,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"[bold]{letter}[/] {CASES[letter]} …")
             t0 = time.perf_counter()
             try:
-                module = importlib.import_module(f"benchmarks.case_{letter}")
+                module = importlib.import_module(f"benchmarks.{MODULES.get(letter, 'case_' + letter)}")
                 cases[letter] = module.run(cfg).to_json()
             except Exception:  # one broken case must not lose the others' figures
                 tb = traceback.format_exc()

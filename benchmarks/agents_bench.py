@@ -46,7 +46,7 @@ async def _session(stack: AsyncExitStack, argv: list[str], cwd: str, env: dict) 
 def run(cfg: Config) -> Case:
     import trio
 
-    case = Case("agents", "recipe mcp: initialize against the SDK's floor, check_recipe round trip")
+    case = Case("m", "recipe mcp: initialize against the SDK's floor, check_recipe round trip")
     starts = 2 if cfg.quick else 3
     with tempfile.TemporaryDirectory(prefix="vodou-agents-bench-") as tmp:
         env = {**os.environ, "HOME": tmp, "VODOU_STORE": str(Path(tmp) / "runs.db"), "VODOU_DEMO_DB": str(Path(tmp) / "demo.db")}

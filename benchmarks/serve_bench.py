@@ -24,6 +24,9 @@ session cookie), over one kept-alive HTTP/1.1 connection per client.
   and 200 ms on the demo lab server; all must finish. Wall-clock from the
   first POST to the last run's end, against the slowest run's own
   created → ended.
+* a schedule fires: a saved recipe scheduled every minute (added before the
+  process starts); the lag from its due time to its run's creation, from the
+  store's own records. Target ≤ 1 s (the scheduler ticks every second).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ TOGETHER = (
     'recipe "together"\ntogether waits:\n  slow: board.query {"ms": 300}\n  quick: board.query {"ms": 200}\n'
     'then:\n  done: vodou.echo {"value": "{slow}"}\n'
 )
+TICK = 'recipe "tick"\nsay: vodou.echo {"value": "tick"}\n'
 
 
 class Browser:
@@ -128,14 +132,16 @@ def run(cfg: Config) -> Case:
     from vodou_engine.runs import Runs
     from vodou_engine.web.identity import add_approver
 
-    case = Case("s", "`recipe serve`: approve on the page → effect, the inbox with 1,000 parked runs, 100 runs at once")
+    case = Case("s", "`recipe serve`: approve on the page → effect, the inbox with 1,000 parked runs, 100 runs at once, a schedule's lag")
     samples = max(cfg.runs * 2, 10) if not cfg.quick else 5
     parked_n = 1000 if not cfg.quick else 200
     at_once = 100 if not cfg.quick else 20
     with TempDir("serve") as tmp:
         runs = Runs(store=tmp / "runs.db", servers={}, policy=Policy())
-        for text in (POST, ASK, TOGETHER):
+        for text in (POST, ASK, TOGETHER, TICK):
             runs.save("x.recipe", text=text, by="bench")
+        # every minute: the next minute's due time falls somewhere in the parts below
+        runs.add_schedule("tick", recipe="tick", cron="* * * * *", by="bench")
         _, link = add_approver(runs, "bench", by="bench", base_url="http://placeholder")
         proc, url, log = start_serve(tmp, cfg)
         try:
@@ -241,6 +247,18 @@ def run(cfg: Config) -> Case:
             case.figure("at_once_ratio", wall / slowest, "x", "wall-clock / slowest run")
             case.bar(f"{at_once} runs at once", wall_s=wall, sum_s=sum(r.ended_at - r.created_at for r in rows), slowest_s=slowest)
             case.check(f"serve: {at_once} runs at once all succeed", 0 if (states == {"succeeded"} and not errors and len(started) == at_once) else 1, 0, unit="x", what=f"states {sorted(states)}, refused POSTs {len(errors)}")
+
+            # --- a schedule fires after its due time ----------------------------------------------
+            def fired():
+                done = [f for f in runs.firings("tick") if f.outcome == "fired" and f.run_id and _exists(store, f.run_id)]
+                return done or None
+
+            firing = wait(fired, "the schedule to fire", timeout=90, every=0.05)[-1]
+            created = store.get_run(firing.run_id).created_at
+            lag = created - firing.due_at
+            case.figure("schedule_fire_lag_s", lag, "s", "a schedule's due time → its run created (tick every second)")
+            case.figure("schedule_decide_lag_s", firing.decided_at - firing.due_at, "s", "a schedule's due time → the firing decided in the store")
+            case.check("serve: a schedule fires after its due time", lag, 1.0, unit="s", what="due time → run created")
             me.close()
         finally:
             proc.terminate()

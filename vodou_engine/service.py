@@ -321,7 +321,9 @@ class Service:
                     if not self.accepting:
                         break
                     self._spawn(f.run_id, lambda r, f=f: self._fire(r, f))
-                await trio.sleep(self.tick_s)
+                # Wake just after the next multiple of the tick: due times are whole minutes,
+                # so a run starts milliseconds after its time, not up to a tick later.
+                await trio.sleep(self.tick_s - time.time() % self.tick_s + 0.002)
         finally:
             runs.close()
 
