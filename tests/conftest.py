@@ -8,13 +8,26 @@ interpreter importing the MCP SDK. ``cli.proc(...)`` and ``cli.popen(...)`` star
 a signal, a kill -9 at a crash point, a closed pipe, another user, processes
 racing each other, and the end-to-end tests that keep every command and every
 exit code proven through the real entry point (tests/test_cli_process.py).
+
+Both stores: a test marked ``@pytest.mark.both_stores`` (or a module with that
+``pytestmark``) runs once per store named in ``$VODOU_TEST_STORE`` (default
+``sqlite,postgres``), its id ending ``[sqlite]`` or ``[postgres]``. Its ``cli`` and
+``store_location`` are then that store: a file in the test's directory, or a
+fresh PostgreSQL schema at ``$VODOU_TEST_PG`` (tests/pg_helpers.py) dropped after
+the test. Without PostgreSQL those tests fail saying so; ``VODOU_TEST_STORE=sqlite``
+leaves them out. ``@pytest.mark.sqlite_only`` keeps one test of such a module on
+SQLite (it reads the store's file); ``@pytest.mark.postgres`` marks a test that
+needs PostgreSQL whatever the store (left out with ``VODOU_TEST_STORE=sqlite``).
+Every other test runs on SQLite.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -27,6 +40,90 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ROOT / "recipes"
 ROGUE = str(Path(__file__).with_name("rogue_server.py"))
+STORE_KINDS = ("sqlite", "postgres")
+STORES = [s.strip() for s in os.environ.get("VODOU_TEST_STORE", ",".join(STORE_KINDS)).split(",") if s.strip()]
+
+
+def pytest_configure(config) -> None:
+    unknown = [s for s in STORES if s not in STORE_KINDS]
+    if unknown or not STORES:
+        raise pytest.UsageError(f"VODOU_TEST_STORE names {', '.join(unknown) or 'no store'}; it takes a comma-separated list of: {', '.join(STORE_KINDS)}")
+    config.addinivalue_line("markers", "both_stores: run once per store in $VODOU_TEST_STORE (default sqlite,postgres); cli and store_location use it")
+    config.addinivalue_line("markers", "sqlite_only: in a both_stores module, a test about the SQLite file itself (SQLite only)")
+    config.addinivalue_line("markers", "postgres: needs PostgreSQL at $VODOU_TEST_PG; left out (deselected) when VODOU_TEST_STORE leaves postgres out")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    if "postgres" in STORES:
+        return
+    left_out = [item for item in items if item.get_closest_marker("postgres")]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if not item.get_closest_marker("postgres")]
+
+
+def pytest_generate_tests(metafunc) -> None:
+    """``store_kind`` (and so ``store_location`` and ``cli``) per store, for tests marked both_stores."""
+    if "store_kind" not in metafunc.fixturenames:
+        return
+    if metafunc.definition.get_closest_marker("both_stores") and not metafunc.definition.get_closest_marker("sqlite_only"):
+        metafunc.parametrize("store_kind", STORES, indirect=True)
+
+
+@pytest.fixture
+def store_kind(request) -> str:
+    """``"sqlite"`` or ``"postgres"``: the store this test runs on (SQLite unless it is marked both_stores)."""
+    return getattr(request, "param", "sqlite")
+
+
+@pytest.fixture
+def store_location(store_kind, tmp_path):
+    """The test's own, new store: ``tmp_path/runs.db``, or the URL of a fresh PostgreSQL schema."""
+    if store_kind == "sqlite":
+        yield str(tmp_path / "runs.db")
+        return
+    from pg_helpers import fresh_schema
+
+    with fresh_schema("vs") as url:
+        yield url
+
+
+def is_postgres(location: str | os.PathLike) -> bool:
+    return str(location).startswith(("postgresql://", "postgres://"))
+
+
+def store_sql(location: str | os.PathLike, statement: str, params: tuple = ()) -> list[tuple]:
+    """One statement on the store's database behind the engine's back (``?`` placeholders on
+    either store): tampering with what is stored, or a count the run API does not give."""
+    if is_postgres(location):
+        import psycopg
+
+        with psycopg.connect(str(location), autocommit=True) as conn:
+            cur = conn.execute(statement.replace("?", "%s"), params)
+            return cur.fetchall() if cur.description else []
+    conn = sqlite3.connect(location)
+    try:
+        rows = conn.execute(statement, params).fetchall()
+        conn.commit()
+        return rows
+    finally:
+        conn.close()
+
+
+def store_digest(location: str | os.PathLike) -> str:
+    """What the store holds, as one sha256, so equal means unchanged: on SQLite the file's
+    bytes once the WAL is folded in; on PostgreSQL every row of every table of its schema."""
+    if not is_postgres(location):
+        conn = sqlite3.connect(location)
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.close()
+        return hashlib.sha256(Path(location).read_bytes()).hexdigest()
+    digest = hashlib.sha256()
+    tables = store_sql(location, "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename")
+    for (table,) in tables:
+        ((rows,),) = store_sql(location, f'SELECT string_agg(t::text, chr(10) ORDER BY t::text) FROM "{table}" t')
+        digest.update(f"{table}\n{rows}\n".encode())
+    return digest.hexdigest()
 
 
 @dataclass
@@ -42,15 +139,16 @@ class Result:
 class Cli:
     """``recipe ...`` in an isolated home: in this process (``cli(...)``) or as a real one (``cli.proc``, ``cli.popen``)."""
 
-    def __init__(self, tmp: Path):
+    def __init__(self, tmp: Path, store: str | None = None):
         self.tmp = tmp
-        self.store = tmp / "runs.db"
+        self.location = store or str(tmp / "runs.db")
+        self.kind = "postgres" if is_postgres(self.location) else "sqlite"
         self.demo_db = tmp / "demo.db"
         self.env = {
             k: v for k, v in os.environ.items() if not k.startswith("VODOU_") and k not in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME")
         }
         self.env.update(
-            VODOU_STORE=str(self.store),
+            VODOU_STORE=self.location,
             VODOU_DEMO_DB=str(self.demo_db),
             XDG_CONFIG_HOME=str(tmp / "config"),
             XDG_DATA_HOME=str(tmp / "data"),
@@ -58,8 +156,33 @@ class Cli:
             COLUMNS="200",
         )
 
+    @property
+    def store(self) -> Path:
+        """The SQLite store's file; a test that reads the file itself is SQLite-only."""
+        if self.kind != "sqlite":
+            raise AssertionError(f"this test reads the SQLite store's file, but its store is {self.location}: mark it sqlite_only, or use cli.open_store() / cli.sql()")
+        return Path(self.location)
+
+    def open_store(self):
+        """The test's store, opened as the engine opens it (close it after use)."""
+        from vodou_engine.store import open_store
+
+        return open_store(self.location)
+
+    def sql(self, statement: str, params: tuple = ()) -> list[tuple]:
+        return store_sql(self.location, statement, params)
+
+    def _args(self, args: tuple) -> list[str]:
+        """On PostgreSQL `recipe approve` queues the run for the workers unless told `--here`;
+        these tests are about the store, so it drives the run here on both stores (the queued
+        path is tests/test_workers.py's)."""
+        argv = [str(a) for a in args]
+        if self.kind == "postgres" and argv[:1] == ["approve"] and "--here" not in argv:
+            argv.append("--here")
+        return argv
+
     def argv(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "vodou_engine", *map(str, args)]
+        return [sys.executable, "-m", "vodou_engine", *self._args(args)]
 
     @staticmethod
     def _check(res: Result, expect: int | None) -> Result:
@@ -93,7 +216,7 @@ class Cli:
         faulthandler.dump_traceback_later(timeout, exit=True, file=sys.__stderr__)
         try:
             try:
-                code = recipe_cli.main([str(a) for a in args])
+                code = recipe_cli.main(self._args(args))
             except SystemExit as exc:  # argparse: --help, --version, usage errors
                 code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
                 if isinstance(exc.code, str):
@@ -141,8 +264,9 @@ class Cli:
 
 
 @pytest.fixture
-def cli(tmp_path) -> Cli:
-    return Cli(tmp_path)
+def cli(tmp_path, store_location) -> Cli:
+    """``recipe`` in an isolated home on this test's store (see both_stores above)."""
+    return Cli(tmp_path, store_location)
 
 
 def demo_calls(db: Path, tool: str | None = None, server: str | None = None) -> list[dict]:

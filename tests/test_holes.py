@@ -4,6 +4,11 @@ Where only a process can show it (signals, a dead owner, a closed stdout, a
 read-only store, identity) the real CLI runs; the rest goes through the run
 API. Effects are counted on the server side: the demo world's call log, or
 the rogue server's own log.
+
+The races and crashes (a signal mid-run, two resumes at once, a dead driver's
+run taken over, a live one left alone, a driver that lost its run) are decided
+by the store, so they run on both stores (``[sqlite]``, ``[postgres]``: the
+``both_stores`` mark, tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -84,6 +89,7 @@ def wait_for(predicate, what: str, deadline_s: float = 60.0) -> None:
 
 
 # --- 4: nothing hangs, nothing is orphaned ---------------------------------------------------------
+@pytest.mark.both_stores
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 def test_a_signal_stops_the_run_resumably_and_leaves_no_server_behind(cli, tmp_path, sig):
     modes = write(tmp_path, "modes", "get_status=hang")
@@ -103,6 +109,7 @@ def test_a_signal_stops_the_run_resumably_and_leaves_no_server_behind(cli, tmp_p
     assert done["state"] == "succeeded"
 
 
+@pytest.mark.both_stores
 def test_two_resumes_at_once_take_the_run_once(cli, tmp_path):
     recipe = brief(cli, tmp_path)
     for _ in range(3):
@@ -121,6 +128,7 @@ def test_two_resumes_at_once_take_the_run_once(cli, tmp_path):
         assert [a["state"] for a in show["approvals"]] == ["approved"]
 
 
+@pytest.mark.both_stores
 def test_approving_a_run_whose_driver_died_takes_it_over_and_runs_the_effect(cli, tmp_path):
     recipe = brief(cli, tmp_path)
     # killed right after storing the question, before the run was parked: it stays "running"
@@ -132,11 +140,12 @@ def test_approving_a_run_whose_driver_died_takes_it_over_and_runs_the_effect(cli
     assert len(posts(cli)) == 1
 
 
-def test_a_live_driver_is_left_alone_and_picks_up_the_decision(tmp_path):
+@pytest.mark.both_stores
+def test_a_live_driver_is_left_alone_and_picks_up_the_decision(store_location):
     """Another process drives the run: approve records the decision and says so; it does not race it."""
     from vodou_engine.owners import _me
 
-    runs = Runs(store=tmp_path / "runs.db", servers={})
+    runs = Runs(store=store_location, servers={}, workers=False)  # approve drives here on either store
     parked = trio.run(lambda: runs.start("q.recipe", text='ask me:\n- go on?\nnote: vodou.echo {"value": "on"}\n', actor="ana"))
     store = runs.store()
     other = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
@@ -156,11 +165,12 @@ def test_a_live_driver_is_left_alone_and_picks_up_the_decision(tmp_path):
     runs.close()
 
 
-def test_a_driver_that_lost_its_run_writes_nothing_more(tmp_path):
+@pytest.mark.both_stores
+def test_a_driver_that_lost_its_run_writes_nothing_more(store_location):
     from vodou_engine.errors import LostRunError
     from vodou_engine.store import NodeRecord
 
-    runs = Runs(store=tmp_path / "runs.db", servers={})
+    runs = Runs(store=store_location, servers={}, workers=False)
     parked = trio.run(lambda: runs.start("q.recipe", text='ask me:\n- go on?\nnote: vodou.echo {"value": "on"}\n', actor="ana"))
     store = runs.store()
     assert store.take_run(parked.run, "me", lease_s=60)

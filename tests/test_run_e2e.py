@@ -77,10 +77,12 @@ def test_rejected_run_posts_nothing_and_ends_declined(cli):
     assert demo_calls(cli.demo_db, tool="slack_post_message") == []
 
 
+@pytest.mark.both_stores
 def test_twenty_concurrent_approvals_execute_once(cli):
-    """Twenty `recipe approve` processes race for one question. The post goes to the rogue
-    server (standard library, tens of ms to start), so the race costs twenty approvals, not
-    twenty demo server starts; the post is counted in that server's own log."""
+    """Twenty `recipe approve` processes race for one question, on each store: the database
+    decides who wins. The post goes to the rogue server (standard library, tens of ms to
+    start), so the race costs twenty approvals, not twenty demo server starts; the post is
+    counted in that server's own log."""
     log = cli.tmp / "rogue.log"
     servers = cli.servers_file({"ops": rogue_server(log)})
     recipe = cli.tmp / "post.recipe"

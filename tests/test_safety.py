@@ -6,21 +6,26 @@ costs tens of ms, not the SDK's second) for the promises about approvals, crashe
 and the store; the demo chat server's call log and channel history where the
 world itself must change under a question (preview and check). A kill -9 at a
 crash point is a real process (``cli.proc``); the rest runs the CLI in-process.
+
+Every promise is proven on both stores (``[sqlite]``, ``[postgres]``: the
+``both_stores`` mark, tests/conftest.py), each test on a new store of its own;
+the two tests about a file that is not a store (or a damaged one) are about the
+SQLite file and run on it only.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import sqlite3
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import demo_calls, rogue_calls, rogue_server
+from conftest import demo_calls, rogue_calls, rogue_server, store_digest, store_sql
 from vodou_engine.demo import db as demo
+
+pytestmark = pytest.mark.both_stores
 
 # The morning briefing's shape (reads together, a quorum, a write, a question bound to
 # the post) on the rogue server instead of three demo servers, so each test starts less.
@@ -114,14 +119,6 @@ def approvals(cli, run: str) -> list[dict]:
     return cli("show", run, "--json", expect=0).json()["approvals"]
 
 
-def store_digest(cli) -> str:
-    """sha256 of the store file after folding the WAL in, so equal means unchanged."""
-    conn = sqlite3.connect(cli.store)
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    conn.close()
-    return hashlib.sha256(cli.store.read_bytes()).hexdigest()
-
-
 # --- 1, 4: preview on the card; a changed world makes the approval stale -------------
 def test_preview_is_on_the_card_and_a_changed_check_asks_again(cli, tmp_path):
     # the demo chat server: its preview and check read a channel the test then changes
@@ -189,7 +186,7 @@ def test_only_named_approvers_may_decide_and_refusals_are_logged(cli, tmp_path):
     refused = cli("approve", run, "post", "--yes", "--as", "mallory", env=mallory)
     assert refused.code == 5 and "ana" in refused.err
     assert posts(cli) == []
-    events = sqlite3.connect(cli.store).execute("SELECT kind, actor FROM events WHERE run_id = ?", (run,)).fetchall()
+    events = cli.sql("SELECT kind, actor FROM events WHERE run_id = ?", (run,))
     assert ("approval.refused", "mallory") in events
     cli("approve", run, "post", "--yes", "--as", "bruno", env=bruno, expect=0)
     assert len(posts(cli)) == 1
@@ -221,10 +218,7 @@ def test_idempotency_key_is_derived_passed_and_recorded(cli, brief):
 # --- 3: tampering is refused ----------------------------------------------------------------
 def test_an_edited_stored_payload_refuses_to_run(cli, brief):
     first = park(cli, brief)
-    conn = sqlite3.connect(cli.store)
-    conn.execute("UPDATE approvals SET payload_json = ? WHERE run_id = ?", (json.dumps({"channel": "#general", "text": "pwned"}), first["run"]))
-    conn.commit()
-    conn.close()
+    cli.sql("UPDATE approvals SET payload_json = ? WHERE run_id = ?", (json.dumps({"channel": "#general", "text": "pwned"}), first["run"]))
     res = cli("approve", first["run"], "post", "--yes")
     assert res.code == 1 and "stored payload" in (res.out + res.err)
     assert posts(cli) == []
@@ -232,11 +226,8 @@ def test_an_edited_stored_payload_refuses_to_run(cli, brief):
 
 def test_an_edited_stored_plan_refuses_to_run(cli, brief):
     first = park(cli, brief)
-    conn = sqlite3.connect(cli.store)
-    (plan,) = conn.execute("SELECT plan_json FROM runs WHERE id = ?", (first["run"],)).fetchone()
-    conn.execute("UPDATE runs SET plan_json = ? WHERE id = ?", (plan.replace("#daily", "#general"), first["run"]))
-    conn.commit()
-    conn.close()
+    ((plan,),) = cli.sql("SELECT plan_json FROM runs WHERE id = ?", (first["run"],))
+    cli.sql("UPDATE runs SET plan_json = ? WHERE id = ?", (plan.replace("#daily", "#general"), first["run"]))
     res = cli("approve", first["run"], "post", "--yes")
     assert res.code == 5 and "plan stored for this run changed" in res.err
     assert posts(cli) == []
@@ -247,7 +238,7 @@ def test_an_edited_stored_plan_refuses_to_run(cli, brief):
     assert listed["state"] == "parked"  # refused before any claim
 
 
-def test_drive_run_refuses_an_edited_plan_before_it_claims_the_run(tmp_path):
+def test_drive_run_refuses_an_edited_plan_before_it_claims_the_run(store_location):
     import trio
 
     from vodou_engine.compiler import compile_recipe
@@ -255,15 +246,12 @@ def test_drive_run_refuses_an_edited_plan_before_it_claims_the_run(tmp_path):
     from vodou_engine.runs import Runs
 
     plan = compile_recipe('recipe "q"\nask me:\n- go on?\nnote: vodou.echo {"value": "on"}\n')
-    runs = Runs(store=tmp_path / "runs.db", servers={})
+    runs = Runs(store=store_location, servers={}, workers=False)  # driven here on either store
     parked = trio.run(lambda: runs.start(plan, actor="t"))
     assert parked.state == "parked"
     store = runs.store()
     run = store.get_run(parked.run)
-    conn = sqlite3.connect(tmp_path / "runs.db")
-    conn.execute("UPDATE runs SET plan_json = ? WHERE id = ?", (run.plan_json.replace('"on"', '"off"'), run.id))
-    conn.commit()
-    conn.close()
+    store_sql(store_location, "UPDATE runs SET plan_json = ? WHERE id = ?", (run.plan_json.replace('"on"', '"off"'), run.id))
     with pytest.raises(TamperedError):
         trio.run(lambda: runs.resume(parked.run))
     with pytest.raises(TamperedError):
@@ -383,17 +371,18 @@ def test_text_that_says_approved_changes_nothing(cli, tmp_path):
 # --- 9 (issue): bad commands lose nothing -----------------------------------------------------------
 def test_bad_commands_leave_the_store_unchanged(cli, brief):
     run = park(cli, brief)["run"]
-    digest = store_digest(cli)
+    digest = store_digest(cli.location)
     unknown = cli("approve", "r-nope", "post", "--yes")
     assert unknown.code == 5 and "recipe runs" in unknown.err
     wrong = cli("approve", run, "pots", "--yes")
     assert wrong.code == 5 and "post" in wrong.err
     assert cli("show", "r-nope").code == 5
     assert cli("reconcile", run, "post", "--executed").code == 5
-    assert store_digest(cli) == digest
+    assert store_digest(cli.location) == digest
     assert "Traceback" not in unknown.err + wrong.err
 
 
+@pytest.mark.sqlite_only  # a file given as the store
 def test_a_file_that_is_not_a_store_is_refused_untouched(cli, tmp_path):
     fake = tmp_path / "notes.txt"
     fake.write_bytes(b"these are my notes, not a database\n" * 10)
@@ -403,9 +392,10 @@ def test_a_file_that_is_not_a_store_is_refused_untouched(cli, tmp_path):
     assert fake.read_bytes() == before
 
 
+@pytest.mark.sqlite_only  # the SQLite file's own pages, damaged
 def test_a_corrupted_store_is_refused_untouched(cli, brief):
     park(cli, brief)
-    store_digest(cli)
+    store_digest(cli.location)  # the WAL folded into the file
     data = bytearray(cli.store.read_bytes())
     data[100:4096] = b"\xff" * (4096 - 100)
     cli.store.write_bytes(bytes(data))

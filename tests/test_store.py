@@ -1,9 +1,13 @@
 """The run store: schema, compare-and-set rules, races between processes, and
 refusing files that are not stores without touching them.
 
-Tests taking the ``backend`` fixture hold for every store implementation;
-``VODOU_TEST_STORE`` (comma separated, default ``sqlite``) selects which.
-Tests about the SQLite file format build files by hand and stay SQLite-only.
+Tests taking the ``backend`` (or ``store``) fixture hold for every store and run
+on each (``[sqlite]``, ``[postgres]``: the ``both_stores`` mark, tests/conftest.py),
+each on its own new store: a file, or a fresh PostgreSQL schema at
+``$VODOU_TEST_PG``. ``VODOU_TEST_STORE`` (comma separated, default
+``sqlite,postgres``) selects which. Tests about the SQLite file itself (WAL and
+pragmas, files that are not stores, damaged pages, its own ``sqlite3`` errors)
+build or read files by hand and stay SQLite-only.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import store_digest, store_sql
 from vodou_engine.errors import (
     EXIT_REFUSED,
     EXIT_STORE,
@@ -45,26 +50,34 @@ from vodou_engine.store import (
 from vodou_engine.store import base as store_base
 from vodou_engine.store.base import Migration, split_statements
 
-BACKENDS = [b.strip() for b in os.environ.get("VODOU_TEST_STORE", "sqlite").split(",") if b.strip()]
+pytestmark = pytest.mark.both_stores
 T0 = 1_700_000_000.0
 
 
-class SqliteBackend:
-    def __init__(self, tmp_path: Path):
-        self.path = tmp_path / "store" / "runs.db"
-        self.location = str(self.path)
+class Backend:
+    """One test's store: where it is, and a new connection to it."""
+
+    def __init__(self, kind: str, location: str):
+        self.kind = kind
+        self.location = location
 
     def open(self) -> RunStore:
         return open_store(self.location)
 
+    def sql(self, statement: str, params: tuple = ()) -> list[tuple]:
+        """Straight to the database, around the store (``?`` placeholders)."""
+        return store_sql(self.location, statement, params)
 
-@pytest.fixture(params=BACKENDS)
-def backend(request, tmp_path):
-    if request.param == "sqlite":
-        return SqliteBackend(tmp_path)
-    if request.param == "postgres":
-        pytest.skip("the PostgreSQL store is not written yet")
-    raise ValueError(f"unknown VODOU_TEST_STORE backend {request.param!r}")
+    def digest(self) -> str:
+        """Equal means unchanged (the file's bytes; every row of the schema)."""
+        return store_digest(self.location)
+
+
+@pytest.fixture
+def backend(store_kind, store_location, tmp_path):
+    if store_kind == "sqlite":  # in a directory the store makes itself
+        return Backend(store_kind, str(tmp_path / "store" / "runs.db"))
+    return Backend(store_kind, store_location)
 
 
 @pytest.fixture
@@ -131,14 +144,22 @@ def test_new_store_has_the_latest_schema_and_reopening_changes_nothing(backend):
     assert s.schema_version() == latest_version()
     make_run(s)
     s.close()
-    if isinstance(backend, SqliteBackend):
-        before = sha256(backend.path)
+    before = backend.digest()
     s = backend.open()
     assert s.schema_version() == latest_version()
     assert s.get_run("r1").recipe_name == "send-report"
     s.close()
-    if isinstance(backend, SqliteBackend):
-        assert sha256(backend.path) == before
+    assert backend.digest() == before
+
+
+def test_each_migration_is_recorded_and_makes_its_tables(backend):
+    backend.open().close()
+    rows = backend.sql("SELECT version, name FROM schema_version ORDER BY version")
+    assert [tuple(r) for r in rows] == [(m.version, m.name) for m in store_base.migrations()]
+    s = backend.open()
+    tables = s._table_names()
+    s.close()
+    assert store_base.CORE_TABLES.union(*store_base.TABLES_SINCE.values()) <= tables
 
 
 def test_sqlite_store_uses_wal_and_records_each_migration(tmp_path):
@@ -170,44 +191,49 @@ def with_extra_migration(monkeypatch, sql: str) -> None:
     monkeypatch.setattr(store_base, "migrations", lambda: (*real, extra))
 
 
-def test_additive_migration_keeps_old_runs_readable(tmp_path, monkeypatch):
-    path = tmp_path / "runs.db"
-    s = SqliteRunStore(path)
+def test_additive_migration_keeps_old_runs_readable(backend, monkeypatch):
+    s = backend.open()
     make_run(s)
     s.close()
     with_extra_migration(monkeypatch, "ALTER TABLE runs ADD COLUMN note TEXT NOT NULL DEFAULT '';")
-    s = SqliteRunStore(path)
+    s = backend.open()
     assert s.schema_version() == latest_version() == len(store_base.migrations())
     assert s.get_run("r1").plan_fingerprint == "plan-fp"
     s.close()
 
 
-def test_failed_migration_leaves_the_store_as_it_was(tmp_path, monkeypatch):
-    path = tmp_path / "runs.db"
-    s = SqliteRunStore(path)
+def test_failed_migration_leaves_the_store_as_it_was(backend, monkeypatch):
+    s = backend.open()
     make_run(s)
     s.close()
     version = latest_version()
+    before = backend.digest()
     with_extra_migration(monkeypatch, "CREATE TABLE half_done (x TEXT);\nTHIS IS NOT SQL;")
-    with pytest.raises(sqlite3.OperationalError):
-        SqliteRunStore(path)
+    if backend.kind == "sqlite":
+        syntax_error: type[Exception] = sqlite3.OperationalError
+    else:
+        import psycopg
+
+        syntax_error = psycopg.errors.SyntaxError
+    with pytest.raises(syntax_error):
+        backend.open()
     monkeypatch.undo()
-    s = SqliteRunStore(path)
+    assert backend.digest() == before
+    s = backend.open()
     assert s.schema_version() == version
     assert "half_done" not in s._table_names()
     s.close()
 
 
-def test_store_newer_than_the_code_is_refused_untouched(tmp_path, monkeypatch):
-    path = tmp_path / "runs.db"
+def test_store_newer_than_the_code_is_refused_untouched(backend, monkeypatch):
     with_extra_migration(monkeypatch, "CREATE TABLE from_the_future (x TEXT);")
-    SqliteRunStore(path).close()
+    backend.open().close()
     monkeypatch.undo()
-    before = sha256(path)
+    before = backend.digest()
     with pytest.raises(StoreError, match="newer than this vodou_engine") as info:
-        SqliteRunStore(path)
-    assert str(path) in str(info.value)
-    assert sha256(path) == before
+        backend.open()
+    assert backend.location in str(info.value)
+    assert backend.digest() == before
 
 
 def test_split_statements_respects_quotes_and_comments():
@@ -595,10 +621,7 @@ def test_twenty_processes_beginning_one_effect_exactly_one_proceeds(backend):
 def test_twenty_processes_creating_one_store_at_once(backend):
     results = race(backend.location, "open")
     assert results == [latest_version()] * 20, results
-    if isinstance(backend, SqliteBackend):
-        conn = sqlite3.connect(backend.path)
-        assert conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == latest_version()
-        conn.close()
+    assert backend.sql("SELECT COUNT(*) FROM schema_version")[0][0] == latest_version()
 
 
 def test_committed_writes_survive_the_process_being_killed(backend):
@@ -785,6 +808,35 @@ def test_open_store_uses_the_default_and_creates_directories(monkeypatch, tmp_pa
     s.close()
 
 
+@pytest.mark.postgres
 def test_a_postgres_url_naming_no_database_is_a_store_error_that_creates_nothing():
-    with pytest.raises(StoreError, match="no database for the store at postgresql://127.0.0.1/vodou_no_such_db"):
-        open_store("postgresql://127.0.0.1/vodou_no_such_db")
+    from urllib.parse import urlsplit
+
+    from pg_helpers import PG
+
+    url = urlsplit(PG)._replace(path="/vodou_no_such_db").geturl()  # the test server, another database
+    with pytest.raises(StoreError, match=f"no database for the store at {url}"):
+        open_store(url)
+
+
+@pytest.mark.postgres
+def test_a_postgres_url_naming_no_schema_is_a_store_error_that_creates_nothing():
+    from pg_helpers import PG, pg_or_fail
+
+    url = f"{PG}{'&' if '?' in PG else '?'}options=-csearch_path%3Dvodou_no_such_schema"
+    for create in (True, False):
+        with pytest.raises(StoreError, match="no schema for the store at .*vodou_no_such_schema.*nothing was created") as info:
+            open_store(url, create=create)
+        assert info.value.exit_code == EXIT_STORE and "CREATE SCHEMA" in info.value.hint
+    with pg_or_fail() as conn:
+        assert conn.execute("SELECT to_regnamespace('vodou_no_such_schema')").fetchone()[0] is None
+
+
+def test_without_postgresql_the_postgresql_tests_fail_saying_so(monkeypatch):
+    import pg_helpers
+
+    monkeypatch.setattr(pg_helpers, "PG", "postgresql://postgres@127.0.0.1:1/test")
+    with pytest.raises(pytest.fail.Exception, match=r"not reachable at postgresql://postgres@127.0.0.1:1/test(.|\n)*VODOU_TEST_PG=") as info:
+        with pg_helpers.fresh_schema():
+            raise AssertionError("no schema can be made without the server")
+    assert "VODOU_TEST_STORE=sqlite" in str(info.value)  # and how to run without it

@@ -120,6 +120,9 @@ class PostgresRunStore(SqlRunStore):
         super().__init__(conn, dialect, _safe(url))
         try:
             found = self.schema_version()
+            if found == 0 and conn.execute("SELECT current_schema()").fetchone()[0] is None:
+                # the URL's search_path names no schema that exists: nowhere to create the tables
+                raise StoreMissingError(f"there is no schema for the store at {_safe(url)} (its search_path names none that exists); nothing was created", hint="create the schema first (CREATE SCHEMA name), or check the URL's options=-csearch_path=... (VODOU_STORE or --store)", path=_safe(url))
             if found == 0 and (readonly or not create):
                 raise StoreMissingError(f"there is no run store in {_safe(url)}; nothing was created", hint="a store is created by the first run", path=_safe(url))
             if readonly and found != 0:
