@@ -34,8 +34,11 @@ CASES = {
     "s": "recipe serve: approve on the page → effect, the inbox with 1,000 parked runs, 100 runs at once, a schedule's lag",
     "m": "recipe mcp: initialize against the SDK's floor, check_recipe round trip",
     "p": "an alternative not taken (benchmarks/proposed) vs shipped, same run; only with --only p",
+    "w": "workers on PostgreSQL: runs/s on 1, 2, 4 workers against the queue's no-op floor, approve → effect through the queue, store ops against SQLite; only with --only w (also on its own: python -m benchmarks.workers_bench, which writes results/workers.json)",
 }
-MODULES = {"s": "serve_bench", "m": "agents_bench"}
+MODULES = {"s": "serve_bench", "m": "agents_bench", "w": "workers_bench"}
+OPT_IN = {"p", "w"}
+"""Cases a plain run leaves out: an A/B of a change not taken, and one that needs PostgreSQL."""
 """Cases whose module is not ``case_<letter>.py`` (each also runs on its own: ``python -m benchmarks.serve_bench``)."""
 
 
@@ -47,7 +50,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR", help="where results.json and chart.svg go (default benchmarks/results)")
     p.add_argument("--json-only", action="store_true", help=argparse.SUPPRESS)  # used by case p for its sub-runs
     args = p.parse_args(argv)
-    letters = [c for c in CASES if c != "p"] if args.only is None else [x.strip().lower() for x in args.only.split(",") if x.strip()]
+    letters = [c for c in CASES if c not in OPT_IN] if args.only is None else [x.strip().lower() for x in args.only.split(",") if x.strip()]
     unknown = [x for x in letters if x not in CASES]
     if unknown:
         p.error(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(CASES)}")

@@ -64,6 +64,7 @@ _EXPORTS = {
     "NoReplyError": "vodou_engine.errors",
     "StoreError": "vodou_engine.errors",
     "ToolError": "vodou_engine.errors",
+    "QueueError": "vodou_engine.errors",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

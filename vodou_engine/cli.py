@@ -28,8 +28,8 @@ EPILOG = PROMPTS + """
 exit codes: 0 succeeded, 1 failed, 2 invalid input or usage, 3 parked waiting
 for a person, 4 declined or rejected, 5 refused (unknown run, already decided,
 not an approver, expired, stale, servers or recipe changed, run busy),
-6 store unreadable or missing, 129/130/143 stopped by SIGHUP/Ctrl-C/SIGTERM
-(the run is left resumable)."""
+6 store unreadable or missing, 7 no queue for the workers (a SQLite store),
+129/130/143 stopped by SIGHUP/Ctrl-C/SIGTERM (the run is left resumable)."""
 
 TOKEN_ENV = "VODOU_APPROVER_TOKEN"
 
@@ -95,6 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     no_wait(r)
     as_json(r)
     r.add_argument("--model", help="model for write steps (llm); default: the recipe's, then $VODOU_MODEL, else the offline writer")
+    r.add_argument("--queue", action="store_true", help="queue the run for the workers (`recipe worker`) instead of driving it here; prints its id (a PostgreSQL store only)")
     actor(r, "start the run")
     policy(r)
     servers(r)
@@ -107,6 +108,7 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--yes", action="store_true", help="approve without asking (needed without a terminal); without it, on a terminal: y approves, n rejects, Enter or Ctrl-D decides later")
     a.add_argument("--fingerprint", metavar="FP", help="approve only if the question still has this fingerprint (the one on the card you read)")
     a.add_argument("--model", help="model for write steps after this one (default: the one the run started with)")
+    a.add_argument("--here", action="store_true", help="drive the run on in this process even on a PostgreSQL store (there, by default, the workers do)")
     actor(a, "decide")
     as_json(a)
     no_wait(a)
@@ -190,6 +192,23 @@ def _parser() -> argparse.ArgumentParser:
     store(rm)
     rm.set_defaults(func=cmd_approver)
 
+    ag = sub.add_parser("agent", help="agents that may use the MCP server of `recipe serve` (/mcp) with a bearer token; they propose, never decide")
+    agsub = ag.add_subparsers(dest="agent_command", metavar="ACTION")
+    agsub.required = True
+    aga = agsub.add_parser("add", help="add agent NAME (or give it a new token); prints its bearer token once")
+    aga.add_argument("name", help="the agent's name: its runs are started by agent:NAME")
+    aga.add_argument("--see", choices=["own", "all"], default="own", help="whose runs it may read: `own` (the runs it started; default) or `all`")
+    aga.add_argument("--approver", action="append", metavar="NAME", help="who decides the runs of its recipes that name no approvers (repeatable; default: $VODOU_AGENT_APPROVERS of `recipe serve`, else the user running it)")
+    store(aga)
+    aga.set_defaults(func=cmd_agent)
+    agl = agsub.add_parser("list", help="list agents (never their tokens)")
+    store(agl)
+    agl.set_defaults(func=cmd_agent)
+    agr = agsub.add_parser("remove", help="remove agent NAME; its token stops working at once")
+    agr.add_argument("name", help="the agent's name")
+    store(agr)
+    agr.set_defaults(func=cmd_agent)
+
     po = sub.add_parser("policy", help="check the tool policy file against the configured servers")
     posub = po.add_subparsers(dest="policy_command", metavar="ACTION")
     posub.required = True
@@ -235,10 +254,20 @@ def _parser() -> argparse.ArgumentParser:
 
     from .agents import author, mcp_server
     from .web import serve as web_serve
+    from .workers import command as worker_command
 
     se = sub.add_parser("serve", help="serve the approval inbox, run saved recipes on their schedules, keep servers warm")
     web_serve.add_arguments(se)
     se.set_defaults(func=web_serve.run)
+
+    wk = sub.add_parser(
+        "worker",
+        help="drive runs from the queue in a PostgreSQL store; start as many as you like, on as many machines",
+        description="Drive runs from the queue in a PostgreSQL store, keeping MCP servers warm between jobs. Start as many as you like, on as many machines, "
+        "each with the same server file and policy. SIGTERM stops taking jobs; running steps get --grace seconds, then their runs are left interrupted and queued again.",
+    )
+    worker_command.add_arguments(wk)
+    wk.set_defaults(func=worker_command.run)
 
     mc = sub.add_parser("mcp", help="serve the engine to an AI agent over MCP (stdio): it may propose and start recipes, never decide")
     mcp_server.add_arguments(mc)
@@ -411,7 +440,8 @@ def _actor(args: Any, runs: Any, run_id: str | None, command: str) -> tuple[str,
 def _runs(args: Any) -> Any:
     from .runs import Runs
 
-    return Runs(store=getattr(args, "store", None), servers=getattr(args, "servers", None), policy=getattr(args, "policy", None))
+    workers = False if getattr(args, "here", False) else None  # --here: driven here, whatever the store
+    return Runs(store=getattr(args, "store", None), servers=getattr(args, "servers", None), policy=getattr(args, "policy", None), workers=workers)
 
 
 def _store_flag(args: Any) -> str:
@@ -521,6 +551,8 @@ def cmd_run(args: Any) -> int:
     from .views.report import Progress, report
 
     runs = _runs(args)
+    if args.queue:
+        return _queue_run(args, runs)
     inputs = _inputs(args.set)
     plan, _, _ = runs.load(args.file)
     actor, _ = _actor(args, runs, None, "run")
@@ -532,6 +564,18 @@ def cmd_run(args: Any) -> int:
         rep = _run_async(lambda: runs.start(args.file, inputs=inputs, actor=actor, model=args.model, on_change=progress.change, run_id=run_id))
     code = report(rep, json_out=args.json, store_flag=_store_flag(args))
     return _answer_inline(args, runs, rep, code, actor, "os-user")
+
+
+def _queue_run(args: Any, runs: Any) -> int:
+    """`recipe run --queue FILE`: compiled here, started by a worker."""
+    from .views.report import queued_run
+
+    runs.require_queue()  # a SQLite store: exit 7 before anything is compiled or proven
+    inputs = _inputs(args.set)
+    actor, _ = _actor(args, runs, None, "run")
+    run_id = runs.queue(args.file, inputs=inputs, actor=actor, model=args.model)
+    queued_run(run_id, json_out=args.json, store_flag=_store_flag(args))
+    return 0
 
 
 @contextlib.contextmanager
@@ -575,7 +619,7 @@ def _answer_inline(args: Any, runs: Any, rep: Any, code: int, actor: str, proof:
     from .views.report import report
     from .views.term import say
 
-    while rep.state == "parked" and rep.pending and _interactive(args):
+    while rep.state == "parked" and rep.pending and not rep.queued and _interactive(args):
         card = rep.pending[0]  # its card was just printed
         answer = _ask(f"run {card.step}?")
         if answer == "later":
@@ -590,7 +634,7 @@ def _answer_inline(args: Any, runs: Any, rep: Any, code: int, actor: str, proof:
 
 
 def cmd_decide(args: Any) -> int:
-    # A rejection calls nothing, so it starts nothing.
+    # A rejection calls nothing, so it starts nothing; nor does an approval the workers act on.
     with _prespawn(args) as prespawned:
         return _decide(args, prespawned)
 
@@ -641,7 +685,7 @@ def _prespawn(args: Any) -> Any:
     from .tools.process import Prespawned
 
     prespawned = Prespawned()  # empty when there is nothing to start
-    if getattr(args, "decision", "approve") != "approve":
+    if getattr(args, "decision", "approve") != "approve" or _runs(args).workers:
         return prespawned
     from .binding import decode_bindings, servers_for_run
     from .plan import decode_plan
@@ -775,6 +819,31 @@ def cmd_approver(args: Any) -> int:
     else:
         for name in runs.approvers():
             out(name + "\n")
+    return 0
+
+
+def cmd_agent(args: Any) -> int:
+    from .agents import identity
+    from .runs import os_user
+    from .views.term import out, say
+
+    runs = _runs(args)
+    me = os_user()
+    if args.agent_command == "add":
+        token = identity.add_agent(runs, args.name, by=me, sees=args.see, approvers=args.approver)
+        say(f"agent {args.name} may now use the MCP server of `recipe serve` at /mcp with this bearer token (shown once; only its hash is kept); its runs are started by agent:{args.name}:", err=True)
+        out(token + "\n")
+        say("send it as `Authorization: Bearer TOKEN` (docs/agents.md, \"Over HTTP\"); `recipe agent remove` stops it at once.", err=True)
+    elif args.agent_command == "remove":
+        if not identity.remove_agent(runs, args.name, by=me):
+            from .errors import RefusedError
+
+            raise RefusedError(f"there is no agent {args.name!r}; nothing was changed")
+        say(f"agent {args.name} removed; its token no longer works.")
+    else:
+        for rec in identity.agents(runs):
+            people = identity.approvers_of(rec)
+            out(f"{rec.name}\tsees {rec.sees}\tapprovers {', '.join(people) if people else '(the serving default)'}\n")
     return 0
 
 

@@ -7,7 +7,8 @@ it never prints a traceback for a ``VodouError``.
 Exit codes (docs/exit-codes.md): 0 succeeded, 1 failed, 2 invalid input or
 usage, 3 parked waiting for a person, 4 declined or rejected, 5 refused by the
 store (unknown run, already decided, not allowed, expired, stale), 6 store
-unreadable or corrupt.
+unreadable or corrupt, 7 no queue here (work handed to the workers needs a
+PostgreSQL store).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ EXIT_PARKED = 3
 EXIT_DECLINED = 4
 EXIT_REFUSED = 5
 EXIT_STORE = 6
+EXIT_QUEUE = 7
 
 
 class VodouError(Exception):
@@ -180,6 +182,15 @@ class StoreMissingError(StoreError):
     """No store exists at the path given: nothing was created (a typo must not make an empty store)."""
 
     code = "store.missing"
+
+
+class QueueError(VodouError):
+    """Work was handed to the workers, and there is no queue to hand it to: the store
+    is a SQLite file (the queue lives in a PostgreSQL store's database), or the
+    workers' package is not installed. Nothing was queued."""
+
+    exit_code = EXIT_QUEUE
+    code = "queue.unavailable"
 
 
 class RefusedError(VodouError):

@@ -77,6 +77,8 @@ class RunReport(Doc):
     """Steps whose ``check:`` read changed after the approval: what it was, what it is now."""
     driven_by: str | None = None
     """Set when another live process drives the run: it will pick up what was decided."""
+    queued: bool = False
+    """The run goes on in a worker, not here: a drive of it waits in the queue (docs/scale-out.md)."""
 
 
 class NodeView(Doc):

@@ -185,8 +185,11 @@ class Runs:
         threads: int | None = None,
         clock: Callable[[], float] = time.time,
         owner: str | None = None,
+        workers: bool | None = None,
     ):
-        """``owner`` names this driver in the store (default: this process, ``host:pid:start``)."""
+        """``owner`` names this driver in the store (default: this process, ``host:pid:start``).
+        ``workers``: whether runs go on in the workers after a decision (:attr:`workers`)."""
+        self._workers_arg = workers
         self._store_arg = store
         self._store = None if store is None or isinstance(store, (str, os.PathLike)) else store
         self._servers_arg = servers
@@ -205,6 +208,30 @@ class Runs:
             location = self._store_arg
             self._store = open_store(None if location is None else os.fspath(location), create=create, readonly=readonly)
         return self._store
+
+    @property
+    def workers(self) -> bool:
+        """Whether runs of this store go on in the workers (``recipe worker``, docs/scale-out.md)
+        rather than in this process: an approval records the decision and queues the
+        run's resume, in one transaction. Given to the constructor, else decided by the
+        store: yes on PostgreSQL, no on SQLite (there is no queue there)."""
+        if self._workers_arg is not None:
+            return bool(self._workers_arg)
+        return self._on_postgres()
+
+    def _on_postgres(self) -> bool:
+        if self._store is not None:
+            return getattr(self._store, "kind", None) == "postgresql"
+        from .store import POSTGRES_SCHEMES
+
+        return self._location().startswith(POSTGRES_SCHEMES)
+
+    def _location(self) -> str:
+        if self._store is not None:
+            return str(getattr(self._store, "location", "the store"))
+        from .store import default_store_path
+
+        return default_store_path() if self._store_arg is None else os.fspath(self._store_arg)
 
     def close(self) -> None:
         if self._store is not None and self._store_arg is not self._store:
@@ -389,24 +416,45 @@ class Runs:
         hub: Any = None,
         drive: bool = True,
     ) -> RunReport:
-        """Approve the pending question of ``step`` and drive the run on.
+        """Approve the pending question of ``step`` and drive the run on: here, or, when
+        this store's runs go on in the workers (:attr:`workers`), by queueing its resume
+        in the transaction that records the decision (the report says ``queued``).
+        ``drive=False`` only records the decision (a caller that drives runs itself).
 
         ``fingerprint``: approve only if the question is still the one with this
         fingerprint (the card the person read). Everything that would stop the
-        run from going on here (its servers resolve differently, the policy or
-        the recipe changed) is refused before the decision is recorded.
+        run from going on (its servers resolve differently, the policy or the
+        recipe changed) is refused before the decision is recorded.
         """
         store = self.store(create=False)
+        queue = drive and self.workers
 
         def check_and_decide() -> tuple[Any, Plan, ServerSet, Policy]:
             run, approval = _find_approval(store, run_id, step)
             if fingerprint and fingerprint != approval.fingerprint:
                 raise _stale_fingerprint(store, run_id, approval, fingerprint)
             plan, servers, policy = self._ready_to_drive(store, run)
-            _decide(store, approval, ApprovalState.APPROVED, actor, None, proof)
+            if not queue:
+                _decide(store, approval, ApprovalState.APPROVED, actor, None, proof)
+                return run, plan, servers, policy
+            from .workers.app import defer_drive_in, store_queue
+
+            conn = store_queue(store)
+            refusal = None
+            with store.transaction():  # the decision and the job that acts on it commit together
+                try:
+                    _decide(store, approval, ApprovalState.APPROVED, actor, None, proof)
+                except RefusedError as exc:
+                    refusal = exc  # the refused attempt stays in the run's log
+                else:
+                    defer_drive_in(conn, run_id)
+            if refusal is not None:
+                raise refusal
             return run, plan, servers, policy
 
         run, plan, servers, policy = await _in_thread(check_and_decide)
+        if queue:
+            return await _in_thread(self._report, run_id, queued=True)
         if not drive:  # the caller drives it (a long-lived process, on its own task)
             return await _in_thread(self._report, run_id)
         return await self._take_and_drive(run_id, servers, policy, model=model, on_change=on_change, prespawned=prespawned, busy_ok=True, hub=hub)
@@ -533,7 +581,7 @@ class Runs:
         store = self.store(create=False, readonly=True)
         return _view(store, store.get_run(run_id), self.clock())
 
-    def _report(self, run_id: str, *, driven_by: str | None = None) -> RunReport:
+    def _report(self, run_id: str, *, driven_by: str | None = None, queued: bool = False) -> RunReport:
         store = self.store(create=False)
         run = store.get_run(run_id)
         view = _view(store, run, self.clock())
@@ -548,7 +596,76 @@ class Runs:
             unknown={e.step: e.error or "" for e in view.effects if e.state == EffectState.UNKNOWN},
             together=view.together,
             driven_by=describe(driven_by) if driven_by else None,
+            queued=queued,
         )
+
+    # --- the workers' queue (a PostgreSQL store; docs/scale-out.md) -------------------------
+    def queue(
+        self,
+        source: str | os.PathLike[str],
+        *,
+        text: str | None = None,
+        inputs: Mapping[str, Any] | None = None,
+        actor: str | None = None,
+        model: str | None = None,
+        run_id: str | None = None,
+        origin: str = "person",
+    ) -> str:
+        """Queue a new run for the workers instead of driving it here; the run id it will have.
+
+        The recipe is compiled here (a recipe that does not compile, an unknown or missing
+        input, an agent's opt-out of asking are refused now, and nothing is queued); a
+        worker compiles it again with its servers' annotations and starts it; from then on
+        the run is in the store. Refused (``queue.unavailable``) on a SQLite store."""
+        self.require_queue()
+        plan, recipe_text, path = self.load(source, text=text)
+        if recipe_text is None:
+            raise UsageError("only a recipe can be queued, not an actions.json: a worker compiles the recipe again with its own servers' annotations", hint="queue the .recipe file")
+        if origin == "agent":
+            _refuse_agent_opt_out(plan)
+        resolve_inputs(plan, inputs or {})
+        thread_limit(self.threads)
+        start = {"text": recipe_text, "path": os.path.abspath(path) if path else None, "inputs": dict(inputs or {}), "actor": actor or os_user(), "model": model, "origin": origin}
+        return self._queue_drive(run_id or new_run_id(), {"start": start})
+
+    def queue_saved(self, saved: Any, *, inputs: Mapping[str, Any] | None = None, actor: str | None = None, run_id: str | None = None) -> str:
+        """:meth:`queue` for a saved recipe (a RecipeRecord, or a name for its latest version)."""
+        self.require_queue()
+        if isinstance(saved, str):
+            saved = self.store(create=False).get_recipe(saved)
+        plan, _, _ = self.load(f"{saved.name}.recipe", text=saved.source)
+        resolve_inputs(plan, inputs or {})
+        spec = {"name": saved.name, "version": saved.version, "inputs": dict(inputs or {}), "actor": actor or os_user()}
+        return self._queue_drive(run_id or new_run_id(), {"saved": spec})
+
+    def queue_resume(self, run_id: str) -> RunReport:
+        """Queue a drive of a parked or interrupted run for the workers (what :meth:`resume`
+        does here). A run that has ended is left as it is (its report has ``queued`` False)."""
+        self.require_queue()
+        store = self.store(create=False)
+        run = store.get_run(run_id)
+        if run.state in TERMINAL_RUN_STATES:
+            return self._report(run_id)
+        self._queue_drive(run_id, None)
+        return self._report(run_id, queued=True)
+
+    def require_queue(self) -> None:
+        """Raise :class:`QueueError` (``queue.unavailable``) unless this store can hold the
+        workers' queue (PostgreSQL); nothing is opened or created to find out."""
+        if not self._on_postgres():
+            from .workers.app import no_queue
+
+            raise no_queue(self._location())
+
+    def _queue_drive(self, run_id: str, spec: Mapping[str, Any] | None) -> str:
+        from .workers.app import defer_drive_in, store_queue
+
+        self.require_queue()
+        store = self.store()
+        conn = store_queue(store)
+        with store.transaction():
+            defer_drive_in(conn, run_id, spec)
+        return run_id
 
     # --- saved recipes and schedules -------------------------------------------------------
     def save(self, source: str | os.PathLike[str], *, text: str | None = None, name: str | None = None, by: str, origin: str = "person") -> Any:
@@ -728,9 +845,12 @@ class Runs:
     # --- who may act -----------------------------------------------------------------------
     def add_approver(self, name: str, *, by: str) -> str:
         """Give ``name`` a secret to act under that name; returns it (only its hash is kept).
-        Giving a name a new secret revokes the old one."""
+        Giving a name a new secret revokes the old one. ``agent:...`` names are the agents'
+        (runs an agent starts are started by ``agent:NAME``), never a person's."""
         import hashlib
 
+        if name.startswith("agent:"):
+            raise UsageError(f"{name!r}: names starting with `agent:` are the agents' (`recipe agent add`), and an agent never decides; nothing was changed", hint="give the person their own name", name=name)
         token = "vodou_" + secrets.token_urlsafe(24)
         self.store().set_approver(name, hashlib.sha256(token.encode()).hexdigest(), by=by)
         return token

@@ -7,6 +7,14 @@ service's nursery (one run that fails or hangs never stops the others or
 the page), each with its own store connection, on servers kept warm between
 runs by a :class:`ServerPool`.
 
+On a PostgreSQL store the service drives nothing itself: runs go on in the
+workers (``recipe worker``, docs/scale-out.md). An approval is recorded and
+the run's resume queued in one transaction (the run API's rule,
+``Runs.workers``); a resume or a saved recipe's run is queued; the
+schedules' tick is deferred to the queue as a Procrastinate periodic task
+(``workers.app.TickThread``), so each due time fires once however many
+services and workers run.
+
 Stopping (SIGTERM, or :meth:`Service.stop`): the scheduler stops deciding,
 new work is refused, running steps get ``grace_s`` seconds to finish, then
 every drive still going is cancelled: its run is left ``interrupted`` (the
@@ -163,7 +171,9 @@ class Service:
         grace_s: float = GRACE_S,
         on_parked: Callable[[RunReport], Awaitable[None]] | None = None,
         schedule: bool = True,
+        workers: bool | None = None,
     ):
+        """``workers``: runs go on in the workers, not here (default: on a PostgreSQL store)."""
         self.store_location = store
         self.server_set = servers
         self.policy = policy or Policy()
@@ -178,21 +188,31 @@ class Service:
         """Drives in progress, by run id: what a stop waits for, then cancels."""
         self._nursery: trio.Nursery | None = None
         self._stopped = trio.Event()
+        self.workers = Runs(store=store, workers=workers).workers
+        """Runs go on in the workers (a PostgreSQL store): this process queues, never drives."""
 
     def runs(self) -> Runs:
         """A Runs for one operation: its own store connection, the service's configuration."""
-        return Runs(store=self.store_location, servers=self.server_set, policy=self.policy, clock=self.clock)
+        return Runs(store=self.store_location, servers=self.server_set, policy=self.policy, clock=self.clock, workers=self.workers)
 
     # --- the process ---------------------------------------------------------------------
     async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Run until :meth:`stop`; then drain (grace period) and return."""
+        ticks = None
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             await nursery.start(self.pool.run)
-            if self.scheduling:
+            if self.scheduling and self.workers:
+                from .workers.app import TickThread
+
+                ticks = TickThread(self.store_location)
+                await trio.to_thread.run_sync(ticks.start)
+            elif self.scheduling:
                 nursery.start_soon(self._scheduler)
             task_status.started()
             await self._stopped.wait()
+            if ticks is not None:
+                await trio.to_thread.run_sync(ticks.stop)
             self.accepting = False
             with trio.move_on_after(self.grace_s):
                 while self.active:
@@ -219,7 +239,7 @@ class Service:
             self.active[key] = scope
             try:
                 report = await fn(runs)
-                if report is not None and getattr(report, "state", None) == "parked" and self.on_parked is not None:
+                if report is not None and getattr(report, "state", None) == "parked" and not getattr(report, "queued", False) and self.on_parked is not None:
                     # in a task of its own: a slow webhook neither holds the run nor a stop's grace
                     self._nursery.start_soon(self._notify, report)
             except Exception:  # noqa: BLE001 - one run's failure never stops the others
@@ -248,18 +268,23 @@ class Service:
     # --- what surfaces ask of it ---------------------------------------------------------
     async def approve(self, run_id: str, step: str | None, *, actor: str, fingerprint: str | None, proof: str) -> RunReport:
         """Record the decision now (refusals are the caller's to show), then drive the run
-        on warm servers in the background."""
+        on warm servers in the background; with workers, the decision and the run's queued
+        resume commit together and a worker drives it."""
         runs = self.runs()
         try:
-            report = await runs.approve(run_id, step, actor=actor, fingerprint=fingerprint, proof=proof, drive=False)
+            report = await runs.approve(run_id, step, actor=actor, fingerprint=fingerprint, proof=proof, drive=self.workers)
         finally:
             runs.close()
-        self.resume(run_id)
+        if not self.workers:
+            self.resume(run_id)
         return report
 
     def resume(self, run_id: str) -> None:
         """Drive a parked or interrupted run again on warm servers, in the background (an
-        expired question is asked again)."""
+        expired question is asked again); with workers, queue its drive for them."""
+        if self.workers:
+            self._spawn(run_id, lambda r: trio.to_thread.run_sync(r.queue_resume, run_id))
+            return
         self._spawn(run_id, lambda r: self._resume(r, run_id))
 
     async def reject(self, run_id: str, step: str | None, *, actor: str, reason: str | None, fingerprint: str | None, proof: str) -> RunReport:
@@ -274,6 +299,9 @@ class Service:
         from .runs import new_run_id
 
         run_id = new_run_id()
+        if self.workers:
+            self._spawn(run_id, lambda r: trio.to_thread.run_sync(lambda: r.queue_saved(name, inputs=inputs, actor=actor, run_id=run_id)))
+            return run_id
 
         async def go(runs: Runs) -> RunReport:
             saved = await trio.to_thread.run_sync(runs.store().get_recipe, name)
@@ -281,6 +309,53 @@ class Service:
 
         self._spawn(run_id, go)
         return run_id
+
+    async def start_text(
+        self, source: str, text: str, *, inputs: Mapping[str, Any] | None, actor: str, origin: str = "person", run_id: str | None = None, wait_s: float = 0.0
+    ) -> tuple[str, RunReport | None]:
+        """Start a run of a recipe's text (an agent's, over /mcp) in the background on warm
+        servers, and wait up to ``wait_s`` for it to park or end, and in any case until it
+        is stored (its id means nothing before): (run id, its report, or None while it still
+        runs). The text is not a file, so the run records no recipe path to compare with
+        later. A failure within the wait is raised here; after it, logged. With workers
+        (:attr:`workers`) this process drives nothing: queue it instead (``Runs.queue``)."""
+        from .runs import new_run_id
+
+        if self.workers:
+            raise RefusedError("runs of this store go on in the workers; this process drives none; nothing was started", hint="queue it (Runs.queue)")
+        run_id = run_id or new_run_id()
+        settled, stored = trio.Event(), trio.Event()
+        box: dict[str, Any] = {"waiting": True}
+
+        async def go(runs: Runs) -> RunReport | None:
+            try:
+                plan, _, _ = runs.load(source, text=text)
+                from .servers import servers_needed
+
+                needed = [n for n in servers_needed(plan) if n in self.server_set.servers]
+                hub = await self.pool.hub(needed) if needed else None
+                async with runs.prepare(source, text=text, hub=hub) as prepared:
+                    prepared.path = None
+                    box["report"] = await runs.start(prepared, inputs=inputs or {}, actor=actor, origin=origin, run_id=run_id, on_change=lambda node, state: stored.set())
+                return box["report"]
+            except Exception as exc:
+                if not box["waiting"]:
+                    raise  # nobody to hand it to: the drive task logs it
+                box["error"] = exc
+                return None
+            finally:
+                settled.set()
+                stored.set()
+
+        self._spawn(run_id, go)
+        with trio.move_on_after(wait_s):
+            await settled.wait()
+        with trio.move_on_after(60):
+            await stored.wait()  # a run id is worth returning once the run is stored (its first step began)
+        box["waiting"] = False
+        if "error" in box:
+            raise box["error"]
+        return run_id, box.get("report")
 
     async def _resume(self, runs: Runs, run_id: str) -> RunReport | None:
         try:

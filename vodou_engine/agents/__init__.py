@@ -14,6 +14,9 @@
 - ``checks``: compile a recipe text for an agent: the card as text and as
   JSON, or the errors as data.
 - ``language``: the compact description of the recipe language models read.
+- ``identity``: the agents' bearer tokens for the ``/mcp`` route of
+  ``recipe serve`` (``recipe agent add | list | remove``): only their sha256 is
+  kept, apart from the approvers' secrets.
 
 Importing this package costs nothing: each module imports the MCP SDK,
 trio, the compiler or ``llm`` inside the functions that need them.

@@ -151,6 +151,34 @@ async def fetch(servers: Any, policy: Any, names: list[str] | None = None, *, st
     return Catalogue(listed, unavailable, servers.source, policy)
 
 
+async def fetch_warm(pool: Any, servers: Any, policy: Any) -> Catalogue:
+    """:func:`fetch` over the servers a long-lived process keeps warm (``recipe serve``'s
+    ``service.ServerPool``): each is started once, if it is not running yet, and kept for
+    the runs that follow; none is started again to be listed."""
+    import trio
+
+    from ..runs import plain_error
+
+    listed: dict[str, dict[str, Any]] = {}
+    unavailable: dict[str, str] = {}
+
+    async def one(name: str) -> None:
+        try:
+            hub = await pool.hub([name])
+            await hub.wait_ready()
+            listed[name] = hub.tools(name)
+        except BaseExceptionGroup as group:
+            leaf = plain_error(group)
+            unavailable[name] = _why(leaf if leaf is not None else group)
+        except Exception as exc:  # noqa: BLE001 - a server that cannot start is reported, not fatal
+            unavailable[name] = _why(exc)
+
+    async with trio.open_nursery() as nursery:
+        for name in sorted(servers.servers):
+            nursery.start_soon(one, name)
+    return Catalogue(listed, unavailable, servers.source, policy)
+
+
 def _why(exc: BaseException) -> str:
     from ..errors import VodouError
 

@@ -1,5 +1,10 @@
 """``recipe mcp``: the engine as an MCP server (stdio) for agents.
 
+``recipe serve`` mounts the same server at ``/mcp`` over streamable HTTP
+(``web/agents.py``): there the agent is proven by a bearer token, and the tools
+run on the service's store and warm servers (``build_server(..., impl=,
+identify=)``).
+
 An agent (any MCP client: Claude Desktop, an IDE, a script on the SDK) can list
 the configured tools with their risk, check a recipe, save it, start it, watch
 its own runs, propose a schedule and draft a recipe from a sentence. Every tool
@@ -44,6 +49,10 @@ CATALOGUE_TTL_S = 300.0
 START_WAIT_S = 20.0
 """How long start_run waits for a run to park or end before it returns it as ``running``
 (an MCP client gives up on a call that takes too long; the run goes on)."""
+
+STORED_WAIT_S = 60.0
+"""How much longer start_run waits, at most, for a run still being created (its servers
+starting) to be stored: a run id that run_status does not know yet would be refused."""
 
 WHERE_A_PERSON_DECIDES = (
     "A person decides every effect: in a shell with `recipe approve RUN STEP` (or `recipe reject RUN STEP`), "
@@ -145,6 +154,12 @@ class AgentServer:
 
         return Runs(store=self.config.store, servers=self.config.servers, policy=self.config.policy)
 
+    def settings(self, identity: str) -> AgentConfig:
+        """What applies to the agent ``identity``: whose runs it may read (``see``) and who
+        decides its recipes' runs (``people()``). Over stdio, the server's one configuration;
+        over HTTP (``web/agents.py``), each agent's own, from the store."""
+        return self.config
+
     def catalogue(self, refresh: bool = False) -> Any:
         with self._catalogue_lock:
             cat = self._catalogue
@@ -224,7 +239,8 @@ class AgentServer:
 
         source = f"{name or 'agent'}.recipe"
         plan = self.compiled(recipe, name or "agent")
-        text, added = with_approvers(recipe, plan, self.config.people())
+        people = self.settings(identity).people()
+        text, added = with_approvers(recipe, plan, people)
         self._refuse_others_recipe(identity, name or plan.recipe.name)
         runs = self.runs()
         try:
@@ -233,7 +249,7 @@ class AgentServer:
             runs.close()
         out = {"saved": saved.name, "version": saved.version, "fingerprint": saved.plan_fingerprint, "saved_by": saved.saved_by, "origin": saved.origin}
         if added:
-            out["approvers_added"] = self.config.people()
+            out["approvers_added"] = people
         out["next"] = "nothing runs until a run is started; propose_schedule proposes a schedule for it (created paused: a person enables it)"
         return out
 
@@ -265,7 +281,8 @@ class AgentServer:
         from .checks import with_approvers
 
         plan = self.compiled(recipe, name or "agent")
-        text, added = with_approvers(recipe, plan, self.config.people())
+        people = self.settings(identity).people()
+        text, added = with_approvers(recipe, plan, people)
         resolve_inputs(plan, inputs or {})  # a bad input starts no server
         runs = self.runs()
         source = f"{name or 'agent'}.recipe"
@@ -274,10 +291,10 @@ class AgentServer:
         async def start() -> Any:
             async with runs.prepare(source, text=text) as prepared:
                 prepared.path = None  # the text came from the agent, not from a file to compare with later
-                return await runs.start(prepared, inputs=inputs or {}, actor=identity, origin="agent", run_id=run_id)
+                return await runs.start(prepared, inputs=inputs or {}, actor=identity, origin="agent", run_id=run_id, on_change=lambda node, state: stored.set())
 
         box: dict[str, Any] = {}
-        done, gone = threading.Event(), threading.Event()
+        done, gone, stored = threading.Event(), threading.Event(), threading.Event()
 
         def drive() -> None:
             import trio
@@ -293,10 +310,13 @@ class AgentServer:
             finally:
                 runs.close()
                 done.set()
+                stored.set()
 
         # not a daemon: a process asked to end lets the run reach its park first
         threading.Thread(target=drive, name=f"vodou run {run_id}").start()
         if not done.wait(self.config.start_wait_s):
+            stored.wait(STORED_WAIT_S)  # its first step has begun (so it is stored), or it ended
+        if not done.is_set():
             gone.set()
             out: dict[str, Any] = {
                 "run": run_id, "recipe": plan.recipe.name, "state": "running", "pending": [], "started_by": identity,
@@ -308,26 +328,27 @@ class AgentServer:
             out = self.report_data(box["report"])
             out["started_by"] = identity
         if added:
-            out["approvers_added"] = self.config.people()
+            out["approvers_added"] = people
         return out
 
     def visible(self, identity: str, run_id: str) -> Any:
         """The run, if this agent may read it."""
         from ..errors import RefusedError, StoreMissingError, UnknownRunError
 
+        see = self.settings(identity).see
         runs = self.runs()
         try:
             view = runs.show(run_id)
         except (UnknownRunError, StoreMissingError):
             view = None
-            if self.config.see == "all":
+            if see == "all":
                 raise
         finally:
             runs.close()
-        if view is None or (self.config.see != "all" and view.started_by != identity):
+        if view is None or (see != "all" and view.started_by != identity):
             raise RefusedError(
                 f"run {run_id} is not one of the runs {identity} started; an agent reads only its own runs",
-                hint="list_runs lists yours; the person running this server can allow more with --see all",
+                hint="list_runs lists yours; the person running this server can allow more (`recipe mcp --see all`, or `recipe agent add NAME --see all` for an agent of `recipe serve`)",
                 run=run_id,
             )
         return view
@@ -366,16 +387,17 @@ class AgentServer:
         known = [s.value for s in RunState]
         if state is not None and state not in known:
             raise UsageError(f"no run state {state!r}", hint=f"states: {', '.join(known)}", state=state)
+        see = self.settings(identity).see
         runs = self.runs()
         try:
-            listed = runs.list(state=state, limit=limit, started_by=None if self.config.see == "all" else identity)
+            listed = runs.list(state=state, limit=limit, started_by=None if see == "all" else identity)
         except StoreMissingError:
             listed = []
         finally:
             runs.close()
         return {
             "runs": [{"run": r.run, "recipe": r.recipe, "state": r.state, "started_by": r.started_by, "created_at": r.created_at, "ended_at": r.ended_at} for r in listed],
-            "whose": "every run in the store" if self.config.see == "all" else f"the runs {identity} started",
+            "whose": "every run in the store" if see == "all" else f"the runs {identity} started",
         }
 
     def propose_schedule(self, identity: str, name: str, cron: str, tz: str, recipe: str | None, saved: str | None, inputs: dict[str, Any] | None) -> dict[str, Any]:
@@ -454,8 +476,14 @@ def saved_name(recipe: str, fallback: str) -> str:
 # --- the MCP server ---------------------------------------------------------------------------
 
 
-def build_server(config: AgentConfig) -> Any:
-    """The MCPServer with the agent tools (imports the SDK)."""
+def build_server(config: AgentConfig, *, impl: AgentServer | None = None, identify: Callable[[Any], str] | None = None) -> Any:
+    """The MCPServer with the agent tools (imports the SDK).
+
+    ``impl``: the tools' implementation (default: an :class:`AgentServer` over ``config``;
+    ``recipe serve`` gives its own, on the service's store and warm servers).
+    ``identify``: who is calling, from the tool call's context (default: the configured
+    name, else the client's name from ``initialize``; over HTTP, the agent its bearer
+    token proved, and nothing else)."""
     import functools
     import inspect
     import json
@@ -463,7 +491,7 @@ def build_server(config: AgentConfig) -> Any:
     from mcp.server.mcpserver import Context, MCPServer
     from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
-    impl = AgentServer(config)
+    impl = impl if impl is not None else AgentServer(config)
     server = MCPServer("vodou", instructions=INSTRUCTIONS, log_level="WARNING")
 
     READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
@@ -495,6 +523,8 @@ def build_server(config: AgentConfig) -> Any:
         return register
 
     def who(ctx: Context) -> str:
+        if identify is not None:
+            return identify(ctx)
         params = ctx.session.client_params
         return agent_identity(config, params.client_info.name if params is not None and params.client_info is not None else None)
 

@@ -14,6 +14,7 @@ from .base import SqlRunStore, latest_version
 from .protocol import RunStore
 from .records import (
     APPROVAL_STATES,
+    AgentRecord,
     ApproverRecord,
     AuditRecord,
     FiringRecord,
@@ -59,6 +60,7 @@ def open_store(path_or_url: str | os.PathLike[str] | None = None, *, readonly: b
 
 __all__ = [
     "APPROVAL_STATES",
+    "AgentRecord",
     "ApproverRecord",
     "AuditRecord",
     "FiringRecord",

@@ -43,6 +43,7 @@ from .records import (
     RUN_STATES,
     SETTLEABLE_EFFECT_STATES,
     TERMINAL_RUN_STATES,
+    AgentRecord,
     ApprovalRecord,
     ApproverRecord,
     AuditRecord,
@@ -62,7 +63,7 @@ from .records import (
 # from a healthy one before touching it.
 CORE_TABLES = frozenset({"schema_version", "runs", "nodes", "approvals", "effects", "events"})
 # Tables added by later migrations: a store of that version must have them too.
-TABLES_SINCE = {2: frozenset({"approvers", "audit"}), 3: frozenset({"recipes", "schedules", "firings"}), 4: frozenset({"web_links", "web_sessions", "web_keys"})}
+TABLES_SINCE = {2: frozenset({"approvers", "audit"}), 3: frozenset({"recipes", "schedules", "firings"}), 4: frozenset({"web_links", "web_sessions", "web_keys"}), 5: frozenset({"agents"})}
 
 RUNS_HINT = "list the runs in this store to find the one you mean"
 
@@ -533,6 +534,17 @@ class SqlRunStore:
         """Group several writes so they commit, or vanish, together."""
         with self._write():
             yield
+
+    @property
+    def kind(self) -> str:
+        """The database behind the store: ``"sqlite"`` or ``"postgresql"``."""
+        return self._d.name
+
+    def connection(self) -> Any:
+        """The store's own DB-API connection, for a write that must commit or vanish with
+        the store's in one :meth:`transaction` (a job queued with the decision that asked
+        for it: ``workers/app.py``). Nothing else should use it."""
+        return self._conn
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
@@ -1295,6 +1307,52 @@ class SqlRunStore:
     def approval_extras(self, run_id: str) -> dict[str, tuple[str | None, str | None]]:
         """Per approval of a run: the stored preview and check results (JSON text or None)."""
         return {r[0]: (r[1], r[2]) for r in self._all(self._WEB_EXTRAS, (run_id,))}
+
+    # -- agents over HTTP (`recipe agent add`, the /mcp route of `recipe serve`) --
+    # Schema version 5 (migrations/0005_agent_tokens.sql). Only the sha256 of an
+    # agent's bearer token is kept, in a table apart from the approvers': an
+    # agent's token is never an approver's secret. Removing an agent stops its
+    # token at once (every request looks it up).
+
+    _AGENT_COLS = _cols(AgentRecord)
+    _AGENT_ADD = f"INSERT INTO agents ({_AGENT_COLS}) VALUES {_values(AgentRecord)}"
+    _AGENT_SET = "UPDATE agents SET token_sha256 = ?, sees = ?, approvers_json = ?, created_at = ?, created_by = ? WHERE name = ?"
+    _AGENT = f"SELECT {_AGENT_COLS} FROM agents WHERE name = ?"
+    _AGENT_BY_TOKEN = f"SELECT {_AGENT_COLS} FROM agents WHERE token_sha256 = ?"
+    _AGENTS = f"SELECT {_AGENT_COLS} FROM agents ORDER BY name"
+    _AGENT_REMOVE = "DELETE FROM agents WHERE name = ?"
+
+    def set_agent(self, name: str, token_sha256: str, *, by: str, sees: str = "own", approvers: list[str] | None = None, now: float | None = None) -> AgentRecord:
+        """Add the agent ``name``, or give it a new token (the old one stops working)."""
+        now = _now(now)
+        rec = AgentRecord(name, token_sha256, sees, msgspec.json.encode(list(approvers or [])).decode("utf-8"), now, by)
+        with self._write() as cur:
+            cur.execute(self._q(self._AGENT_SET), (token_sha256, sees, rec.approvers_json, now, by, name))
+            if cur.rowcount == 0:
+                cur.execute(self._q(self._AGENT_ADD), msgspec.structs.astuple(rec))
+            cur.execute(self._q(INSERT_AUDIT), (now, "agent.set", by, None, _json({"name": name, "sees": sees, "approvers": approvers or []})))
+        return rec
+
+    def get_agent(self, name: str) -> AgentRecord | None:
+        row = self._one(self._AGENT, (name,))
+        return None if row is None else AgentRecord(*row)
+
+    def agent_by_token(self, token_sha256: str) -> AgentRecord | None:
+        """The agent whose token has this sha256, if it is still there."""
+        row = self._one(self._AGENT_BY_TOKEN, (token_sha256,))
+        return None if row is None else AgentRecord(*row)
+
+    def agents_list(self) -> list[AgentRecord]:
+        return [AgentRecord(*r) for r in self._all(self._AGENTS, ())]
+
+    def remove_agent(self, name: str, *, by: str, now: float | None = None) -> bool:
+        now = _now(now)
+        with self._write() as cur:
+            cur.execute(self._q(self._AGENT_REMOVE), (name,))
+            gone = cur.rowcount == 1
+            if gone:
+                cur.execute(self._q(INSERT_AUDIT), (now, "agent.removed", by, None, _json({"name": name})))
+        return gone
 
 
 class _Lost(Exception):

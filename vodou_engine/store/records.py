@@ -177,6 +177,23 @@ class EventRecord(Struct, frozen=True):
     data_json: str = "{}"
 
 
+# --- agents over HTTP (``recipe agent add``, the /mcp route of ``recipe serve``) ------------
+
+
+class AgentRecord(Struct, frozen=True):
+    """An agent that may use the MCP server at /mcp; only the sha256 of its token is kept.
+    Its runs are started by ``agent:NAME``."""
+
+    name: str
+    token_sha256: str
+    sees: str = "own"
+    """Whose runs it may read: ``own`` or ``all``."""
+    approvers_json: str = "[]"
+    """Who decides the runs of its recipes that name no approvers (empty: the serving process's default)."""
+    created_at: float = 0.0
+    created_by: str = ""
+
+
 # --- the web inbox (``recipe serve``, web/) ------------------------------------------------
 
 

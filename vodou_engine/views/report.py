@@ -128,7 +128,10 @@ def report(rep: RunReport, *, json_out: bool = False, store_flag: str = "") -> i
     """The end of `run`, `approve` or `resume`; returns the exit code."""
     if json_out:
         _json(rep)
-        return EXIT_FOR.get(rep.state, EXIT_FAILED)
+        return EXIT_OK if rep.queued else EXIT_FOR.get(rep.state, EXIT_FAILED)
+    if rep.queued:
+        say(f"run {rep.run} is queued for the workers (`recipe worker`), which drive it on; follow it with: recipe show {rep.run}{store_flag}", style="green")
+        return EXIT_OK
     for line in together_lines(rep.together):
         say(line, style="dim")
     for step, change in rep.asked_again.items():
@@ -168,6 +171,15 @@ def report(rep: RunReport, *, json_out: bool = False, store_flag: str = "") -> i
         for step, why in rep.errors.items():
             say(f"  {step}: {why}", style="red")
     return EXIT_FOR.get(rep.state, EXIT_FAILED)
+
+
+def queued_run(run: str, *, json_out: bool = False, store_flag: str = "") -> None:
+    """`recipe run --queue`: the run id (alone on stdout), and how to follow it."""
+    if json_out:
+        _json({"run": run, "queued": True})
+        return
+    out(run + "\n")
+    say(f"queued: a worker (`recipe worker`) starts run {run} and drives it until it parks or ends; follow it with: recipe show {run}{store_flag}", err=True)
 
 
 def interrupted(run: str, store_flag: str = "", *, err: bool = False) -> None:

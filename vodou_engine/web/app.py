@@ -18,6 +18,9 @@ GET    ``/signin``                    ``?token=``: the sign-in page for a one-ti
 POST   ``/signin``                    spend the link, get a session cookie
 POST   ``/signout``                   end the session
 GET    ``/static/app.css``, ``/healthz``
+any    ``/mcp``                       the agent MCP server (streamable HTTP), for a bearer token
+                                      from ``recipe agent add``: no session, no form token
+                                      (``agents.py``)
 ====== ============================== =====================================================
 
 A GET reads through a read-only store connection, so it cannot change
@@ -48,6 +51,8 @@ from starlette.routing import Route
 from ..errors import NotAllowedError, RefusedError, StaleError, UsageError, VodouError
 from . import pages
 from .config import WebConfig
+from .agents import MAX_BODY_BYTES as MCP_MAX_BYTES
+from .agents import MCP_PATH, AgentsOverHTTP
 from .identity import PRE_COOKIE, SESSION_COOKIE, Signer, new_secret, sha256
 
 logger = logging.getLogger("vodou_engine.web")
@@ -69,6 +74,9 @@ DONE = {
     "rejected": "Rejected. The run is declined; nothing after that step runs.",
     "started": "Started. It runs in the serving process; this page shows where it stands.",
     "resumed": "Resumed. A question that expired is asked again.",
+    "approved-queued": "Approved. A worker drives the run on (`recipe worker`); this page shows how it ends.",
+    "resumed-queued": "Queued: a worker drives the run on (`recipe worker`); a question that expired is asked again.",
+    "started-queued": "Queued: a worker starts the run (`recipe worker`); it is listed here once it has started.",
     "added": "Schedule added.",
     "paused": "Schedule paused: no due time fires until it is resumed.",
     "enabled": "Schedule resumed: its next due time is counted from now.",
@@ -403,7 +411,7 @@ async def approve(web: Web, request: Request, me: Me, form: dict[str, str]) -> R
             return web.render(request, "error.html", me=me, status=503, title="Recorded, not yet run", message="Your approval was recorded, but this inbox is stopping; the run goes on when it is next driven (the inbox starting again, or `recipe resume`).", hint=None, code=exc.code, back=f"/runs/{run_id}")
         await web.refused(me, "approve", exc, run=run_id, step=form.get("step"), fingerprint=form.get("fingerprint"))
         return web.error(request, me, exc, back=f"/runs/{run_id}", run=run_id)
-    return see(f"/runs/{quote(run_id)}?done=approved")
+    return see(f"/runs/{quote(run_id)}?done=" + ("approved-queued" if getattr(web.svc, "workers", False) else "approved"))
 
 
 async def reject(web: Web, request: Request, me: Me, form: dict[str, str]) -> Response:
@@ -427,7 +435,7 @@ async def resume(web: Web, request: Request, me: Me, form: dict[str, str]) -> Re
     except VodouError as exc:
         await web.refused(me, "resume", exc, run=run_id)
         return web.error(request, me, exc, back=f"/runs/{run_id}")
-    return see(f"/runs/{quote(run_id)}?done=resumed")
+    return see(f"/runs/{quote(run_id)}?done=" + ("resumed-queued" if getattr(web.svc, "workers", False) else "resumed"))
 
 
 def resume_in_service(svc: Any, run_id: str) -> None:
@@ -450,6 +458,8 @@ async def run_recipe(web: Web, request: Request, me: Me, form: dict[str, str]) -
     except VodouError as exc:
         await web.refused(me, "run", exc, recipe=name)
         return web.error(request, me, exc, back=f"/recipes/{quote(name)}")
+    if getattr(web.svc, "workers", False):
+        return see(f"/runs?done=started-queued&run={quote(run_id)}")
     return see(f"/runs/{quote(run_id)}?done=started")
 
 
@@ -580,10 +590,11 @@ class Guard:
         host = headers.get("host", "")
         hostname = urlsplit(f"//{host}").hostname or ""
         method = scope.get("method", "GET")
+        mcp = scope.get("path") == MCP_PATH  # the agents' MCP endpoint: a bearer token, no forms
         problem = None
         if hostname.lower() not in self.web.hosts:
             problem = (421, f"this inbox does not answer to {host!r}; it answers to the address it listens on, localhost and [inbox] base_url's host")
-        elif method not in ("GET", "HEAD", "POST"):
+        elif method not in ("GET", "HEAD", "POST") and not (mcp and method == "DELETE"):
             problem = (405, "only GET and POST")
         elif method == "POST":
             origin = headers.get("origin")
@@ -592,7 +603,7 @@ class Guard:
                 problem = (403, "a form from another site; nothing was changed")
             elif origin is not None and origin != "null" and urlsplit(origin).netloc.lower() not in (host.lower(), self.public):
                 problem = (403, "a form from another origin; nothing was changed")
-            elif int(headers.get("content-length") or 0) > MAX_FORM_BYTES:
+            elif int(headers.get("content-length") or 0) > (MCP_MAX_BYTES if mcp else MAX_FORM_BYTES):
                 problem = (413, "form too large")
         began = False
 
@@ -630,6 +641,7 @@ def create_app(service: Any, config: WebConfig | None = None, *, manage_service:
     lifespan (``recipe serve`` and tests do); False when the caller runs it."""
     config = config or WebConfig()
     web = Web(service, config, manage_service=manage_service)
+    agents = AgentsOverHTTP(web)
 
     @asynccontextmanager
     async def lifespan(app: Starlette):
@@ -643,12 +655,14 @@ def create_app(service: Any, config: WebConfig | None = None, *, manage_service:
         web.signer = Signer(await trio.to_thread.run_sync(key))
         try:
             if not manage_service:
-                yield
+                async with agents.running():
+                    yield
                 return
             async with trio.open_nursery() as nursery:
                 await nursery.start(service.serve)
                 try:
-                    yield
+                    async with agents.running():
+                        yield
                 finally:
                     service.stop()
         finally:
@@ -675,6 +689,7 @@ def create_app(service: Any, config: WebConfig | None = None, *, manage_service:
         Route("/signout", action(signout), methods=["POST"]),
         Route("/static/app.css", stylesheet),
         Route("/healthz", healthz),
+        Route(MCP_PATH, agents),
     ]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.web = web

@@ -54,6 +54,10 @@ def build(cfg: WebConfig) -> tuple[Any, Any]:
     policy = load_policy(cfg.policy)
     holder: dict[str, Any] = {}
     service = Service(store=cfg.store, servers=servers, policy=policy, grace_s=cfg.grace_s, on_parked=parked_hook(cfg, lambda: holder["app"].state.web))
+    if service.workers:  # a PostgreSQL store: everything goes through the workers' queue
+        from ..workers.app import require_procrastinate
+
+        require_procrastinate()
     app = create_app(service, cfg)
     holder["app"] = app
     return service, app
@@ -136,7 +140,12 @@ async def _serve(service: Any, app: Any, cfg: WebConfig) -> None:
             app.state.web.port = port
             from ..store import default_store_path
 
-            print(f"vodou inbox: serving on {cfg.base_url(port)} (store {cfg.store or default_store_path()}); stop with Ctrl-C or SIGTERM", file=sys.stderr, flush=True)
+            from ..store.postgres import _safe
+
+            where = _safe(str(cfg.store or default_store_path()))
+            if service.workers:
+                where += "; runs go on in `recipe worker` processes, schedules through their queue"
+            print(f"vodou inbox: serving on {cfg.base_url(port)} (store {where}); stop with Ctrl-C or SIGTERM", file=sys.stderr, flush=True)
     logger.info("stopped")
 
 

@@ -1,0 +1,451 @@
+"""The Procrastinate side of the workers: the queue's schema, the tasks, deferring, recovery.
+
+The queue lives in the store's own PostgreSQL database and schema (the
+store's URL, ``search_path`` included), so one URL names both and one
+backup holds both. Two tasks, on the queue ``vodou``:
+
+``vodou.drive(run_id, [start | saved | firing])``
+    Drive one run: start it (when the job says how and it does not exist
+    yet), else take it and drive it on, until it parks or ends. Every such
+    job is deferred with ``lock=run_id`` (one worker drives a run at a time)
+    and ``queueing_lock=run_id`` (a run has at most one job waiting; a second
+    request while one waits is already served by it: the driver picks up
+    every decision made before it parks).
+``vodou.tick(timestamp)``
+    The schedules' tick, a Procrastinate periodic task (every second by
+    default): Procrastinate defers it once per timestamp however many
+    processes run the deferrer, and the store decides each due time once
+    (``Runs.due``). Each firing becomes a ``vodou.drive`` job with the
+    firing's run id as both locks.
+
+A worker that dies (``kill -9``, a machine lost) leaves its jobs ``doing``.
+Every worker looks for such jobs every :data:`RECOVER_EVERY_S` seconds and
+at start: a job whose worker has sent no heartbeat for :data:`STALLED_AFTER_S`
+(the run lease, 30 s, so a job is given back when its run can be taken), or
+whose worker is a process of this host that no longer exists (found at
+once), is put back in the queue. The worker that picks it up takes the run
+with the run API's compare-and-set; an effect found ``executing`` becomes
+``unknown``. The queue only makes work *happen*; that nothing happens twice
+is the store's doing, so a job run twice is harmless.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import os
+from typing import Any, Mapping
+
+from ..errors import QueueError, StoreError
+from ..owners import LEASE_S, RENEW_EVERY_S, is_gone
+
+logger = logging.getLogger("vodou_engine.workers")
+
+QUEUE = "vodou"
+DRIVE_TASK = "vodou.drive"
+TICK_TASK = "vodou.tick"
+TICK_CRON = "* * * * * *"
+"""The schedules' tick: every second (croniter's sixth field is seconds), as in ``recipe serve``."""
+STALLED_AFTER_S = LEASE_S
+"""A worker silent this long has its jobs given back: the run lease, so the run can be taken then too."""
+HEARTBEAT_S = RENEW_EVERY_S
+"""How often a worker says it is alive: as often as a driver renews a run's lease."""
+RECOVER_EVERY_S = 2.0
+"""How often each worker looks for jobs of dead workers (one small query)."""
+SCHEMA_LOCK = 0x766F7175  # "voqu": one advisory lock key for creating the queue's schema
+
+WORKERS_TABLE = """
+CREATE TABLE IF NOT EXISTS vodou_queue_workers (
+    worker_id bigint PRIMARY KEY REFERENCES procrastinate_workers(id) ON DELETE CASCADE,
+    owner text NOT NULL,
+    started_at timestamp with time zone NOT NULL DEFAULT now()
+)
+"""
+"""Which process each Procrastinate worker is (``host:pid:start``), so a dead one on this host is seen at once."""
+
+
+def _procrastinate() -> Any:
+    try:
+        import procrastinate
+    except ImportError:
+        raise QueueError(
+            "the workers' queue needs Procrastinate, which is not installed; nothing was queued",
+            hint="install vodou_engine[workers]",
+            reason="not installed",
+        ) from None
+    return procrastinate
+
+
+def require_procrastinate() -> None:
+    """Refuse now (exit 7) a process that will hand work to the workers without Procrastinate."""
+    _procrastinate()
+
+
+def no_queue(location: str) -> QueueError:
+    """The refusal for work handed to the workers on a store that has no queue (SQLite)."""
+    return QueueError(
+        f"workers and their queue need a PostgreSQL store, and {location} is a SQLite file; nothing was queued",
+        hint="set VODOU_STORE (or --store) to a postgresql:// URL; on SQLite a run is driven by the process that starts or approves it",
+        store=location,
+        reason="sqlite",
+    )
+
+
+def queue_url(store: str | None = None) -> str:
+    """The store's URL (``store``, else ``$VODOU_STORE``); refused unless it is PostgreSQL."""
+    from ..store import POSTGRES_SCHEMES, default_store_path
+
+    location = os.fspath(store) if store is not None else default_store_path()
+    if not location.startswith(POSTGRES_SCHEMES):
+        raise no_queue(location)
+    return location
+
+
+# --- the queue's schema --------------------------------------------------------------------
+def ensure_schema(url: str) -> None:
+    """Create Procrastinate's tables (and ours) in the store's schema, once, whoever races."""
+    import psycopg
+
+    from ..store.postgres import _safe
+
+    _procrastinate()
+    try:
+        conn = psycopg.connect(url, autocommit=True, connect_timeout=10)
+    except psycopg.OperationalError as exc:
+        raise StoreError(f"the queue at {_safe(url)} cannot be reached: {str(exc).strip().splitlines()[0]}", hint="check that PostgreSQL is running and the URL is right") from None
+    with conn:
+        ensure_queue(conn)
+
+
+def ensure_queue(conn: Any) -> None:
+    """:func:`ensure_schema` on an open autocommit connection, outside any transaction."""
+    if _has_queue(conn):
+        return
+    # A session lock taken before the transaction: the check after it runs in a
+    # transaction of its own, so it sees the tables a racing process just committed.
+    conn.execute("SELECT pg_advisory_lock(%s)", (SCHEMA_LOCK,))
+    try:
+        if not _has_queue(conn):
+            from procrastinate.schema import SchemaManager
+
+            with conn.transaction():
+                conn.execute(SchemaManager.get_schema())
+                conn.execute(WORKERS_TABLE)
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(%s)", (SCHEMA_LOCK,))
+
+
+def _has_queue(conn: Any) -> bool:
+    row = conn.execute("SELECT to_regclass('procrastinate_jobs') IS NOT NULL AND to_regclass('vodou_queue_workers') IS NOT NULL").fetchone()
+    return bool(row[0])
+
+
+# --- deferring in the store's own transaction (the run API: runs.py) -------------------------
+_READY: Any = None  # a WeakSet of store objects whose database has the queue's tables
+_JOBS_APP: Any = None  # a Procrastinate app that only builds jobs, on connections it is given
+
+
+def store_queue(store: Any) -> Any:
+    """The store's own connection, its database holding the queue's tables (created now
+    if this is the first use). Refused (:class:`QueueError`) for a store with no queue."""
+    global _READY
+    import weakref
+
+    if getattr(store, "kind", None) != "postgresql":
+        raise no_queue(getattr(store, "location", "the store"))
+    _procrastinate()
+    if _READY is None:
+        _READY = weakref.WeakSet()
+    conn = store.connection()
+    if store not in _READY:
+        try:
+            ensure_queue(conn)
+        except Exception as exc:  # psycopg's errors, in the store's words
+            raise StoreError(f"cannot create the workers' queue in the store at {store.location}: {str(exc).strip().splitlines()[0]}", hint="the database user needs to create tables in the store's schema") from None
+        _READY.add(store)
+    return conn
+
+
+def defer_drive_in(conn: Any, run_id: str, spec: Mapping[str, Any] | None = None) -> bool:
+    """Queue a drive of ``run_id`` inside the transaction open on ``conn`` (the store's
+    connection, from :func:`store_queue`), so it commits with the store's writes (a
+    decision, a new run's record) or not at all. False when a job for the run already
+    waits: it serves this request too, and it is row-locked until this transaction ends,
+    so no worker starts it before what this transaction records is visible."""
+    global _JOBS_APP
+    procrastinate = _procrastinate()
+    if _JOBS_APP is None:
+        _JOBS_APP = procrastinate.App(connector=procrastinate.SyncPsycopgConnector())
+    for _ in range(10):
+        waiting = conn.execute(
+            "SELECT id FROM procrastinate_jobs WHERE queueing_lock = %s AND status = 'todo' FOR UPDATE", (run_id,)
+        ).fetchone()
+        if waiting is not None:
+            return False
+        conn.execute("SAVEPOINT vodou_defer")
+        try:
+            _JOBS_APP.configure_task(DRIVE_TASK, connection=conn, **_options(run_id)).defer(run_id=run_id, **dict(spec or {}))
+        except procrastinate.exceptions.AlreadyEnqueued:
+            # Another process queued one between the look and the insert: lock that one.
+            conn.execute("ROLLBACK TO SAVEPOINT vodou_defer")
+            continue
+        except procrastinate.exceptions.ConnectorException as exc:
+            raise StoreError(f"could not queue run {run_id} for the workers: {exc.__cause__ or exc}; nothing was recorded", run=run_id) from None
+        conn.execute("RELEASE SAVEPOINT vodou_defer")
+        return True
+    raise StoreError(f"could not queue run {run_id} for the workers: its waiting job kept changing; nothing was recorded", hint="retry", run=run_id)
+
+
+# --- the app ------------------------------------------------------------------------------
+def build_app(url: str, *, tick_cron: str = TICK_CRON, pool_size: int = 4) -> Any:
+    """A Procrastinate app on the store's database, with the engine's two tasks."""
+    procrastinate = _procrastinate()
+    connector = procrastinate.PsycopgConnector(conninfo=url, min_size=1, max_size=max(1, pool_size))
+    app = procrastinate.App(connector=connector)
+
+    @app.task(name=DRIVE_TASK, queue=QUEUE, pass_context=True)
+    async def drive(context: Any, run_id: str, start: dict | None = None, saved: dict | None = None, firing: dict | None = None) -> dict:
+        return await _drive(app, context, run_id, _spec(start=start, saved=saved, firing=firing))
+
+    @app.periodic(cron=tick_cron, periodic_id="schedules")
+    @app.task(name=TICK_TASK, queue=QUEUE, lock=TICK_TASK, queueing_lock=TICK_TASK, pass_context=True)
+    async def tick(context: Any, timestamp: int) -> dict:
+        return await _tick(app, context, timestamp)
+
+    return app
+
+
+def _spec(**parts: Any) -> dict[str, Any]:
+    return {k: v for k, v in parts.items() if v is not None}
+
+
+async def _drive(app: Any, context: Any, run_id: str, spec: dict[str, Any]) -> dict:
+    import asyncio
+
+    import msgspec
+
+    env = context.additional_context
+    host, engine = env["host"], env["engine"]
+    try:
+        out = await host.call(engine.drive, run_id, spec)
+    except asyncio.CancelledError:
+        # The worker is stopping: the drive left the run interrupted; another worker goes on.
+        try:
+            await asyncio.shield(defer_drive_async(app, run_id, spec))
+        except Exception:  # noqa: BLE001 - nothing more to do here; recovery finds it
+            logger.exception("could not queue run %s again after stopping its drive", run_id)
+        raise
+    if out.busy_until is not None:
+        # Driven by a live process elsewhere (or one whose lease has not run out yet):
+        # look again when the lease would have run out.
+        await defer_drive_async(app, run_id, spec, at=out.busy_until + 1.0)
+    return msgspec.to_builtins(out)
+
+
+async def _tick(app: Any, context: Any, timestamp: int) -> dict:
+    from ..owners import this_process
+
+    env = context.additional_context
+    host, engine = env["host"], env["engine"]
+    fired = await host.call(engine.due, f"worker {this_process()}")
+    for f in fired:
+        await defer_drive_async(app, f["run_id"], {"firing": f})
+    return {"timestamp": timestamp, "fired": [f["run_id"] for f in fired]}
+
+
+def _options(run_id: str, at: float | None = None) -> dict[str, Any]:
+    options: dict[str, Any] = {"lock": run_id, "queueing_lock": run_id, "queue": QUEUE}
+    if at is not None:
+        options["schedule_at"] = datetime.datetime.fromtimestamp(at, datetime.timezone.utc)
+    return options
+
+
+async def defer_drive_async(app: Any, run_id: str, spec: Mapping[str, Any] | None = None, *, at: float | None = None) -> bool:
+    """Queue a drive of ``run_id`` (from a worker's loop); False when one is already waiting."""
+    procrastinate = _procrastinate()
+    try:
+        await app.configure_task(DRIVE_TASK, **_options(run_id, at)).defer_async(run_id=run_id, **dict(spec or {}))
+    except procrastinate.exceptions.AlreadyEnqueued:
+        return False
+    return True
+
+
+# --- the tick, deferred by processes that run no jobs (recipe serve) ----------------------------
+async def defer_ticks(url: str, *, tick_cron: str = TICK_CRON) -> None:
+    """Defer the schedules' tick at every time of ``tick_cron`` (Procrastinate's periodic
+    deferrer alone: this process defers, workers run). Every worker runs the same
+    deferrer; Procrastinate inserts one job per timestamp however many processes try.
+    Runs until cancelled."""
+    import asyncio
+
+    from procrastinate.periodic import PeriodicDeferrer
+
+    await asyncio.to_thread(ensure_schema, url)
+    app = build_app(url, tick_cron=tick_cron, pool_size=1)
+    async with app.open_async():
+        await PeriodicDeferrer(registry=app.periodic_registry, **app.periodic_defaults).worker()
+
+
+class TickThread:
+    """:func:`defer_ticks` on an asyncio loop in a thread of its own, for a trio program
+    (``recipe serve`` on a PostgreSQL store): ``start()`` before serving, ``stop()`` after."""
+
+    def __init__(self, url: str, *, tick_cron: str = TICK_CRON):
+        self.url = queue_url(url)
+        self.tick_cron = tick_cron
+        self._loop: Any = None  # the thread's asyncio loop
+        self._task: Any = None
+        self._thread: Any = None
+
+    def start(self) -> None:
+        import asyncio
+        import threading
+
+        started = threading.Event()
+
+        def main() -> None:
+            async def body() -> None:
+                self._loop = asyncio.get_running_loop()
+                self._task = asyncio.current_task()
+                started.set()
+                try:
+                    await defer_ticks(self.url, tick_cron=self.tick_cron)
+                except asyncio.CancelledError:
+                    pass
+                except Exception:  # noqa: BLE001 - the web app goes on; workers defer ticks too
+                    logger.exception("deferring the schedules' tick stopped")
+
+            asyncio.run(body())
+
+        self._thread = threading.Thread(target=main, name="vodou-tick", daemon=True)
+        self._thread.start()
+        started.wait()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        if self._loop is not None and self._task is not None:
+            try:
+                self._loop.call_soon_threadsafe(self._task.cancel)
+            except RuntimeError:
+                pass
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+
+# --- deferring from anywhere else (the CLI, the web app): plain blocking calls ----------------
+class Queue:
+    """The queue on a connection of its own, for what is not a run API call: deferring a
+    drive by hand, and reading the jobs (tests, benchmarks). Blocking calls; from an async
+    program, call them on a worker thread. The run API queues work itself, in the store's
+    own transaction (``Runs.queue``, ``Runs.approve``, ``Runs.queue_resume``)."""
+
+    def __init__(self, store: str | None = None):
+        self.url = queue_url(store)
+        self._app: Any = None
+        self._conn: Any = None
+
+    def _connection(self) -> Any:
+        import psycopg
+
+        if self._conn is None or self._conn.closed:
+            ensure_schema(self.url)
+            self._conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+        if self._app is None:
+            procrastinate = _procrastinate()
+            self._app = procrastinate.App(connector=procrastinate.SyncPsycopgConnector(conninfo=self.url))
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> Queue:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def defer_drive(self, run_id: str, spec: Mapping[str, Any] | None = None, *, at: float | None = None) -> bool:
+        """Queue a drive of ``run_id``; False when a job for it was already waiting (it serves this request too)."""
+        procrastinate = _procrastinate()
+        conn = self._connection()
+        try:
+            self._app.configure_task(DRIVE_TASK, connection=conn, **_options(run_id, at)).defer(run_id=run_id, **dict(spec or {}))
+        except procrastinate.exceptions.AlreadyEnqueued:
+            return False
+        return True
+
+    def defer_resume(self, run_id: str) -> bool:
+        """A worker drives ``run_id`` on (the run API does this itself: ``Runs.queue_resume``)."""
+        return self.defer_drive(run_id)
+
+    # --- reading the queue (for tests, benchmarks, `recipe worker --status` later) --------------
+    def jobs(self, *, status: str | None = None) -> list[dict[str, Any]]:
+        conn = self._connection()
+        rows = conn.execute(
+            "SELECT id, task_name, status::text, lock, queueing_lock, attempts, worker_id FROM procrastinate_jobs"
+            + (" WHERE status = %s::procrastinate_job_status" if status else "")
+            + " ORDER BY id",
+            (status,) if status else (),
+        ).fetchall()
+        keys = ("id", "task", "status", "lock", "queueing_lock", "attempts", "worker_id")
+        return [dict(zip(keys, r)) for r in rows]
+
+
+# --- recovery: jobs of workers that died --------------------------------------------------------
+ORPHANS_SQL = """
+SELECT j.id, j.worker_id, j.queueing_lock, p.owner,
+       (w.id IS NULL OR w.last_heartbeat < now() - make_interval(secs => %(stalled_after)s)) AS silent
+  FROM procrastinate_jobs j
+  LEFT JOIN procrastinate_workers w ON w.id = j.worker_id
+  LEFT JOIN vodou_queue_workers p ON p.worker_id = j.worker_id
+ WHERE j.status = 'doing' AND j.queue_name = %(queue)s
+   AND j.worker_id IS DISTINCT FROM %(me)s
+"""
+
+
+async def register_worker(app: Any, worker_id: int, owner: str) -> None:
+    await app.connector.execute_query_async(
+        query="INSERT INTO vodou_queue_workers (worker_id, owner) VALUES (%(worker_id)s, %(owner)s) ON CONFLICT (worker_id) DO UPDATE SET owner = EXCLUDED.owner",
+        worker_id=worker_id,
+        owner=owner,
+    )
+
+
+async def recover(app: Any, me: int | None, *, stalled_after: float = STALLED_AFTER_S) -> list[int]:
+    """Give back the jobs of dead workers; the ids of the jobs given back (or closed because
+    another job for the same run was already waiting)."""
+    procrastinate = _procrastinate()
+    rows = await app.connector.execute_query_all_async(query=ORPHANS_SQL, stalled_after=float(stalled_after), queue=QUEUE, me=me)
+    dead_workers: set[int] = set()
+    recovered: list[int] = []
+    for row in rows:
+        gone = row["silent"] or (row["owner"] is not None and is_gone(row["owner"]))
+        if not gone:
+            continue
+        if row["worker_id"] is not None:
+            dead_workers.add(row["worker_id"])
+        manager = app.job_manager
+        try:
+            await manager.retry_job_by_id_async(job_id=row["id"], retry_at=datetime.datetime.now(datetime.timezone.utc))
+        except procrastinate.exceptions.UniqueViolation:
+            # Another job for this run waits already: it drives the run; this one is closed.
+            try:
+                await manager.finish_job_by_id_async(job_id=row["id"], status=procrastinate.jobs.Status.FAILED, delete_job=False)
+            except procrastinate.exceptions.ConnectorException:
+                continue
+        except procrastinate.exceptions.ConnectorException:
+            continue  # another worker recovered it first
+        recovered.append(row["id"])
+        logger.warning("job %s (%s) of a dead worker (%s) is back in the queue", row["id"], row["queueing_lock"], row["owner"] or f"worker {row['worker_id']}")
+    if dead_workers:
+        await app.connector.execute_query_async(query="DELETE FROM procrastinate_workers WHERE id = ANY(%(ids)s)", ids=sorted(dead_workers))
+    if recovered:
+        # A job put back by an UPDATE sends no notification of its own: wake the workers.
+        await app.connector.execute_query_async(
+            query="SELECT pg_notify(%(channel)s, %(payload)s)",
+            channel=f"procrastinate_queue_v1#{QUEUE}",
+            payload=json.dumps({"type": "job_inserted", "job_id": recovered[0]}),
+        )
+    return recovered

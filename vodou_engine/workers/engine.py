@@ -1,0 +1,200 @@
+"""What a worker's jobs do on the trio side: drive one run, or decide the due schedule times.
+
+Everything a run means is decided by the run API (``runs.py``) exactly as in
+any other process: a job only says *which* run to drive. A drive job takes
+the run with the same compare-and-set on owner and lease as ``recipe
+resume`` (so a run driven elsewhere is never driven twice), and a run found
+with an effect ``executing`` (its driver died mid-call) has that effect made
+``unknown``, never called again.
+
+One :class:`Engine` lives on a worker's engine thread (``host.py``) for the
+worker's whole life: its MCP servers are started once by a
+:class:`~vodou_engine.service.ServerPool` and kept warm across jobs, and its
+store connections are kept too (a free list of :class:`~vodou_engine.runs.Runs`,
+one per job in flight).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, Mapping
+
+import msgspec
+
+from ..errors import RefusedError, ToolError, UnknownRunError
+from ..policy import Policy
+from ..runs import Runs
+from ..servers import ServerSet, servers_needed, servers_to_finish
+
+logger = logging.getLogger("vodou_engine.workers")
+
+
+class Outcome(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """What one drive job did (the job's result, kept by Procrastinate)."""
+
+    run: str
+    state: str | None = None
+    busy_until: float | None = None
+    """The run is driven by another live process (or one whose lease has not run out yet)."""
+    owner: str | None = None
+    note: str | None = None
+
+
+class Engine:
+    """The engine of one worker: warm servers and store connections, on the trio thread."""
+
+    def __init__(self, store: str, servers: ServerSet, policy: Policy, *, clock: Callable[[], float] = time.time, keep: int = 16):
+        from ..service import ServerPool
+
+        self.store_url = store
+        self.servers = servers
+        self.policy = policy
+        self.clock = clock
+        self.pool = ServerPool(servers)
+        self._free: list[Runs] = []
+        self._keep = keep
+
+    # --- the host's setup: what lives as long as the worker ------------------------------
+    async def setup(self, nursery: Any) -> Callable[[], None]:
+        import trio
+
+        await nursery.start(self.pool.run)
+        runs = self._runs()
+        await trio.to_thread.run_sync(runs.store)  # the store is created or migrated now, not mid-job
+        self._give_back(runs, True)
+        from ..tools import hub  # noqa: F401 - the MCP SDK (about a second) is imported now, not by the first job
+        return self.close
+
+    def close(self) -> None:
+        self.pool.close()
+        while self._free:
+            self._free.pop().close()
+
+    # --- store connections, kept across jobs ------------------------------------------------
+    def _runs(self) -> Runs:
+        if self._free:
+            return self._free.pop()
+        return Runs(store=self.store_url, servers=self.servers, policy=self.policy, clock=self.clock)
+
+    def _give_back(self, runs: Runs, healthy: bool) -> None:
+        if healthy and len(self._free) < self._keep:
+            self._free.append(runs)
+        else:
+            runs.close()
+
+    async def _with_runs(self, fn: Callable[[Runs], Any]) -> Any:
+        runs = self._runs()
+        healthy = False
+        try:
+            result = await fn(runs)
+            healthy = True
+            return result
+        except (RefusedError, ToolError):
+            healthy = True  # the run API's own refusal: the connection is fine
+            raise
+        finally:
+            self._give_back(runs, healthy)
+
+    # --- jobs ------------------------------------------------------------------------------
+    async def noop(self) -> None:
+        """A job that does nothing on the trio side: what crossing the boundary costs."""
+
+    async def drive(self, run_id: str, spec: Mapping[str, Any] | None = None) -> Outcome:
+        """Start the run ``run_id`` (when ``spec`` says how and it does not exist yet) or
+        drive it on from where it is, until it parks or ends."""
+        return await self._with_runs(lambda runs: self._drive(runs, run_id, dict(spec or {})))
+
+    async def _drive(self, runs: Runs, run_id: str, spec: dict[str, Any]) -> Outcome:
+        import trio
+
+        store = await trio.to_thread.run_sync(runs.store)  # a new connection is opened off the loop
+        if spec and not await trio.to_thread.run_sync(_exists, store, run_id):
+            # Started here unless it exists already (a job run again after its first attempt
+            # created the run goes on with that run). One job per run runs at a time (its
+            # lock), so nothing else starts it meanwhile; the store would refuse a second.
+            report = await self._start(runs, run_id, spec)
+            if report is not None:
+                return Outcome(run=run_id, state=report.state)
+        try:
+            hub = await self._hub_for_run(runs, run_id)
+        except ToolError:
+            hub = None  # a server that cannot start: the drive reports it on its step
+        try:
+            report = await runs.resume(run_id, hub=hub)
+        except RefusedError as exc:
+            if exc.code != "run.busy":
+                raise
+            run = await trio.to_thread.run_sync(store.get_run, run_id)
+            return Outcome(run=run_id, state=str(run.state), busy_until=run.lease_expires_at or (time.time() + 1.0), owner=run.owner)
+        return Outcome(run=run_id, state=report.state)
+
+    async def _start(self, runs: Runs, run_id: str, spec: dict[str, Any]) -> Any:
+        """The report of the run started now, or None when it exists already."""
+        import trio
+
+        store = runs.store()
+        try:
+            if "start" in spec:
+                s = spec["start"]
+                plan, _, _ = runs.load(s.get("path") or "queued.recipe", text=s["text"])
+                hub = await self._hub_for(servers_needed(plan))
+                return await runs.start(
+                    s.get("path") or "queued.recipe", text=s["text"], inputs=s.get("inputs") or {}, actor=s.get("actor"),
+                    model=s.get("model"), run_id=run_id, hub=hub, origin=s.get("origin", "person"),
+                )  # fmt: skip
+            if "saved" in spec:
+                s = spec["saved"]
+                saved = await trio.to_thread.run_sync(store.get_recipe, s["name"], s.get("version"))
+                plan, _, _ = runs.load(f"{saved.name}.recipe", text=saved.source)
+                hub = await self._hub_for(servers_needed(plan))
+                return await runs.start_saved(saved, inputs=s.get("inputs") or {}, actor=s.get("actor"), run_id=run_id, hub=hub)
+            if "firing" in spec:
+                from ..store import FiringRecord
+
+                f = msgspec.convert(spec["firing"], FiringRecord)
+                saved = await trio.to_thread.run_sync(lambda: store.get_recipe(store.get_schedule(f.schedule).recipe))
+                plan, _, _ = runs.load(f"{saved.name}.recipe", text=saved.source)
+                return await runs.start_firing(f, hub=await self._hub_for(servers_needed(plan)))
+        except RefusedError as exc:
+            if "already exists" in exc.message:
+                return None  # started meanwhile by a process that is no worker (a person's retry)
+            raise
+        raise UnknownRunError(f"there is no run {run_id} and the job does not say how to start it; nothing was done", run=run_id)
+
+    async def _hub_for(self, names: list[str]) -> Any:
+        known = [n for n in names if n in self.servers.servers]
+        return await self.pool.hub(known) if known else None
+
+    async def _hub_for_run(self, runs: Runs, run_id: str) -> Any:
+        import trio
+
+        from ..runtime.plans import check_stored_plan
+
+        store = runs.store()
+
+        def needed() -> list[str]:
+            run = store.get_run(run_id)
+            plan = check_stored_plan(run.plan_json, run.plan_fingerprint)
+            return servers_to_finish(plan, store.get_nodes(run_id))
+
+        return await self._hub_for(await trio.to_thread.run_sync(needed))
+
+    async def due(self, by: str) -> list[dict[str, Any]]:
+        """Decide every due schedule time (each once, whoever else is deciding); the firings
+        whose runs must be started, as plain data for the jobs that start them."""
+        import trio
+
+        async def decide(runs: Runs) -> list[Any]:
+            return await trio.to_thread.run_sync(lambda: runs.due(by=by))
+
+        fired = await self._with_runs(decide)
+        return [msgspec.to_builtins(f) for f in fired]
+
+
+def _exists(store: Any, run_id: str) -> bool:
+    try:
+        store.get_run(run_id)
+    except UnknownRunError:
+        return False
+    return True
