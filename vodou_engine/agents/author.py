@@ -305,16 +305,9 @@ def _write(path: str, text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="recipe author", description="Draft a recipe from one sentence with a model; nothing runs.")
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    from ..errors import VodouError
+    from ..standalone import command_main
 
-    try:
-        return run(args)
-    except VodouError as exc:
-        print(str(exc), file=sys.stderr)
-        return exc.exit_code
+    return command_main(argv, prog="recipe author", description="Draft a recipe from one sentence with a model; nothing runs.", add_arguments=add_arguments, run=run)
 
 
 if __name__ == "__main__":

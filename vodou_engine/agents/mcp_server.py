@@ -648,18 +648,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="recipe mcp", description="Serve the engine to agents over MCP (stdio). Agents propose; people approve.")
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    from ..errors import VodouError
     from ..gcpause import own_process
+    from ..standalone import command_main
 
-    own_process()
-    try:
-        return run(args)
-    except VodouError as exc:
-        print(str(exc), file=sys.stderr)
-        return exc.exit_code
+    return command_main(
+        argv, prog="recipe mcp", description="Serve the engine to agents over MCP (stdio). Agents propose; people approve.", add_arguments=add_arguments, run=run, before=own_process
+    )
 
 
 if __name__ == "__main__":

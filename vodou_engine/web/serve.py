@@ -160,16 +160,9 @@ def _port(binds: list[str]) -> int | None:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m vodou_engine.web.serve``: the command without the rest of the CLI."""
-    parser = argparse.ArgumentParser(prog="recipe serve", description="Serve the approval inbox and run saved recipes on their schedules.")
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    from ..errors import VodouError
+    from ..standalone import command_main
 
-    try:
-        return run(args)
-    except VodouError as exc:
-        print(str(exc), file=sys.stderr)
-        return exc.exit_code
+    return command_main(argv, prog="recipe serve", description="Serve the approval inbox and run saved recipes on their schedules.", add_arguments=add_arguments, run=run)
 
 
 if __name__ == "__main__":  # pragma: no cover - a process entry point

@@ -175,16 +175,9 @@ async def _keep_recovering(app: Any, worker: Any, owner: str, on_ready: Callable
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m vodou_engine.workers.command``: the command without the rest of the CLI."""
-    parser = argparse.ArgumentParser(prog="recipe worker", description="Drive runs from the queue in the PostgreSQL store; start as many as you like.")
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    from ..errors import VodouError
+    from ..standalone import command_main
 
-    try:
-        return run(args)
-    except VodouError as exc:
-        print(str(exc), file=sys.stderr)
-        return exc.exit_code
+    return command_main(argv, prog="recipe worker", description="Drive runs from the queue in the PostgreSQL store; start as many as you like.", add_arguments=add_arguments, run=run)
 
 
 if __name__ == "__main__":  # pragma: no cover - a process entry point
