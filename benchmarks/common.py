@@ -291,3 +291,14 @@ def profile_text(fn: Callable[[], Any], top: int = 14) -> str:
     start = next((i for i, ln in enumerate(lines) if ln.lstrip().startswith("ncalls")), 0)
     head = next((ln.strip() for ln in lines if "function calls" in ln), "")
     return "\n".join([head, *lines[start:]]).replace(sys.prefix, "<venv>").replace(str(ROOT) + "/", "")
+
+
+def poll(predicate: Callable[[], Any], what: str, *, timeout: float, every: float) -> Any:
+    """``predicate()`` every ``every`` seconds until it is true (its value), or RuntimeError after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise RuntimeError(f"timed out waiting for {what}")

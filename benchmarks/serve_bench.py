@@ -41,7 +41,7 @@ import uuid
 from pathlib import Path
 from urllib.parse import urlencode, urlsplit
 
-from .common import Case, Config, TempDir, clean_env
+from .common import Case, Config, TempDir, clean_env, poll
 
 POST = 'recipe "post"\napprovers: bench\ninputs:\n  text = "x"\npost: slack.slack_post_message {"channel": "#daily", "text": "{text}"}\n'
 ASK = 'recipe "ask"\nask me:\n- go on?\nsay: vodou.echo {"value": "on"}\n'
@@ -115,13 +115,7 @@ def start_serve(tmp: Path, cfg: Config) -> tuple[subprocess.Popen, str, Path]:
 
 
 def wait(predicate, what: str, timeout: float = 120.0, every: float = 0.005):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = predicate()
-        if got:
-            return got
-        time.sleep(every)
-    raise RuntimeError(f"timed out waiting for {what}")
+    return poll(predicate, what, timeout=timeout, every=every)
 
 
 def run(cfg: Config) -> Case:

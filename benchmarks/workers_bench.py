@@ -48,7 +48,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from .common import ROOT, Case, Config, TempDir, clean_env
+from .common import ROOT, Case, Config, TempDir, clean_env, poll
 
 PG = os.environ.get("VODOU_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/test")
 ROGUE = str(ROOT / "tests" / "rogue_server.py")
@@ -80,13 +80,7 @@ def schema() -> Iterator[str]:
 
 
 def wait(predicate, what: str, timeout: float = 300.0, every: float = 0.01) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every)
-    raise RuntimeError(f"timed out waiting for {what}")
+    return poll(predicate, what, timeout=timeout, every=every)
 
 
 def _sql(url: str, query: str, params: tuple = ()) -> list[tuple]:

@@ -141,20 +141,7 @@ class Serving:
 
     def children(self) -> set[int]:
         """Every process below the serving one (its MCP servers, their children)."""
-        found: set[int] = set()
-        todo = [self.proc.pid]
-        while todo:
-            pid = todo.pop()
-            for task in Path(f"/proc/{pid}/task").glob("*"):
-                try:
-                    kids = [int(k) for k in (task / "children").read_text().split()]
-                except OSError:
-                    continue
-                for k in kids:
-                    if k not in found:
-                        found.add(k)
-                        todo.append(k)
-        return found
+        return descendants(self.proc.pid)
 
     def stop(self, timeout: float = 60) -> tuple[int, set[int]]:
         """SIGTERM; (exit code, processes it started that are still alive)."""
@@ -190,11 +177,31 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def descendants(root: int) -> set[int]:
+    """Every process below ``root`` (the MCP servers it started, their children), from /proc."""
+    found: set[int] = set()
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            try:
+                kids = [int(k) for k in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            for k in kids:
+                if k not in found:
+                    found.add(k)
+                    todo.append(k)
+    return found
+
+
 def wait_for(predicate, what: str, timeout: float = 30, every: float = 0.05):
+    """Poll ``predicate`` until it returns something true; its value. A deadline, never a sleep as synchronisation."""
     deadline = time.monotonic() + timeout
+    last = None
     while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
+        last = predicate()
+        if last:
+            return last
         time.sleep(every)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")

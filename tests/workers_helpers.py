@@ -12,10 +12,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any, Callable
 
+import web_helpers
 from pg_helpers import PG, fresh_schema, pg_or_fail  # noqa: F401 - the tests import them from here too
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,15 +23,8 @@ PROC = str(Path(__file__).with_name("workers_proc.py"))
 
 
 def wait_for(check: Callable[[], Any], what: str, *, timeout: float = 60, every: float = 0.05) -> Any:
-    """Poll ``check`` until it returns something true; its value. A deadline, never a sleep as synchronisation."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
+    """web_helpers.wait_for with the longer deadline that queued work gets."""
+    return web_helpers.wait_for(check, what, timeout=timeout, every=every)
 
 
 class Workers:
@@ -72,20 +65,7 @@ class Workers:
 
     def children(self, p: subprocess.Popen) -> set[int]:
         """Every live process below ``p`` (the MCP servers it started, their children)."""
-        found: set[int] = set()
-        todo = [p.pid]
-        while todo:
-            pid = todo.pop()
-            for task in Path(f"/proc/{pid}/task").glob("*"):
-                try:
-                    kids = [int(k) for k in (task / "children").read_text().split()]
-                except OSError:
-                    continue
-                for k in kids:
-                    if k not in found:
-                        found.add(k)
-                        todo.append(k)
-        return found
+        return web_helpers.descendants(p.pid)
 
     def registered(self) -> int:
         with pg_or_fail() as conn:
