@@ -26,6 +26,7 @@ _COMPILER_FILES = (
     "compiler/parser.py",
     "compiler/lower.py",
     "compiler/template.py",
+    "compiler/words.py",
     "compiler/__init__.py",
     "graph/gate.py",
     "graph/verify.py",

@@ -24,6 +24,7 @@ from lark.lexer import ContextualLexer, PatternStr, UnlessCallback
 from ..errors import RecipeError
 from ..limits import MAX_DEPTH  # nesting of JSON brackets, and of indented blocks
 from . import ast
+from .words import NAME, RESERVED
 
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 MAX_DURATION = 365 * 86400
@@ -267,7 +268,6 @@ def _pos(tok: Token, width: int | None = None) -> ast.Pos:
 _FLAT_PART = re.compile(r'"(?:[^"\\\n]|\\.)*"|[^\s{}\[\]:,"]+|[{}\[\]:,]')
 _LITERALS = {"true": True, "false": False, "null": None}
 _WRITE_FROM = re.compile(r"^(?:(?P<prompt>.*?)\s+)?from\s*\{(?P<inputs>[^{}]*)\}\s*$", re.S)
-_NAME = re.compile(r"[a-z_][a-z0-9_-]*\Z")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -651,7 +651,7 @@ class _Build(Transformer):
                 name = part.strip()
                 col = start + offset + (len(part) - len(part.lstrip()))
                 offset += len(part) + 1
-                if not _NAME.match(name):
+                if not NAME.match(name):
                     raise self.source.error(
                         f"{name!r} is not a step or input name" if name else "empty name in the `from {...}` list",
                         ast.Pos(tok.line, col, max(1, len(name))),
@@ -1048,8 +1048,6 @@ def _explain(
         return source.error(what, header, hint="indent at least one item under it")
     # a reserved word used as a step name: `then: slack.post {...}`
     if step_line and step_line.start(1) < pos.column <= len(line_text):
-        from .lower import RESERVED
-
         rest = line_text[step_line.end() :].lstrip(" ")
         if step_line.group(1) in RESERVED and _ACTION.match(rest):
             name = step_line.group(1)
@@ -1062,14 +1060,14 @@ def _explain(
     first = re.match(r"([ ]*)([^ :={\"#]+)[ ]*(?:[:=]|$|#)", line_text) or re.match(
         r"([ ]*(?:together|then)[ ]+)([^ :={\"#]+)[ ]*:", line_text
     )
-    if first and not _NAME.match(first.group(2)) and pos.column <= first.end(2) + 1 and expected & {"NAME", "COLON", "EQUAL", "_NL"}:
+    if first and not NAME.match(first.group(2)) and pos.column <= first.end(2) + 1 and expected & {"NAME", "COLON", "EQUAL", "_NL"}:
         name = first.group(2)
         lower = name.lower()
         return source.error(
             f"`{name}` is not a valid name",
             ast.Pos(pos.line, len(first.group(1)) + 1, len(name)),
             hint="names are lower case letters, digits, _ and -, starting with a letter or _"
-            + (f": write `{lower}`" if _NAME.match(lower) else ""),
+            + (f": write `{lower}`" if NAME.match(lower) else ""),
         )
     if "PERSON" in expected or re.match(r"[ ]*approvers[ ]*:", line_text):
         return source.error(
