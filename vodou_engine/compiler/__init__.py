@@ -71,7 +71,7 @@ def compile_recipe(
     hints: Mapping[str, Hints | None] | None = None,
 ) -> Plan:
     """Compile recipe text into a verified Plan, or raise RecipeError."""
-    from .parser import Source
+    from .source import Source
 
     policy = policy or Policy()
     source = Source(text, path)

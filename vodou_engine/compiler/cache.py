@@ -24,6 +24,7 @@ _COMPILER_FILES = (
     "compiler/grammar.lark",
     "compiler/ast.py",
     "compiler/parser.py",
+    "compiler/source.py",
     "compiler/lower.py",
     "compiler/template.py",
     "compiler/words.py",

@@ -19,7 +19,8 @@ from typing import Any
 from ..errors import RecipeError
 from ..plan import Input, JoinNode, Options, QuestionNode, ToolNode, ToolRef, Where, WriteNode
 from . import ast, template
-from .parser import Source, positioned_args
+from .parser import positioned_args
+from .source import Source
 from .words import RESERVED
 
 

@@ -24,39 +24,13 @@ from lark.lexer import ContextualLexer, PatternStr, UnlessCallback
 from ..errors import RecipeError
 from ..limits import MAX_DEPTH  # nesting of JSON brackets, and of indented blocks
 from . import ast
+from .source import Source, token_pos
 from .words import NAME, RESERVED
 
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 MAX_DURATION = 365 * 86400
 MAX_TIMEOUT = 86400
 MAX_RETRIES = 10
-
-
-class Source:
-    """The text being compiled and where it came from, for error messages."""
-
-    def __init__(self, text: str, path: str | None):
-        self.text = text
-        self.path = path
-        self._lines: list[str] | None = None
-
-    def line(self, n: int) -> str:
-        if self._lines is None:
-            self._lines = self.text.split("\n")
-        return self._lines[n - 1] if 0 < n <= len(self._lines) else ""
-
-    def error(self, message: str, pos: ast.Pos | None, hint: str | None = None, cls=RecipeError) -> RecipeError:
-        if pos is None:
-            return cls(message, path=self.path, hint=hint)
-        return cls(
-            message,
-            path=self.path,
-            line=pos.line,
-            column=pos.column,
-            source_line=self.line(pos.line),
-            hint=hint,
-            width=pos.width,
-        )
 
 
 class _Indenter(Indenter):
@@ -261,10 +235,6 @@ class _BadDedent(Exception):
         self.expected = expected
 
 
-def _pos(tok: Token, width: int | None = None) -> ast.Pos:
-    return ast.Pos(tok.line, tok.column, width if width is not None else max(1, len(tok)))
-
-
 _FLAT_PART = re.compile(r'"(?:[^"\\\n]|\\.)*"|[^\s{}\[\]:,"]+|[{}\[\]:,]')
 _LITERALS = {"true": True, "false": False, "null": None}
 _WRITE_FROM = re.compile(r"^(?:(?P<prompt>.*?)\s+)?from\s*\{(?P<inputs>[^{}]*)\}\s*$", re.S)
@@ -401,24 +371,24 @@ class _Build(Transformer):
             # Nothing to decode: the text between the quotes is the value (a
             # raw control character or surrogate never gets past _precheck).
             s = ast.JStr(tok[1:-1])
-            s.pos = _pos(tok)
+            s.pos = token_pos(tok)
             s.raw = str(tok)
             return s
         try:
             value = json.loads(tok)
         except ValueError as exc:
             raise self.source.error(
-                f"invalid JSON string: {exc.msg}", _pos(tok), hint="escape a quote as \\\" and a backslash as \\\\"
+                f"invalid JSON string: {exc.msg}", token_pos(tok), hint="escape a quote as \\\" and a backslash as \\\\"
             ) from None
         lone = _SURROGATE.search(value)
         if lone:
             raise self.source.error(
                 f"a lone surrogate \\u{ord(lone.group()):04x} in a JSON string",
-                _pos(tok),
+                token_pos(tok),
                 hint="write the character itself, or a full pair such as \\ud83d\\ude00",
             )
         s = ast.JStr(value)
-        s.pos = _pos(tok)
+        s.pos = token_pos(tok)
         s.raw = str(tok)
         return s
 
@@ -428,11 +398,11 @@ class _Build(Transformer):
             value = json.loads(tok)
         except ValueError:  # more digits than Python converts (sys.get_int_max_str_digits)
             raise self.source.error(
-                f"the number {tok[:20]}… ({len(tok)} characters) is too long", _pos(tok), hint="write a smaller number, or quote it as text"
+                f"the number {tok[:20]}… ({len(tok)} characters) is too long", token_pos(tok), hint="write a smaller number, or quote it as text"
             ) from None
         if value in (float("inf"), float("-inf")):
             raise self.source.error(
-                f"the number {tok} is too large", _pos(tok), hint="write a smaller number, or quote it as text"
+                f"the number {tok} is too large", token_pos(tok), hint="write a smaller number, or quote it as text"
             )
         return value
 
@@ -465,33 +435,33 @@ class _Build(Transformer):
     # --- header -----------------------------------------------------------
     def title(self, children):
         (tok,) = children
-        return ("title", str.__str__(self.json_string([tok])), _pos(tok))
+        return ("title", str.__str__(self.json_string([tok])), token_pos(tok))
 
     def input_decl(self, children):
         name, default = children
-        return ast.InputDecl(str(name), default, default is None and len(children) == 2 and children[1] is None, _pos(name))
+        return ast.InputDecl(str(name), default, default is None and len(children) == 2 and children[1] is None, token_pos(name))
 
     def inputs(self, children):
         return ("inputs", children, children[0].pos if children else None)
 
     def recipe_expires(self, children):
         (tok,) = children
-        return ("expires", self._duration(tok), _pos(tok))
+        return ("expires", self._duration(tok), token_pos(tok))
 
     def recipe_model(self, children):
         (tok,) = children
-        return ("model", str(tok), _pos(tok))
+        return ("model", str(tok), token_pos(tok))
 
     def approvers(self, children):
-        return ("approvers", [str(c) for c in children], _pos(children[0]))
+        return ("approvers", [str(c) for c in children], token_pos(children[0]))
 
     def _duration(self, tok: Token) -> int:
         n = int(tok[:-1])
         if n <= 0:
-            raise self.source.error("a duration must be more than zero", _pos(tok), hint="write e.g. 15m, 90s, 2h or 1d")
+            raise self.source.error("a duration must be more than zero", token_pos(tok), hint="write e.g. 15m, 90s, 2h or 1d")
         seconds = n * DURATION_UNITS[tok[-1]]
         if seconds > MAX_DURATION:
-            raise self.source.error("a duration longer than 365 days", _pos(tok), hint="an approval lifetime is at most 365d")
+            raise self.source.error("a duration longer than 365 days", token_pos(tok), hint="an approval lifetime is at most 365d")
         return seconds
 
     # --- blocks -------------------------------------------------------------
@@ -515,7 +485,7 @@ class _Build(Transformer):
     def _block(self, kind, name, items):
         first = items[0]
         pos = getattr(first, "pos", None)
-        return ast.Block(kind, str(name) if name else None, items, pos, _pos(name) if name else None)
+        return ast.Block(kind, str(name) if name else None, items, pos, token_pos(name) if name else None)
 
     def question(self, children):
         (tok,) = children
@@ -524,7 +494,7 @@ class _Build(Transformer):
 
     def ask(self, children):
         head, *questions = children
-        return ast.Ask(questions, _pos(head))
+        return ast.Ask(questions, token_pos(head))
 
     def need(self, children):
         head, k, n = children
@@ -543,7 +513,7 @@ class _Build(Transformer):
                 args = self._flat_json(args)
             else:
                 args, flat = flat, (str(args), args.line, args.column)
-        return ast.ToolCall(server, tool, args, _pos(addr), flat)
+        return ast.ToolCall(server, tool, args, token_pos(addr), flat)
 
     def _flat_json(self, tok: Token) -> dict:
         """Build a one-line JSON object from its token, through the same handlers.
@@ -627,7 +597,7 @@ class _Build(Transformer):
         if isinstance(action, Token):  # WRITE_TEXT
             action = self._write(action)
         options = [o for o in options if o is not None]
-        return ast.Step(str(name), action, options, _pos(name))
+        return ast.Step(str(name), action, options, token_pos(name))
 
     def _write(self, tok: Token) -> ast.Write:
         text = str(tok)[len("write") :].rstrip()
@@ -637,7 +607,7 @@ class _Build(Transformer):
             if "from" in body.split() or "{" in body:
                 raise self.source.error(
                     "a write step lists its inputs as `from {a, b}`",
-                    _pos(tok),
+                    token_pos(tok),
                     hint="write e.g. `briefing: write a morning briefing from {calendar, mail}`",
                 )
             prompt, inputs = body, []
@@ -661,41 +631,41 @@ class _Build(Transformer):
         if not prompt:
             raise self.source.error(
                 "a write step needs a description of what to write",
-                _pos(tok),
+                token_pos(tok),
                 hint="write e.g. `briefing: write a morning briefing from {calendar, mail}`",
             )
-        return ast.Write(prompt, inputs, _pos(tok, 5))
+        return ast.Write(prompt, inputs, token_pos(tok, 5))
 
     def preview(self, children):
         head, call = children
-        return ast.Option("preview", call, _pos(head))
+        return ast.Option("preview", call, token_pos(head))
 
     def check(self, children):
         head, call = children
-        return ast.Option("check", call, _pos(head))
+        return ast.Option("check", call, token_pos(head))
 
     def expires(self, children):
         (tok,) = children
-        return ast.Option("expires", self._duration(tok), _pos(tok))
+        return ast.Option("expires", self._duration(tok), token_pos(tok))
 
     def timeout(self, children):
         (tok,) = children
         seconds = self._duration(tok)
         if seconds > MAX_TIMEOUT:
-            raise self.source.error("a step's timeout is at most 1d", _pos(tok), hint="write e.g. timeout: 30s or timeout: 5m")
-        return ast.Option("timeout", seconds, _pos(tok))
+            raise self.source.error("a step's timeout is at most 1d", token_pos(tok), hint="write e.g. timeout: 30s or timeout: 5m")
+        return ast.Option("timeout", seconds, token_pos(tok))
 
     def retries(self, children):
         (tok,) = children
         n = int(tok)
         if not 1 <= n <= MAX_RETRIES:
-            raise self.source.error(f"retries must be from 1 to {MAX_RETRIES}", _pos(tok), hint="write e.g. retries: 2 (tried again twice, after a pause that doubles each time)")
+            raise self.source.error(f"retries must be from 1 to {MAX_RETRIES}", token_pos(tok), hint="write e.g. retries: 2 (tried again twice, after a pause that doubles each time)")
         keyword = self.source.line(tok.line).find("retries")  # the option's own word, for the caret
-        return ast.Option("retries", n, ast.Pos(tok.line, keyword + 1, len("retries")) if keyword >= 0 else _pos(tok))
+        return ast.Option("retries", n, ast.Pos(tok.line, keyword + 1, len("retries")) if keyword >= 0 else token_pos(tok))
 
     def without_asking(self, children):
         (tok,) = children
-        return ast.Option("without_asking", True, _pos(tok))
+        return ast.Option("without_asking", True, token_pos(tok))
 
     def start(self, children):
         recipe = ast.Recipe()
@@ -767,7 +737,7 @@ def parse(source: Source) -> ast.Recipe:
         except _TooDeep as exc:
             tok = exc.token
             if exc.what == "JSON":
-                pos = _pos(tok)
+                pos = token_pos(tok)
             else:
                 pos = ast.Pos(tok.end_line or tok.line, tok.end_column or tok.column)
             raise source.error(
@@ -791,7 +761,7 @@ def _unclosed(source: Source, tok: Token, before: int | None = None) -> RecipeEr
     where = f" before line {before}" if before else ""
     return source.error(
         f"this `{tok}` is never closed",
-        _pos(tok),
+        token_pos(tok),
         hint=f"close it with `{close}`{where}; JSON may span lines only while a bracket is open",
     )
 
