@@ -25,6 +25,7 @@ _COMPILER_FILES = (
     "compiler/ast.py",
     "compiler/parser.py",
     "compiler/source.py",
+    "compiler/literals.py",
     "compiler/lower.py",
     "compiler/template.py",
     "compiler/words.py",

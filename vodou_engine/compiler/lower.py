@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import RecipeError
 from ..plan import Input, JoinNode, Options, QuestionNode, ToolNode, ToolRef, Where, WriteNode
 from . import ast, template
-from .parser import positioned_args
+from .literals import positioned_args
 from .source import Source
 from .words import RESERVED
 

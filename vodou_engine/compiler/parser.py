@@ -24,6 +24,7 @@ from lark.lexer import ContextualLexer, PatternStr, UnlessCallback
 from ..errors import RecipeError
 from ..limits import MAX_DEPTH  # nesting of JSON brackets, and of indented blocks
 from . import ast
+from .literals import FLAT_PART, LITERALS, MAX_PLAIN_DIGITS, PLAIN, SURROGATE, NotPlain, plain_json
 from .source import Source, token_pos
 from .words import NAME, RESERVED
 
@@ -235,58 +236,7 @@ class _BadDedent(Exception):
         self.expected = expected
 
 
-_FLAT_PART = re.compile(r'"(?:[^"\\\n]|\\.)*"|[^\s{}\[\]:,"]+|[{}\[\]:,]')
-_LITERALS = {"true": True, "false": False, "null": None}
 _WRITE_FROM = re.compile(r"^(?:(?P<prompt>.*?)\s+)?from\s*\{(?P<inputs>[^{}]*)\}\s*$", re.S)
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-class _NotPlain(Exception):
-    pass
-
-
-def _pairs(pairs: list) -> dict:
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        raise _NotPlain  # a duplicate key: the positioned scan reports it
-    return out
-
-
-_MAX_PLAIN_DIGITS = 4000
-"""Below Python's limit on converting digits to an int; longer goes the positioned way, which refuses it."""
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if value in (float("inf"), float("-inf")):
-        raise _NotPlain  # too large: the positioned scan reports it
-    return value
-
-
-def _no_constant(text: str):
-    raise _NotPlain  # NaN and Infinity are not JSON, whatever json.loads says
-
-
-_PLAIN = json.JSONDecoder(object_pairs_hook=_pairs, parse_float=_finite, parse_constant=_no_constant, strict=False)
-
-
-def _plain_json(raw: str) -> dict | None:
-    """A one-line JSON object decoded by ``json`` alone, or None if it needs the rules.
-
-    Most tool arguments are a one-line object of plain strings, and most of
-    their strings will never be pointed at. Without a backslash there is
-    nothing to check but duplicate keys, numbers too large and that it is
-    one object and nothing more, so the object is decoded in C, and
-    positions are computed only if lowering finds a mistake in it
-    (``positioned_args``).
-    """
-    if "\\" in raw:
-        return None
-    try:
-        value, end = _PLAIN.raw_decode(raw)
-    except (_NotPlain, ValueError):
-        return None
-    return value if end == len(raw) else None
 
 
 # A JSON_LINE token is taken only if it decodes so (see grammar.lark), and
@@ -295,46 +245,8 @@ def _plain_json(raw: str) -> dict | None:
 # with one that matches wherever it does (its first token), so the lexer
 # always has something to take instead.
 _VETO = {
-    "JSON_LINE": (lambda text: text.count("{") + text.count("[") <= MAX_DEPTH and _plain_json(text) is not None, "LBRACE"),
+    "JSON_LINE": (lambda text: text.count("{") + text.count("[") <= MAX_DEPTH and plain_json(text) is not None, "LBRACE"),
 }
-
-# The parts of a JSON text without backslashes: a string, a number or word,
-# a bracket (colons and commas fall between them).
-_JSON_PART = re.compile(r'"[^"]*"|[^ {}\[\]:,"]+|[{}\[\]]')
-
-
-def positioned_args(call: ast.ToolCall) -> dict:
-    """The arguments of a call decoded by ``_plain_json``, again, each string with its position.
-
-    json took the token without complaint, so this only has to say where
-    each string was, as the JSON rules would have for its STRING token.
-    """
-    text, line, column = call.flat
-    parts = iter(_JSON_PART.finditer(text))
-
-    def value(m):
-        part = m.group()
-        if part == "{":
-            out = {}
-            for k in parts:
-                if k.group() == "}":
-                    return out
-                out[k.group()[1:-1]] = value(next(parts))
-        if part == "[":
-            items = []
-            for v in parts:
-                if v.group() == "]":
-                    return items
-                items.append(value(v))
-        if part[0] == '"':
-            s = ast.JStr(part[1:-1])
-            s.pos = ast.Pos(line, column + m.start(), len(part))
-            s.raw = part
-            return s
-        return _LITERALS[part] if part in _LITERALS else json.loads(part)  # JSON_LINE: decoded cleanly already
-
-    return value(next(parts))
-
 
 _STEP_HEAD = re.compile(r"([a-z_][a-z0-9_-]*)[ ]*:[ ]*([^ {]+)[ ]*")
 
@@ -380,7 +292,7 @@ class _Build(Transformer):
             raise self.source.error(
                 f"invalid JSON string: {exc.msg}", token_pos(tok), hint="escape a quote as \\\" and a backslash as \\\\"
             ) from None
-        lone = _SURROGATE.search(value)
+        lone = SURROGATE.search(value)
         if lone:
             raise self.source.error(
                 f"a lone surrogate \\u{ord(lone.group()):04x} in a JSON string",
@@ -508,7 +420,7 @@ class _Build(Transformer):
         if args is None:
             args = {}
         elif isinstance(args, Token):  # JSON_FLAT or JSON_LINE (which the lexer made sure decodes)
-            flat = _plain_json(str(args))
+            flat = plain_json(str(args))
             if flat is None:
                 args = self._flat_json(args)
             else:
@@ -527,7 +439,7 @@ class _Build(Transformer):
         out: dict[str, Any] = {}
         key = None
         array: list | None = None
-        for m in _FLAT_PART.finditer(raw):
+        for m in FLAT_PART.finditer(raw):
             part = m.group()
             if part in "{}:,":
                 continue
@@ -544,10 +456,10 @@ class _Build(Transformer):
                 value.raw = part
             elif part[0] == '"':
                 value = self.json_string([Token("STRING", part, line=tok.line, column=tok.column + m.start())])
-            elif part.isdigit() and len(part) <= _MAX_PLAIN_DIGITS:
+            elif part.isdigit() and len(part) <= MAX_PLAIN_DIGITS:
                 value = int(part)
-            elif part in _LITERALS:
-                value = _LITERALS[part]
+            elif part in LITERALS:
+                value = LITERALS[part]
             else:
                 value = self.json_number([Token("SIGNED_NUMBER", part, line=tok.line, column=tok.column + m.start())])
             if array is not None:
@@ -577,8 +489,8 @@ class _Build(Transformer):
         addr_pos = ast.Pos(line, column + m.start(2), len(addr))
         start = m.end()
         try:  # json finds where the object ends, as it decodes it
-            args, end = _PLAIN.raw_decode(tok, start)
-        except (_NotPlain, ValueError):
+            args, end = PLAIN.raw_decode(tok, start)
+        except (NotPlain, ValueError):
             args, end = None, self.json_flat.match(tok, start).end()
         raw = tok[start:end]
         if args is None or "\\" in raw:
@@ -803,7 +715,7 @@ def _precheck(source: Source) -> None:
         else:
             message, hint = f"a control character (U+{ord(ch):04X})", "remove it; a recipe is plain text"
         err = source.error(message, ast.Pos(line, col), hint=hint)
-        err.source_line = _SURROGATE.sub("\ufffd", err.source_line or "")  # printable, whatever it held
+        err.source_line = SURROGATE.sub("\ufffd", err.source_line or "")  # printable, whatever it held
         raise err
     tab = text.find("\t")
     if tab >= 0:
