@@ -13,7 +13,7 @@ import re
 import threading
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Iterator
+from typing import Any
 
 from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
@@ -21,6 +21,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 from ..errors import RecipeError
 from ..limits import MAX_DEPTH  # nesting of JSON brackets, and of indented blocks
 from . import ast
+from .checks import precheck
 from .lexer import SHORTCUTS, BadDedent, BlockIndenter, RecipeLexer, TooDeep, Unclosed
 from .literals import FLAT_PART, LITERALS, MAX_PLAIN_DIGITS, PLAIN, SURROGATE, NotPlain, plain_json
 from .source import Source, token_pos
@@ -65,7 +66,7 @@ class _Build(Transformer):
         (tok,) = children
         if "\\" not in tok:
             # Nothing to decode: the text between the quotes is the value (a
-            # raw control character or surrogate never gets past _precheck).
+            # raw control character or surrogate never gets past precheck).
             s = ast.JStr(tok[1:-1])
             s.pos = token_pos(tok)
             s.raw = str(tok)
@@ -418,7 +419,7 @@ def _lark() -> tuple[Lark, _Build]:
 
 def parse(source: Source) -> ast.Recipe:
     """Parse recipe text into a syntax tree, or raise RecipeError."""
-    _precheck(source)
+    precheck(source)
     parser, builder = _lark()
     # The lock also covers error handling: the indenter's state (which
     # brackets are open) is read to explain the error.
@@ -460,79 +461,6 @@ def _unclosed(source: Source, tok: Token, before: int | None = None) -> RecipeEr
         token_pos(tok),
         hint=f"close it with `{close}`{where}; JSON may span lines only while a bracket is open",
     )
-
-
-# Characters that have no business in a recipe (outside a tab, reported on its own).
-_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufeff\ud800-\udfff]|\r(?!\n)")
-_ASCII_OK = bytes(b for b in range(128) if not re.match(_CONTROL.pattern, chr(b) + "\n"))
-
-
-def _clean_ascii(text: str) -> bool:
-    """True if ASCII text has nothing _CONTROL would find (a regex search costs 10x more)."""
-    return text.isascii() and not text.encode("ascii").translate(None, _ASCII_OK) and ("\r" not in text or not _CONTROL.search(text))
-
-
-def _lines(text: str) -> Iterator[str]:
-    """``text.split("\n")``, one line at a time, for loops that stop at the first line of substance."""
-    start = 0
-    while (end := text.find("\n", start)) >= 0:
-        yield text[start:end]
-        start = end + 1
-    yield text[start:]
-
-
-def _precheck(source: Source) -> None:
-    """Errors that read better before the lexer sees the text."""
-    text = source.text
-    bad = None if _clean_ascii(text) else _CONTROL.search(text)
-    if bad:
-        at = bad.start()
-        line = text.count("\n", 0, at) + 1
-        col = at - (text.rfind("\n", 0, at) + 1) + 1
-        ch = bad.group()
-        if ch == "\ufeff":
-            message, hint = "a byte-order mark (U+FEFF)", "save the file as UTF-8 without a byte-order mark"
-        elif "\ud800" <= ch <= "\udfff":
-            message, hint = f"a lone surrogate (U+{ord(ch):04X}), which is not text", "the text was decoded wrongly; read the file as UTF-8"
-        elif ch == "\r":
-            message, hint = "a carriage return that does not end a line", "save the file with \\n (or \\r\\n) line endings"
-        else:
-            message, hint = f"a control character (U+{ord(ch):04X})", "remove it; a recipe is plain text"
-        err = source.error(message, ast.Pos(line, col), hint=hint)
-        err.source_line = SURROGATE.sub("\ufffd", err.source_line or "")  # printable, whatever it held
-        raise err
-    tab = text.find("\t")
-    if tab >= 0:
-        line = text.count("\n", 0, tab) + 1
-        start = text.rfind("\n", 0, tab) + 1
-        col = tab - start + 1
-        if text[start:tab].strip(" "):
-            raise source.error(
-                "a tab character in the middle of a line; recipes use spaces",
-                ast.Pos(line, col),
-                hint="replace the tab with a space (inside a JSON string, write \\t)",
-            )
-        raise source.error(
-            "a tab character; recipes are indented with spaces",
-            ast.Pos(line, col),
-            hint="replace each tab with spaces (two per level is the house style)",
-        )
-    if not text.strip() or all(not l.strip() or l.lstrip().startswith("#") for l in _lines(text)):
-        raise source.error(
-            "the recipe is empty: it has no steps",
-            ast.Pos(1, 1),
-            hint="add a step, e.g. `now: time.get_current_time {\"timezone\": \"UTC\"}`",
-        )
-    for n, line in enumerate(_lines(text), 1):
-        stripped = line.lstrip(" ")
-        if stripped and not stripped.startswith("#"):
-            if len(stripped) != len(line):
-                raise source.error(
-                    "the first line of a recipe cannot be indented",
-                    ast.Pos(n, 1, len(line) - len(stripped)),
-                    hint="start top-level steps and blocks at column 1",
-                )
-            break
 
 
 # Human labels for what the parser expected, in the order they are listed.
