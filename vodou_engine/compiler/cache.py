@@ -24,6 +24,7 @@ _COMPILER_FILES = (
     "compiler/grammar.lark",
     "compiler/ast.py",
     "compiler/parser.py",
+    "compiler/explain.py",
     "compiler/checks.py",
     "compiler/lexer.py",
     "compiler/source.py",
