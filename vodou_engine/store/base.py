@@ -5,20 +5,15 @@ SQLite (>= 3.24) and PostgreSQL both accept; a :class:`Dialect` supplies the
 few things that differ (placeholder style, how a write transaction starts,
 row locks, identity columns, how driver errors read). A concrete store only
 opens the connection and picks its dialect, so both stores obey the same
-compare-and-set rules and run the same test suite.
+compare-and-set rules and run the same test suite. The schema, the dialect and
+the connection's transactions are in ``schema.py``, ``dialect.py`` and ``core.py``.
 """
 
 from __future__ import annotations
 
-import difflib
-import importlib.resources
-import re
-import time
+import secrets
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import datetime, timezone
-from functools import cache
 from typing import Any
 
 import msgspec
@@ -26,22 +21,18 @@ import msgspec
 from ..errors import (
     AlreadyDecidedError,
     ExpiredError,
-    LostRunError,
     NotAllowedError,
     RefusedError,
     StaleError,
     StoreError,
-    UnknownRunError,
-    VodouError,
 )
-from ..states import ApprovalState, EffectState, RunState
+from .core import INSERT_AUDIT, StoreCore
+from .dialect import Dialect, _check_states, _cols, _in, _json, _now, _states, _text, _values, iso
 from .records import (
     APPROVAL_STATES,
     DECISION_STATES,
     EFFECT_STATES,
-    RESUMABLE_RUN_STATES,
     RUN_STATES,
-    SETTLEABLE_EFFECT_STATES,
     TERMINAL_RUN_STATES,
     AgentRecord,
     ApprovalRecord,
@@ -58,184 +49,22 @@ from .records import (
     WebLinkRecord,
     WebSessionRecord,
 )
+from .schema import CORE_TABLES, TABLES_SINCE, SchemaMixin, latest_version, newer_store_error
 
-# Tables every store of schema version >= 1 has; used to tell a damaged store
-# from a healthy one before touching it.
-CORE_TABLES = frozenset({"schema_version", "runs", "nodes", "approvals", "effects", "events"})
-# Tables added by later migrations: a store of that version must have them too.
-TABLES_SINCE = {2: frozenset({"approvers", "audit"}), 3: frozenset({"recipes", "schedules", "firings"}), 4: frozenset({"web_links", "web_sessions", "web_keys"}), 5: frozenset({"agents"})}
-
-RUNS_HINT = "list the runs in this store to find the one you mean"
-
-
-# --------------------------------------------------------------------------
-# migrations
-
-
-@dataclass(frozen=True)
-class Migration:
-    version: int
-    name: str
-    sql: str
-
-
-@cache
-def migrations() -> tuple[Migration, ...]:
-    """Numbered files are the only source of schema; gaps would skip a step."""
-    root = importlib.resources.files("vodou_engine.store") / "migrations"
-    found = []
-    for entry in root.iterdir():
-        m = re.fullmatch(r"(\d{4})_(\w+)\.sql", entry.name)
-        if m:
-            found.append(Migration(int(m[1]), entry.name, entry.read_text(encoding="utf-8")))
-    found.sort(key=lambda m: m.version)
-    if [m.version for m in found] != list(range(1, len(found) + 1)):
-        raise RuntimeError(f"store migrations are not numbered 1..n: {[m.name for m in found]}")
-    return tuple(found)
-
-
-def latest_version() -> int:
-    return migrations()[-1].version
-
-
-def split_statements(script: str) -> list[str]:
-    """Split a migration on ``;`` outside quotes and ``--`` comments.
-
-    Statements run one by one so the whole migration stays inside the
-    caller's transaction (sqlite3's ``executescript`` would commit first).
-    """
-    out: list[str] = []
-    buf: list[str] = []
-    i, n, quoted = 0, len(script), False
-    while i < n:
-        c = script[i]
-        if quoted:
-            buf.append(c)
-            quoted = c != "'"
-        elif c == "-" and script.startswith("--", i):
-            end = script.find("\n", i)
-            i = n if end < 0 else end
-            continue
-        elif c == ";":
-            stmt = "".join(buf).strip()
-            if stmt:
-                out.append(stmt)
-            buf = []
-        else:
-            buf.append(c)
-            quoted = c == "'"
-        i += 1
-    stmt = "".join(buf).strip()
-    if stmt:
-        out.append(stmt)
-    return out
+__all__ = [
+    "CORE_TABLES",
+    "TABLES_SINCE",
+    "Dialect",
+    "SqlRunStore",
+    "StoreCore",
+    "describe_decision",
+    "latest_version",
+    "newer_store_error",
+]
 
 
 # --------------------------------------------------------------------------
-# dialect
-
-
-class Dialect:
-    """What differs between database engines; the rest lives in SqlRunStore."""
-
-    name = "sql"
-    placeholder = "?"
-    begin_write = "BEGIN"
-    # Appended to a SELECT that precedes an UPDATE of the same row, so a
-    # row-locking engine serialises the read with the write.
-    for_update = ""
-    tokens: dict[str, str] = {}
-    tables_sql = ""
-    Error: type[Exception] = Exception
-    IntegrityError: type[Exception] = Exception
-
-    def __init__(self) -> None:
-        self._sql_cache: dict[str, str] = {}
-
-    def q(self, sql: str) -> str:
-        try:
-            return self._sql_cache[sql]
-        except KeyError:
-            out = sql if self.placeholder == "?" else sql.replace("?", self.placeholder)
-            self._sql_cache[sql] = out
-            return out
-
-    def ddl(self, sql: str) -> str:
-        def fill(m: re.Match[str]) -> str:
-            if m[1] not in self.tokens:
-                raise RuntimeError(f"migration uses {{{{{m[1]}}}}}, which the {self.name} dialect does not define")
-            return self.tokens[m[1]]
-
-        return re.sub(r"\{\{(\w+)\}\}", fill, sql)
-
-    def integrity_kind(self, exc: Exception) -> str:
-        """'foreign_key', 'unique' or 'other'."""
-        raise NotImplementedError
-
-    def store_error(self, exc: Exception, location: str) -> VodouError | None:
-        """The person-facing error for a driver error, or None for a bug."""
-        raise NotImplementedError
-
-    def insert_returning(self, cur: Any, sql: str, params: tuple, column: str) -> int:
-        raise NotImplementedError
-
-    def compact(self, conn: Any) -> None:
-        """Return freed space to the file system, outside any transaction."""
-
-    def lock(self, cur: Any, key: str) -> None:
-        """Inside a write: serialise with every other writer holding ``key`` until commit.
-        SQLite's writes are serialised already (BEGIN IMMEDIATE): nothing to do there."""
-
-    def migration_lock(self, cur: Any) -> None:
-        """Inside the migrating transaction: one process migrates at a time."""
-
-
-# --------------------------------------------------------------------------
-# small helpers
-
-
-def _now(now: float | None) -> float:
-    return time.time() if now is None else now
-
-
-def _text(value: Any) -> Any:
-    """JSON may arrive as bytes from msgspec; TEXT columns want str."""
-    if isinstance(value, (bytes, bytearray)):
-        return bytes(value).decode("utf-8")
-    return value
-
-
-def _states(expected: str | Iterable[str], allowed: frozenset[str], what: str) -> tuple[str, ...]:
-    states = (expected,) if isinstance(expected, str) else tuple(expected)
-    if not states:
-        raise ValueError(f"expected {what} must name at least one state")
-    _check_states(states, allowed, what)
-    return states
-
-
-def _check_states(states: Iterable[str], allowed: frozenset[str], what: str) -> None:
-    for s in states:
-        if s not in allowed:
-            raise ValueError(f"unknown {what} {s!r}; known: {', '.join(sorted(allowed))}")
-
-
-def _in(n: int) -> str:
-    return "(" + ", ".join("?" * n) + ")"
-
-
-def iso(ts: float | None) -> str:
-    if ts is None:
-        return "an unknown time"
-    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def _json(data: dict[str, Any]) -> str:
-    return msgspec.json.encode(data).decode("utf-8")
-
-
-def _cols(record: type[msgspec.Struct], prefix: str = "") -> str:
-    return ", ".join(prefix + f for f in record.__struct_fields__)
-
+# statements
 
 _RUN_COLS = _cols(RunRecord)
 _NODE_COLS = _cols(NodeRecord)
@@ -247,18 +76,8 @@ _AUDIT_COLS = _cols(AuditRecord)
 _RECIPE_COLS = _cols(RecipeRecord)
 _SCHEDULE_COLS = _cols(ScheduleRecord)
 _FIRING_COLS = _cols(FiringRecord)
-
-
-def _values(record: type[msgspec.Struct]) -> str:
-    return _in(len(record.__struct_fields__))
-
-
-# --------------------------------------------------------------------------
-# statements
-
 INSERT_RUN = f"INSERT INTO runs ({_RUN_COLS}) VALUES {_values(RunRecord)}"
 SELECT_RUN = f"SELECT {_RUN_COLS} FROM runs WHERE id = ?"
-RUN_EXISTS = "SELECT 1 FROM runs WHERE id = ?"
 LIST_RUNS = f"SELECT {_RUN_COLS} FROM runs"
 LIST_RUNS_ORDER = " ORDER BY created_at DESC, id DESC LIMIT ?"
 # Runs that may be removed: ended (in one of the states asked for) before a time, and
@@ -268,8 +87,6 @@ PRUNABLE = (
     "AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.run_id = r.id AND e.state IN ('unknown', 'executing'))"
 )
 PRUNE_TABLES = ("events", "effects", "approvals", "nodes", "runs")
-RECENT_RUN_IDS = "SELECT id FROM runs ORDER BY created_at DESC LIMIT 2000"
-RUN_IDS_WITH_PREFIX = "SELECT id FROM runs WHERE substr(id, 1, ?) = ? ORDER BY created_at DESC LIMIT 5"
 SET_RUN_STATE = (
     "UPDATE runs SET state = ?, updated_at = ?, ended_at = ?, error = ?, "
     "owner = CASE WHEN ? = 'running' THEN owner ELSE NULL END, "
@@ -283,7 +100,6 @@ TAKE_RUN = (
     "owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at < ? OR owner = ?)))"
 )
 RENEW_LEASE = "UPDATE runs SET lease_expires_at = ? WHERE id = ? AND state = 'running' AND owner = ?"
-RUN_OWNER = "SELECT state, owner FROM runs WHERE id = ?"
 WITHDRAW_RUN = (
     "UPDATE approvals SET state = 'withdrawn', decided_at = ?, reason = ? WHERE run_id = ? AND state = 'pending'"
 )
@@ -338,7 +154,6 @@ MARK_UNKNOWN = (
 )
 INTERRUPTED = "the process running this effect ended before it reported back; it may or may not have happened"
 
-INSERT_EVENT = "INSERT INTO events (run_id, ts, kind, node_id, actor, data_json) VALUES (?, ?, ?, ?, ?, ?)"
 SELECT_EVENTS = f"SELECT {_EVENT_COLS} FROM events WHERE run_id = ? AND seq > ? ORDER BY seq"
 SELECT_EVENTS_LIMIT = SELECT_EVENTS + " LIMIT ?"
 
@@ -347,7 +162,6 @@ UPDATE_APPROVER = "UPDATE approvers SET token_sha256 = ?, created_at = ?, create
 SELECT_APPROVER = f"SELECT {_APPROVER_COLS} FROM approvers WHERE name = ?"
 SELECT_APPROVERS = f"SELECT {_APPROVER_COLS} FROM approvers ORDER BY name"
 DELETE_APPROVER = "DELETE FROM approvers WHERE name = ?"
-INSERT_AUDIT = "INSERT INTO audit (ts, kind, actor, run_id, data_json) VALUES (?, ?, ?, ?, ?)"
 
 LAST_RECIPE_VERSION = "SELECT MAX(version) FROM recipes WHERE name = ?"
 INSERT_RECIPE = f"INSERT INTO recipes ({_RECIPE_COLS}) VALUES {_values(RecipeRecord)}"
@@ -376,158 +190,17 @@ SELECT_ORPHAN_FIRINGS = (
 FIRING_FAILED = "UPDATE firings SET outcome = 'failed', note = ? WHERE schedule = ? AND due_at = ? AND outcome = 'fired'"
 SELECT_AUDIT = f"SELECT {_AUDIT_COLS} FROM audit WHERE seq > ? ORDER BY seq"
 
-CREATE_SCHEMA_VERSION = (
-    "CREATE TABLE IF NOT EXISTS schema_version ("
-    "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"
-)
-SELECT_VERSION = "SELECT MAX(version) FROM schema_version"
-INSERT_VERSION = "INSERT INTO schema_version (version, name, applied_at) VALUES (?, ?, ?)"
-
 
 # --------------------------------------------------------------------------
 # the store
 
 
-class SqlRunStore:
+class SqlRunStore(SchemaMixin):
     """A run store over one DB-API connection in autocommit mode.
 
-    Transactions are explicit (``BEGIN`` ... ``COMMIT``) so a write takes the
-    engine's write lock up front instead of upgrading a read lock, which is
-    where concurrent SQLite writers deadlock. Not thread-safe: one thread at a
-    time, though not necessarily the one that opened it.
+    Every write is one explicit transaction, and the store is not thread-safe
+    (:class:`~.core.StoreCore` says why).
     """
-
-    def __init__(self, conn: Any, dialect: Dialect, location: str):
-        self._conn = conn
-        self._d = dialect
-        self._cur = conn.cursor()
-        self._depth = 0
-        self.location = location
-
-    # -- plumbing ---------------------------------------------------------
-
-    def _q(self, sql: str) -> str:
-        return self._d.q(sql)
-
-    def _translate(self, exc: Exception) -> Exception:
-        return self._d.store_error(exc, self.location) or exc
-
-    @contextmanager
-    def _write(self) -> Iterator[Any]:
-        """One write transaction; nested uses join the outer one."""
-        cur = self._cur
-        if self._depth:
-            self._depth += 1
-            try:
-                yield cur
-            finally:
-                self._depth -= 1
-            return
-        try:
-            cur.execute(self._d.begin_write)
-        except self._d.Error as exc:
-            raise self._translate(exc) from exc
-        self._depth = 1
-        try:
-            yield cur
-        except BaseException as exc:
-            self._depth = 0
-            self._rollback()
-            if isinstance(exc, self._d.Error):
-                new = self._translate(exc)
-                if new is not exc:
-                    raise new from exc
-            raise
-        self._depth = 0
-        try:
-            cur.execute("COMMIT")
-        except self._d.Error as exc:
-            self._rollback()
-            raise self._translate(exc) from exc
-
-    def _rollback(self) -> None:
-        try:
-            self._cur.execute("ROLLBACK")
-        except self._d.Error:
-            pass  # the engine already rolled back (e.g. after a busy or I/O error)
-
-    @contextmanager
-    def _read(self) -> Iterator[Any]:
-        try:
-            yield self._cur
-        except self._d.Error as exc:
-            new = self._translate(exc)
-            if new is not exc:
-                raise new from exc
-            raise
-
-    def _one(self, sql: str, params: tuple) -> Any:
-        with self._read() as cur:
-            cur.execute(self._q(sql), params)
-            return cur.fetchone()
-
-    def _all(self, sql: str, params: tuple) -> list[Any]:
-        with self._read() as cur:
-            cur.execute(self._q(sql), params)
-            return cur.fetchall()
-
-    def _table_names(self) -> set[str]:
-        return {row[0] for row in self._all(self._d.tables_sql, ())}
-
-    def _insert_event(
-        self, cur: Any, run_id: str, kind: str, node_id: str | None, actor: str | None, data_json: Any, ts: float
-    ) -> int:
-        params = (run_id, ts, kind, node_id, actor, _text(data_json))
-        return self._d.insert_returning(cur, self._q(INSERT_EVENT), params, "seq")
-
-    def _unknown_run(self, run_id: str) -> UnknownRunError:
-        message = f"no run {run_id!r} in the store at {self.location}"
-        try:
-            close = [r[0] for r in self._all(RUN_IDS_WITH_PREFIX, (len(run_id), run_id))]
-            if not close:
-                recent = [r[0] for r in self._all(RECENT_RUN_IDS, ())]
-                close = difflib.get_close_matches(run_id, recent, n=3, cutoff=0.6)
-        except (self._d.Error, VodouError):
-            close = []  # a failed transaction may refuse further reads; the error still stands
-        if close:
-            message += f"; did you mean {', '.join(close[:3])}?"
-        return UnknownRunError(message, hint=RUNS_HINT)
-
-    def _require_run(self, run_id: str) -> None:
-        if self._one(RUN_EXISTS, (run_id,)) is None:
-            raise self._unknown_run(run_id)
-
-    def _integrity(self, exc: Exception, run_id: str, duplicate: str) -> Exception:
-        kind = self._d.integrity_kind(exc)
-        if kind == "foreign_key":
-            return self._unknown_run(run_id)
-        if kind == "unique":
-            return RefusedError(f"{duplicate} already exists in the store at {self.location}; nothing was changed")
-        return exc
-
-    # -- schema -----------------------------------------------------------
-
-    def schema_version(self) -> int:
-        if "schema_version" not in self._table_names():
-            return 0
-        return self._one(SELECT_VERSION, ())[0] or 0
-
-    def _prepare_schema(self) -> None:
-        """Bring the schema up to date; a no-op (and no write) when it is."""
-        latest = latest_version()
-        if self.schema_version() == latest:
-            return
-        with self._write() as cur:
-            self._d.migration_lock(cur)
-            cur.execute(CREATE_SCHEMA_VERSION)
-            cur.execute(SELECT_VERSION)
-            current = cur.fetchone()[0] or 0
-            if current > latest:
-                raise newer_store_error(self.location, current, latest)
-            for m in migrations()[current:]:
-                for stmt in split_statements(self._d.ddl(m.sql)):
-                    cur.execute(stmt)
-                cur.execute(self._q(INSERT_VERSION), (m.version, m.name, time.time()))
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -690,23 +363,6 @@ class SqlRunStore:
             cur.execute(self._q(RENEW_LEASE), (_now(now) + lease_s, run_id, owner))
             return cur.rowcount == 1
 
-    def _check_owner(self, cur: Any, run_id: str, owner: str | None) -> None:
-        """Inside a write: refuse unless ``owner`` still drives ``run_id`` (None: no check)."""
-        if owner is None:
-            return
-        cur.execute(self._q(RUN_OWNER + self._d.for_update), (run_id,))
-        row = cur.fetchone()
-        if row is None:
-            raise self._unknown_run(run_id)
-        state, holder = row
-        if state != RunState.RUNNING or holder != owner:
-            raise LostRunError(
-                f"run {run_id} is no longer driven by this process (it is {state}"
-                + (f", held by {holder}" if holder and holder != owner else "")
-                + "); nothing more was written",
-                run=run_id,
-                state=state,
-            )
 
     def withdraw(self, run_id: str, node_id: str, *, reason: str, owner: str | None = None, now: float | None = None) -> int:
         """The pending question of one gate can no longer be decided (its branch was dropped)."""
@@ -1225,8 +881,6 @@ class SqlRunStore:
         row = self._one(self._WEB_KEY, (name,))
         if row is not None:
             return row[0]
-        import secrets
-
         with self._write() as cur:
             cur.execute(self._q(self._WEB_KEY_ADD), (name, secrets.token_hex(32), _now(now)))
             cur.execute(self._q(self._WEB_KEY), (name,))
@@ -1368,11 +1022,3 @@ def describe_decision(a: ApprovalRecord) -> str:
     who = f" by {a.decided_by}" if a.decided_by else ""
     why = f" ({a.reason})" if a.reason else ""
     return f"approval {a.id} was already {a.state}{who} at {iso(a.decided_at)}{why}"
-
-
-def newer_store_error(location: str, found: int, known: int) -> StoreError:
-    return StoreError(
-        f"the store at {location} has schema version {found}, newer than this vodou_engine understands "
-        f"(up to {known}); nothing was changed",
-        hint="upgrade vodou_engine, or point --store or VODOU_STORE at another store",
-    )
