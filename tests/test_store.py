@@ -47,8 +47,8 @@ from vodou_engine.store import (
     latest_version,
     open_store,
 )
-from vodou_engine.store import base as store_base
-from vodou_engine.store.base import Migration, split_statements
+from vodou_engine.store import schema as store_schema
+from vodou_engine.store.schema import Migration, split_statements
 
 pytestmark = pytest.mark.both_stores
 T0 = 1_700_000_000.0
@@ -155,11 +155,11 @@ def test_new_store_has_the_latest_schema_and_reopening_changes_nothing(backend):
 def test_each_migration_is_recorded_and_makes_its_tables(backend):
     backend.open().close()
     rows = backend.sql("SELECT version, name FROM schema_version ORDER BY version")
-    assert [tuple(r) for r in rows] == [(m.version, m.name) for m in store_base.migrations()]
+    assert [tuple(r) for r in rows] == [(m.version, m.name) for m in store_schema.migrations()]
     s = backend.open()
     tables = s._table_names()
     s.close()
-    assert store_base.CORE_TABLES.union(*store_base.TABLES_SINCE.values()) <= tables
+    assert store_schema.CORE_TABLES.union(*store_schema.TABLES_SINCE.values()) <= tables
 
 
 def test_sqlite_store_uses_wal_and_records_each_migration(tmp_path):
@@ -172,7 +172,7 @@ def test_sqlite_store_uses_wal_and_records_each_migration(tmp_path):
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     finally:
         conn.close()
-    assert rows == [(m.version, m.name) for m in store_base.migrations()]
+    assert rows == [(m.version, m.name) for m in store_schema.migrations()]
     assert {"runs", "nodes", "approvals", "effects", "events", "schema_version"} <= tables
 
 
@@ -186,9 +186,9 @@ def test_store_connection_pragmas(tmp_path):
 
 
 def with_extra_migration(monkeypatch, sql: str) -> None:
-    real = store_base.migrations()
+    real = store_schema.migrations()
     extra = Migration(len(real) + 1, f"{len(real) + 1:04d}_test.sql", sql)
-    monkeypatch.setattr(store_base, "migrations", lambda: (*real, extra))
+    monkeypatch.setattr(store_schema, "migrations", lambda: (*real, extra))
 
 
 def test_additive_migration_keeps_old_runs_readable(backend, monkeypatch):
@@ -197,7 +197,7 @@ def test_additive_migration_keeps_old_runs_readable(backend, monkeypatch):
     s.close()
     with_extra_migration(monkeypatch, "ALTER TABLE runs ADD COLUMN note TEXT NOT NULL DEFAULT '';")
     s = backend.open()
-    assert s.schema_version() == latest_version() == len(store_base.migrations())
+    assert s.schema_version() == latest_version() == len(store_schema.migrations())
     assert s.get_run("r1").plan_fingerprint == "plan-fp"
     s.close()
 

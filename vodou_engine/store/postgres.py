@@ -1,6 +1,6 @@
 """The run store on PostgreSQL (psycopg 3), for several machines sharing one store.
 
-The statements are the shared ones in ``base.py``; this dialect supplies what
+The statements are the shared ones (``base.py`` and its mixins); this dialect supplies what
 PostgreSQL does differently: ``%s`` placeholders, row locks (``SELECT ... FOR
 UPDATE``) where a read precedes the write it decides, an advisory lock where
 there is no row to lock yet (the next version of a saved recipe, a migration),

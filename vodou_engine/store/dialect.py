@@ -1,0 +1,122 @@
+"""What differs between database engines, and the SQL helpers every part of the store shares.
+
+A :class:`Dialect` supplies the few things SQLite and PostgreSQL do differently
+(placeholder style, how a write transaction starts, row locks, identity columns,
+how driver errors read); ``sqlite.py`` and ``postgres.py`` subclass it. The
+underscored helpers build the shared statements' column lists and placeholders
+and shape values for them; they belong to the store package alone.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterable
+from datetime import datetime, timezone
+from typing import Any
+
+import msgspec
+
+from ..errors import VodouError
+
+
+class Dialect:
+    """What differs between database engines; the rest lives in SqlRunStore."""
+
+    name = "sql"
+    placeholder = "?"
+    begin_write = "BEGIN"
+    # Appended to a SELECT that precedes an UPDATE of the same row, so a
+    # row-locking engine serialises the read with the write.
+    for_update = ""
+    tokens: dict[str, str] = {}
+    tables_sql = ""
+    Error: type[Exception] = Exception
+    IntegrityError: type[Exception] = Exception
+
+    def __init__(self) -> None:
+        self._sql_cache: dict[str, str] = {}
+
+    def q(self, sql: str) -> str:
+        try:
+            return self._sql_cache[sql]
+        except KeyError:
+            out = sql if self.placeholder == "?" else sql.replace("?", self.placeholder)
+            self._sql_cache[sql] = out
+            return out
+
+    def ddl(self, sql: str) -> str:
+        def fill(m: re.Match[str]) -> str:
+            if m[1] not in self.tokens:
+                raise RuntimeError(f"migration uses {{{{{m[1]}}}}}, which the {self.name} dialect does not define")
+            return self.tokens[m[1]]
+
+        return re.sub(r"\{\{(\w+)\}\}", fill, sql)
+
+    def integrity_kind(self, exc: Exception) -> str:
+        """'foreign_key', 'unique' or 'other'."""
+        raise NotImplementedError
+
+    def store_error(self, exc: Exception, location: str) -> VodouError | None:
+        """The person-facing error for a driver error, or None for a bug."""
+        raise NotImplementedError
+
+    def insert_returning(self, cur: Any, sql: str, params: tuple, column: str) -> int:
+        raise NotImplementedError
+
+    def compact(self, conn: Any) -> None:
+        """Return freed space to the file system, outside any transaction."""
+
+    def lock(self, cur: Any, key: str) -> None:
+        """Inside a write: serialise with every other writer holding ``key`` until commit.
+        SQLite's writes are serialised already (BEGIN IMMEDIATE): nothing to do there."""
+
+    def migration_lock(self, cur: Any) -> None:
+        """Inside the migrating transaction: one process migrates at a time."""
+
+
+def _now(now: float | None) -> float:
+    return time.time() if now is None else now
+
+
+def _text(value: Any) -> Any:
+    """JSON may arrive as bytes from msgspec; TEXT columns want str."""
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8")
+    return value
+
+
+def _states(expected: str | Iterable[str], allowed: frozenset[str], what: str) -> tuple[str, ...]:
+    states = (expected,) if isinstance(expected, str) else tuple(expected)
+    if not states:
+        raise ValueError(f"expected {what} must name at least one state")
+    _check_states(states, allowed, what)
+    return states
+
+
+def _check_states(states: Iterable[str], allowed: frozenset[str], what: str) -> None:
+    for s in states:
+        if s not in allowed:
+            raise ValueError(f"unknown {what} {s!r}; known: {', '.join(sorted(allowed))}")
+
+
+def _in(n: int) -> str:
+    return "(" + ", ".join("?" * n) + ")"
+
+
+def iso(ts: float | None) -> str:
+    if ts is None:
+        return "an unknown time"
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _json(data: dict[str, Any]) -> str:
+    return msgspec.json.encode(data).decode("utf-8")
+
+
+def _cols(record: type[msgspec.Struct], prefix: str = "") -> str:
+    return ", ".join(prefix + f for f in record.__struct_fields__)
+
+
+def _values(record: type[msgspec.Struct]) -> str:
+    return _in(len(record.__struct_fields__))

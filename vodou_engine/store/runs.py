@@ -1,0 +1,261 @@
+"""Runs, their nodes and their event log: what one run of a recipe is made of.
+
+A run is created, taken by one owner at a time under a lease, moved from state
+to state by compare-and-set, and finally pruned with everything recorded about
+it. Its nodes are upserted in batches by the runtime's journal, every batch
+checked against the owner; its events are the append-only history the other
+aggregates write into as well.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from .core import INSERT_AUDIT, StoreCore
+from .dialect import _check_states, _cols, _in, _json, _now, _states, _text, _values
+from .records import RUN_STATES, TERMINAL_RUN_STATES, EventRecord, NodeRecord, RunRecord
+
+_RUN_COLS = _cols(RunRecord)
+_NODE_COLS = _cols(NodeRecord)
+_EVENT_COLS = _cols(EventRecord)
+
+INSERT_RUN = f"INSERT INTO runs ({_RUN_COLS}) VALUES {_values(RunRecord)}"
+SELECT_RUN = f"SELECT {_RUN_COLS} FROM runs WHERE id = ?"
+LIST_RUNS = f"SELECT {_RUN_COLS} FROM runs"
+LIST_RUNS_ORDER = " ORDER BY created_at DESC, id DESC LIMIT ?"
+# Runs that may be removed: ended (in one of the states asked for) before a time, and
+# with no effect whose fate is open (unknown or executing) - that needs a person first.
+PRUNABLE = (
+    "SELECT id FROM runs r WHERE r.ended_at IS NOT NULL AND r.ended_at < ? AND r.state IN {states} "
+    "AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.run_id = r.id AND e.state IN ('unknown', 'executing'))"
+)
+PRUNE_TABLES = ("events", "effects", "approvals", "nodes", "runs")
+SET_RUN_STATE = (
+    "UPDATE runs SET state = ?, updated_at = ?, ended_at = ?, error = ?, "
+    "owner = CASE WHEN ? = 'running' THEN owner ELSE NULL END, "
+    "lease_expires_at = CASE WHEN ? = 'running' THEN lease_expires_at ELSE NULL END WHERE id = ?"
+)
+# Taking a run: resumable, or running under an owner that is gone (its lease ran
+# out, or the caller saw its process dead and names it).
+TAKE_RUN = (
+    "UPDATE runs SET state = 'running', owner = ?, lease_expires_at = ?, updated_at = ? WHERE id = ? AND ("
+    "state IN ('parked', 'interrupted') OR (state = 'running' AND ("
+    "owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at < ? OR owner = ?)))"
+)
+RENEW_LEASE = "UPDATE runs SET lease_expires_at = ? WHERE id = ? AND state = 'running' AND owner = ?"
+WITHDRAW_RUN = (
+    "UPDATE approvals SET state = 'withdrawn', decided_at = ?, reason = ? WHERE run_id = ? AND state = 'pending'"
+)
+
+UPSERT_NODE = (
+    f"INSERT INTO nodes (run_id, {_NODE_COLS}) VALUES {_in(len(NodeRecord.__struct_fields__) + 1)} "
+    "ON CONFLICT (run_id, node_id) DO UPDATE SET state = excluded.state, "
+    "output_json = excluded.output_json, error = excluded.error, started_at = excluded.started_at, "
+    "ended_at = excluded.ended_at, attempts = excluded.attempts, ready_at = excluded.ready_at"
+)
+SELECT_NODES = f"SELECT {_NODE_COLS} FROM nodes WHERE run_id = ? ORDER BY node_id"
+
+SELECT_EVENTS = f"SELECT {_EVENT_COLS} FROM events WHERE run_id = ? AND seq > ? ORDER BY seq"
+SELECT_EVENTS_LIMIT = SELECT_EVENTS + " LIMIT ?"
+
+
+class RunsMixin(StoreCore):
+    """Runs and their owners, nodes and events, and pruning finished runs."""
+
+    # -- runs -------------------------------------------------------------
+
+    def create_run(
+        self,
+        run_id: str,
+        *,
+        recipe_name: str,
+        recipe_path: str | None,
+        source_sha256: str,
+        plan_json: Any,
+        plan_fingerprint: str,
+        inputs_json: Any,
+        started_by: str,
+        state: str = "running",
+        now: float | None = None,
+        owner: str | None = None,
+        lease_s: float | None = None,
+        servers_json: Any = "{}",
+        saved_recipe: str | None = None,
+        saved_version: int | None = None,
+        schedule: str | None = None,
+    ) -> None:
+        """A new run; one created ``running`` under ``owner`` holds a lease of ``lease_s``."""
+        _check_states((state,), RUN_STATES, "run state")
+        now = _now(now)
+        ended = now if state in TERMINAL_RUN_STATES else None
+        lease = now + lease_s if owner is not None and lease_s is not None else None
+        row = (run_id, recipe_name, recipe_path, source_sha256, _text(plan_json), plan_fingerprint,
+               _text(inputs_json), started_by, state, now, now, ended, None, owner, lease,
+               _text(servers_json), saved_recipe, saved_version, schedule)  # fmt: skip
+        try:
+            with self._write() as cur:
+                cur.execute(self._q(INSERT_RUN), row)
+        except self._d.IntegrityError as exc:
+            raise self._integrity(exc, run_id, f"run {run_id!r}") from exc
+
+    def get_run(self, run_id: str) -> RunRecord:
+        row = self._one(SELECT_RUN, (run_id,))
+        if row is None:
+            raise self._unknown_run(run_id)
+        return RunRecord(*row)
+
+    def list_runs(
+        self,
+        limit: int = 50,
+        *,
+        state: str | Iterable[str] | None = None,
+        recipe: str | None = None,
+        since: float | None = None,
+        started_by: str | None = None,
+    ) -> list[RunRecord]:
+        """Newest first; ``recipe`` matches the recipe's name, ``since`` the creation time."""
+        where: list[str] = []
+        params: list[Any] = []
+        if state is not None:
+            states = _states(state, RUN_STATES, "run state")
+            where.append("state IN " + _in(len(states)))
+            params.extend(states)
+        if recipe is not None:
+            where.append("recipe_name = ?")
+            params.append(recipe)
+        if since is not None:
+            where.append("created_at >= ?")
+            params.append(since)
+        if started_by is not None:
+            where.append("started_by = ?")
+            params.append(started_by)
+        sql = LIST_RUNS + (" WHERE " + " AND ".join(where) if where else "") + LIST_RUNS_ORDER
+        return [RunRecord(*r) for r in self._all(sql, (*params, limit))]
+
+    def set_run_state(
+        self,
+        run_id: str,
+        new: str,
+        *,
+        expected: str | Iterable[str] | None,
+        error: str | None = None,
+        now: float | None = None,
+        owner: str | None = None,
+    ) -> bool:
+        """Compare-and-set; False means another writer moved the run first.
+
+        ``owner``: only while the run is still held by that owner. Leaving
+        ``running`` clears the owner; reaching a final state withdraws every
+        question still pending, so nobody can decide for a run that is over.
+        """
+        _check_states((new,), RUN_STATES, "run state")
+        now = _now(now)
+        params: tuple = (new, now, now if new in TERMINAL_RUN_STATES else None, error, new, new, run_id)
+        sql = SET_RUN_STATE
+        if expected is not None:
+            states = _states(expected, RUN_STATES, "run state")
+            sql += " AND state IN " + _in(len(states))
+            params += states
+        if owner is not None:
+            sql += " AND owner = ?"
+            params += (owner,)
+        with self._write() as cur:
+            cur.execute(self._q(sql), params)
+            won = cur.rowcount == 1
+            if not won:
+                self._require_run(run_id)
+            elif new in TERMINAL_RUN_STATES:
+                cur.execute(self._q(WITHDRAW_RUN), (now, f"the run ended {new}", run_id))
+        return won
+
+    # -- owners -----------------------------------------------------------
+
+    def take_run(self, run_id: str, owner: str, *, lease_s: float, dead_owner: str | None = None, now: float | None = None) -> bool:
+        """Make ``owner`` the one driver of a run: True if it won.
+
+        A run can be taken when it is parked or interrupted, or running under
+        an owner that is gone: no owner, a lease that ran out, or the
+        ``dead_owner`` the caller found dead (a process on this host that no
+        longer exists). Two callers racing for it: one wins.
+        """
+        now = _now(now)
+        with self._write() as cur:
+            cur.execute(self._q(TAKE_RUN), (owner, now + lease_s, now, run_id, now, dead_owner))
+            won = cur.rowcount == 1
+            if not won:
+                self._require_run(run_id)
+        return won
+
+    def renew_lease(self, run_id: str, owner: str, *, lease_s: float, now: float | None = None) -> bool:
+        """Extend the owner's claim; False: the run was taken, cancelled or ended meanwhile."""
+        with self._write() as cur:
+            cur.execute(self._q(RENEW_LEASE), (_now(now) + lease_s, run_id, owner))
+            return cur.rowcount == 1
+
+    # -- nodes ------------------------------------------------------------
+
+    def save_nodes(self, run_id: str, records: Iterable[NodeRecord], *, owner: str | None = None) -> None:
+        """Upsert many node states in one transaction (the runtime batches)."""
+        rows = [(run_id, r.node_id, r.state, _text(r.output_json), r.error, r.started_at, r.ended_at, r.attempts,
+                 r.ready_at) for r in records]  # fmt: skip
+        if not rows:
+            return
+        try:
+            with self._write() as cur:
+                self._check_owner(cur, run_id, owner)
+                cur.executemany(self._q(UPSERT_NODE), rows)
+        except self._d.IntegrityError as exc:
+            raise self._integrity(exc, run_id, "node") from exc
+
+    def get_nodes(self, run_id: str) -> dict[str, NodeRecord]:
+        rows = self._all(SELECT_NODES, (run_id,))
+        if not rows:
+            self._require_run(run_id)
+        return {r[0]: NodeRecord(*r) for r in rows}
+
+    # -- events -----------------------------------------------------------
+
+    def append_event(
+        self,
+        run_id: str,
+        kind: str,
+        *,
+        node_id: str | None = None,
+        actor: str | None = None,
+        data_json: Any = "{}",
+        now: float | None = None,
+    ) -> int:
+        """Returns the event's sequence number, increasing across the store."""
+        try:
+            with self._write() as cur:
+                return self._insert_event(cur, run_id, kind, node_id, actor, data_json, _now(now))
+        except self._d.IntegrityError as exc:
+            raise self._integrity(exc, run_id, "event") from exc
+
+    def events(self, run_id: str, *, after: int = 0, limit: int | None = None) -> list[EventRecord]:
+        if limit is None:
+            rows = self._all(SELECT_EVENTS, (run_id, after))
+        else:
+            rows = self._all(SELECT_EVENTS_LIMIT, (run_id, after, limit))
+        if not rows and after == 0:
+            self._require_run(run_id)
+        return [EventRecord(*r) for r in rows]
+
+    # -- housekeeping -------------------------------------------------------
+
+    def prune(self, *, ended_before: float, states: Iterable[str], by: str, now: float | None = None) -> int:
+        """Remove finished runs (and everything recorded about them) that ended before
+        ``ended_before`` in one of ``states`` (final states only). A run with an effect
+        whose fate is open is never removed. Returns how many runs went."""
+        wanted = _states(states, TERMINAL_RUN_STATES, "finished run state")
+        with self._write() as cur:
+            cur.execute(self._q(PRUNABLE.format(states=_in(len(wanted)))), (ended_before, *wanted))
+            ids = [r[0] for r in cur.fetchall()]
+            for start in range(0, len(ids), 500):  # bound the statement's parameters
+                chunk = ids[start : start + 500]
+                for table in PRUNE_TABLES:
+                    key = "id" if table == "runs" else "run_id"
+                    cur.execute(self._q(f"DELETE FROM {table} WHERE {key} IN {_in(len(chunk))}"), chunk)
+            cur.execute(self._q(INSERT_AUDIT), (_now(now), "runs.pruned", by, None, _json({"runs": len(ids), "ended_before": ended_before, "states": list(wanted)})))
+        return len(ids)
