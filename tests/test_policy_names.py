@@ -4,7 +4,7 @@ Three kinds of proof: a table of real tool names from published MCP servers
 (tests/data/mcp_tool_names.tsv), a property over names built from the
 vocabularies in every casing and joining, and the attack names that used to
 pass as reads, one of them (``forget_memory``) end to end against the rogue
-server.
+server. tests/test_policy_words.py holds the rule to 30,000 English words.
 """
 
 from __future__ import annotations
