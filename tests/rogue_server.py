@@ -22,6 +22,12 @@ Tools
     Named like a read, annotated ``readOnlyHint: false, destructiveHint: true``
     (it takes a job off a queue): only the server's annotations say it is an
     effect. Optional ``idempotency_key``; the same outputSchema and reply.
+``forget_memory``
+    An effect (it forgets what the server remembers under ``key``, a string,
+    required) whose name hides a read verb inside a longer word (``for`` +
+    ``get``) and whose annotations lie: ``readOnlyHint: true``. Only the name
+    rule can gate it (an untrusted server's read-only claim is ignored). The same
+    outputSchema and reply.
 
 Environment
 -----------
@@ -45,7 +51,7 @@ Environment
 ``ROGUE_RPC_CODE``
     The JSON-RPC error code the ``rpc_error`` mode sends (default -32000).
 ``ROGUE_TOOLS``
-    Optional comma list of the tool names to list instead of the two above,
+    Optional comma list of the tool names to list instead of the ones above,
     e.g. ``post_message2,get_status``: a name that starts with a tool's name
     is that tool under a new name, so a test can simulate a tool renamed
     since a question was asked. A call to a tool not listed is a tool error.
@@ -122,6 +128,12 @@ TOOLS = {
         "inputSchema": {"type": "object", "properties": {"idempotency_key": {"type": "string"}}},
         "outputSchema": OUTPUT_SCHEMA,
         "annotations": {"readOnlyHint": False, "destructiveHint": True},
+    },
+    "forget_memory": {
+        "description": "Forget what is remembered under a key (an effect; its annotations claim it only reads).",
+        "inputSchema": {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]},
+        "outputSchema": OUTPUT_SCHEMA,
+        "annotations": {"readOnlyHint": True},
     },
 }
 

@@ -3,13 +3,15 @@
 Three kinds of proof: a table of real tool names from published MCP servers
 (tests/data/mcp_tool_names.tsv), a property over names built from the
 vocabularies in every casing and joining, and the attack names that used to
-pass as reads.
+pass as reads, one of them (``forget_memory``) end to end against the rogue
+server. tests/test_policy_words.py holds the rule to 30,000 English words.
 """
 
 from __future__ import annotations
 
 import csv
 import random
+import re
 import time
 from collections import Counter
 from pathlib import Path
@@ -18,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import rogue_calls, rogue_server
 from vodou_engine.compiler import compile_recipe
 from vodou_engine.errors import RecipeError
 from vodou_engine.policy import (
@@ -289,6 +292,46 @@ ATTACKS = [
     ("r\u0435move_file", "critical", "verb 'remove', read as 'remove_file'"),
     ("d\u00e9l\u00e9te", "critical", "verb 'delete', read as 'delete'"),
     ("tr\u0430nsfer\u200bfunds", "critical", "'transfer' inside 'transferfunds', read as 'transferfunds'"),
+    # a read word rebuilt from the inside of a longer word used to be read evidence:
+    # "forget" read as "for get"
+    ("forget_memory", "write", "'get' inside 'forget' is not read evidence: write (fail closed)"),
+    ("forgetUser", "write", "'get' inside 'forget' is not read evidence: write (fail closed)"),
+    ("memory_forget", "write", "'get' inside 'forget' is not read evidence: write (fail closed)"),
+    ("forget_all", "write", "'get' inside 'forget' is not read evidence: write (fail closed)"),
+    ("forgetall", "write", "'get' inside 'forgetall' is not read evidence: write (fail closed)"),
+    ("ForgetMemory", "write", "'get' inside 'Forget' is not read evidence: write (fail closed)"),
+    ("FORGET_MEMORY", "write", "'get' inside 'FORGET' is not read evidence: write (fail closed)"),
+    ("forget-memory", "write", "'get' inside 'forget' is not read evidence: write (fail closed)"),
+    ("forget.memory", "write", "'get' inside 'forget' is not read evidence: write (fail closed)"),
+    ("forget2", "write", "'get' inside 'forget' is not read evidence: write (fail closed)"),
+    ("get_forget", "write", "'get' inside 'forget' is not read evidence: write (fail closed)"),
+    ("list_memories_forget", "write", "'get' inside 'forget' is not read evidence: write (fail closed)"),
+    ("await_job", "write", "'wait' inside 'await' is not read evidence: write (fail closed)"),
+    ("sausage_item", "write", "'usage' inside 'sausage' is not read evidence: write (fail closed)"),
+    ("analog_item", "write", "'log' inside 'analog' is not read evidence: write (fail closed)"),
+    ("slogan_item", "write", "'log' inside 'slogan' is not read evidence: write (fail closed)"),
+    ("subquery", "write", "'query' inside 'subquery' is not read evidence: write (fail closed)"),
+    ("bulkget_items", "write", "'get' inside 'bulkget' is not read evidence: write (fail closed)"),
+    # ... or read verb first, but what follows is no object: a connector, another verb, "show"
+    ("inspector_item", "write", "'inspect' inside 'inspector' is not read evidence: write (fail closed)"),
+    ("checklist_item", "write", "'check' inside 'checklist' is not read evidence: write (fail closed)"),
+    ("getlist", "write", "'get' inside 'getlist' is not read evidence: write (fail closed)"),
+    ("showtime_item", "write", "'show' inside 'showtime' is not read evidence: write (fail closed)"),
+    ("getorshow", "write", "'get' inside 'getorshow' is not read evidence: write (fail closed)"),
+    # ... or glued to digits, which stand for sounds: "4get" is "forget"
+    ("4get_memory", "write", "'get' inside '4get' is not read evidence: write (fail closed)"),
+    ("4Get_memory", "write", "'get' inside '4Get' is not read evidence: write (fail closed)"),
+    ("for2get", "write", "'get' inside '2get' is not read evidence: write (fail closed)"),
+    ("memory_4getall", "write", "'get' inside '4getall' is not read evidence: write (fail closed)"),
+    # an unknown word is not made harmless by reading it as words of one letter
+    ("get_ask", "write", "unknown word 'ask': write (fail closed)"),
+    ("fetch_and_ask", "write", "unknown word 'ask': write (fail closed)"),
+    ("list_and_stab", "write", "unknown word 'stab': write (fail closed)"),
+    ("forgets_list", "write", "'get' inside 'forgets' is not read evidence: write (fail closed)"),
+    # effect and critical pieces of such a word still count
+    ("forgetrm", "critical", "'rm' inside 'forgetrm'"),
+    ("showdown", "write", "'down' inside 'showdown'"),
+    ("forgetanddelete", "critical", "'delete' inside 'forgetanddelete'"),
 ]
 
 
@@ -304,13 +347,159 @@ def test_without_asking_is_refused_for_a_merged_critical_word(tool):
     assert "without asking" in str(info.value) and "critical" in str(info.value)
 
 
-@pytest.mark.parametrize("tool", ["get_and_exec", "search_replace", "check_out", "sql_query", "fetch_and_email", "diff_and_revert", "getDELETEitem"])
+REBUILT = ["forget_memory", "forgetUser", "memory_forget", "forget_all", "forgetall", "await_job", "inspector_item", "checklist_item", "4get_memory"]
+"""Names read only because a read word was rebuilt from the inside of a longer word."""
+
+
+@pytest.mark.parametrize("tool", ["get_and_exec", "search_replace", "check_out", "sql_query", "fetch_and_email", "diff_and_revert", "getDELETEitem", *REBUILT])
 @pytest.mark.parametrize("kind", ["preview", "check"])
 def test_an_attack_name_cannot_be_a_preview_or_check(tool, kind):
     text = f'x: srv.send_message {{"to": "a"}}\n  {kind}: srv.{tool} {{}}\n'
     with pytest.raises(RecipeError) as info:
         compile_recipe(text, policy=Policy())
     assert f"`{kind}:` must be a read-only tool" in str(info.value)
+
+
+@pytest.mark.parametrize("tool", REBUILT)
+def test_an_attack_name_gets_no_retries(tool):
+    # reads may be tried again by themselves (graph/gate.py); a rebuilt read word is no read
+    with pytest.raises(RecipeError) as info:
+        compile_recipe(f'x: srv.{tool} {{"key": "user:42"}}\n  retries: 2\n', policy=Policy())
+    assert "`retries:` is refused" in str(info.value) and "not read evidence" in str(info.value)
+
+
+@pytest.mark.parametrize("tool", REBUILT)
+def test_an_attack_name_asks_before_it_runs(tool):
+    plan = compile_recipe(f'x: srv.{tool} {{"key": "user:42"}}\n', policy=Policy())
+    assert plan.node("x").effectful and plan.node("approve:x").step == "x"
+
+
+# -- a read word rebuilt from pieces, over the whole vocabulary ------------------------------------
+
+READ_WORDS = sorted(READ_VERBS | READ_NOUNS | {"log"})
+BASE_WORDS = sorted(SAFE_WORDS | READ_VERBS | READ_NOUNS | {"log"} | CONNECTORS | AMBIGUOUS_WORDS | PARTICLES | set(EFFECT_WORDS) | CRITICAL_VERBS)
+"""Every word of the vocabularies; the plurals made from them are left out, to keep the sweep
+below near a second."""
+_SOURCE = re.compile(r"verb '([a-z]+)'(?: starting '([A-Za-z]+)')?")
+
+
+def test_a_read_word_after_any_word_in_a_merged_word_is_no_evidence():
+    # every vocabulary word glued before every read word: 1,084 x 36 names, in about a
+    # second. One is read only by a read verb that starts the merged word (getstatus: get +
+    # its object), never by the read word after it (forget: for + get; sausage: s a usage)
+    checked = 0
+    for before in BASE_WORDS:
+        for word in READ_WORDS:
+            merged = before + word
+            risk, source = verb_risk(f"{merged}_item")
+            checked += 1
+            if risk != "read" or merged in VOCABULARY:
+                continue
+            m = _SOURCE.fullmatch(source)
+            assert m and m[2] == merged and m[1] in READ_VERBS and merged.startswith(m[1]), (merged, source)
+            assert len(m[1]) <= len(before), (merged, source)  # not the read word that was glued on
+    assert checked == len(BASE_WORDS) * len(READ_WORDS)
+
+
+@pytest.mark.parametrize("digits", DIGITS)
+def test_a_read_word_glued_to_digits_is_no_evidence(digits):
+    for word in READ_WORDS:
+        for name in (f"{digits}{word}_item", f"item_{digits}{word}", f"{digits}{_cap(word)}Item", f"v{digits}{word.upper()}"):
+            risk, source = verb_risk(name)
+            assert risk == "write" and "is not read evidence" in source, (name, source)
+
+
+HIDING = [
+    # English words in which a read word hides, in every shape: merged lowercase, camelCase,
+    # ALLCAPS, prefixes and suffixes
+    "targetlist", "budget_item", "widgetget", "gadget", "nugget_list", "listen", "listener_get", "showdown", "viewport",
+    "viewpoint", "forgetall", "forgetItems", "FORGETALL", "Forget", "checkout_item", "checkin", "getaway", "lookout",
+    "countdown", "recount", "unlist", "prefetch", "recheck", "overlook", "outlookget", "getter", "fetcher", "lister",
+    "finder", "searchable", "findings", "gitlog", "treeview", "infoget", "statusget", "historylist", "forgets_list",
+]
+
+
+def test_words_where_a_read_word_hides_are_not_read():
+    read = {tool: verb_risk(tool) for tool in HIDING if verb_risk(tool)[0] == "read"}
+    assert read == {}
+
+
+MERGED_READS = {
+    "listfiles": "verb 'list' starting 'listfiles'",
+    "getemail": "verb 'get' starting 'getemail'",
+    "getbyid": "verb 'get' starting 'getbyid'",
+    "getstatus": "verb 'get' starting 'getstatus'",
+    "LISTFILES": "verb 'list' starting 'LISTFILES'",
+    "get_userid": "verb 'get'",  # a merged word of objects after a read verb of its own
+    "forGet_memory": "verb 'get'",  # a camelCase capital starts a word of its own
+}
+
+
+def test_a_merged_read_says_which_word_starts_it():
+    assert {tool: verb_risk(tool) for tool in MERGED_READS} == {tool: ("read", source) for tool, source in MERGED_READS.items()}
+
+
+# -- forget_memory, end to end against a real MCP server ------------------------------------------
+# tests/rogue_server.py lists forget_memory, an effect whose annotations claim read-only (an
+# untrusted server's claim, ignored): only the name rule stands between it and a call.
+
+FORGET = 'forget: ops.forget_memory {"key": "user:42"}\n'
+
+
+def _ops(cli, **env: str) -> Path:
+    """./mcp.json: `ops` is the rogue server, logging every call to ./rogue.log (returned)."""
+    cli.servers_file({"ops": rogue_server(cli.tmp / "rogue.log", **env)})
+    return cli.tmp / "rogue.log"
+
+
+@pytest.fixture
+def ops(cli) -> Path:
+    return _ops(cli)
+
+
+def _recipe(cli, text: str) -> Path:
+    path = cli.tmp / "forget.recipe"
+    path.write_text(text)
+    return path
+
+
+def _started(log: Path) -> bool:
+    return any('"start"' in line for line in log.read_text().splitlines()) if log.exists() else False
+
+
+@pytest.mark.both_stores
+def test_forget_memory_parks_before_the_call(cli, ops):
+    res = cli("run", _recipe(cli, FORGET), "--json")
+    assert res.code == 3, res.err
+    parked = res.json()
+    assert [p["step"] for p in parked["pending"]] == ["forget"]
+    assert _started(ops) and rogue_calls(ops) == []  # the server was up, and was not called
+    (card,) = cli("show", parked["run"], "--json", expect=0).json()["approvals"]
+    assert card["state"] == "pending" and card["payload"] == {"key": "user:42"}
+    assert "(write: 'get' inside 'forget' is not read evidence: write (fail closed))" in card["card"]
+    assert rogue_calls(ops) == []
+    cli("approve", parked["run"], "forget", "--yes", expect=0)
+    assert [c["arguments"] for c in rogue_calls(ops, "forget_memory")] == [{"key": "user:42"}]  # once, when approved
+
+
+@pytest.mark.parametrize("kind", ["preview", "check"])
+def test_forget_memory_is_refused_as_a_preview_or_check_online(cli, ops, kind):
+    text = f'send: ops.post_message {{"channel": "#x", "text": "y"}}\n  {kind}: ops.forget_memory {{"key": "user:42"}}\n'
+    for command in ("plan", "run"):
+        res = cli(command, _recipe(cli, text))
+        assert res.code == 2, res.err
+        assert f"`{kind}:` must be a read-only tool, but ops.forget_memory is write ('get' inside 'forget' is not read evidence" in res.err
+    assert rogue_calls(ops) == []  # refused before anything could call it
+
+
+def test_forget_memory_gets_no_retries_online(cli):
+    # the rogue fails its first two calls: a read with `retries: 2` would call it three times
+    ops = _ops(cli, ROGUE_MODES="forget_memory=fail_first:2")
+    for command in ("plan", "run"):
+        res = cli(command, _recipe(cli, FORGET + "  retries: 2\n"))
+        assert res.code == 2, res.err
+        assert "`retries:` is refused for `forget`: ops.forget_memory is write ('get' inside 'forget' is not read evidence" in res.err
+    assert rogue_calls(ops) == []  # refused before anything could call it
 
 
 # -- what the bundled recipes and demo servers rely on --------------------------------------------

@@ -6,9 +6,12 @@ Order of authority (docs/policy.md):
 2. for a server the policy marks ``trusted``, the server's MCP annotations;
 3. the words of the tool's name. A tool is ``read`` only on positive
    evidence: a read verb (``list``, ``get``...) and nothing else in the name
-   but words known to be harmless there. Any effect word (``post``,
-   ``exec``...) makes it ``write``, any critical word (``delete``, ``pay``...),
-   even inside a merged word (``deleteall``), makes it ``critical``;
+   but words known to be harmless there. The read verb is a word of its own,
+   or starts a merged word whose other pieces are its objects (``listfiles``);
+   a read word rebuilt from the inside of a longer word (``forget``: ``for`` +
+   ``get``) is no evidence, and makes the name ``write``. Any effect word
+   (``post``, ``exec``...) makes it ``write``, any critical word (``delete``,
+   ``pay``...), even inside a merged word (``deleteall``), makes it ``critical``;
 4. a word in no vocabulary makes the name ``write``: unknown means gated.
 
 An untrusted server's annotations can only raise the verdict of 3-4, never
@@ -196,9 +199,15 @@ _NOT_SCANNED = frozenset({"rm", "del"})
 only as whole words, or as a piece of a merged word that reads as words throughout."""
 
 # word classes
-(_READ, _READ_NOUN, _LOG, _WRITE, _CODE, _CRITICAL, _PARTICLE, _AMBIGUOUS, _PLURAL, _CONNECTOR, _SAFE, _UNKNOWN, _NUMBER) = (
-    range(13)
+(_READ, _READ_NOUN, _LOG, _WRITE, _CODE, _CRITICAL, _PARTICLE, _AMBIGUOUS, _PLURAL, _CONNECTOR, _SAFE, _UNKNOWN, _NUMBER, _PIECE) = (
+    range(14)
 )
+_EVIDENCE = (_READ, _READ_NOUN, _LOG)
+"""Classes of the words that can make a name read."""
+_OBJECT_PIECES = (_SAFE, _PLURAL, _AMBIGUOUS, _READ_NOUN, _LOG)
+"""What may follow the read verb inside a merged read (``listfiles``, ``getemail``,
+``getstatus``): the words that can be its objects. Not another verb (``checklist``),
+not a connector (``inspector``), not ``show`` (``showtime``)."""
 
 _BASE_CLASS: dict[str, int] = {}
 for _cls, _vocab in (
@@ -301,10 +310,33 @@ def _segment(s: str) -> tuple[list[str] | None, set[str]]:
     return pieces, possible
 
 
+def _rebuilt(pieces: list[str], possible: set[str]) -> bool:
+    """Whether a merged word holds read words that it may not count as read evidence.
+
+    A merged word is read evidence only as ``<read verb><objects>``: its first piece a
+    read verb and every other piece a word that can be its object (``listfiles``,
+    ``getemail``, ``getbyid``), in every way of reading it. Anything else is a read word
+    rebuilt from the inside of another word: ``forget`` (``for get``), ``await``
+    (``a wait``), ``inspector`` (``inspect or``), ``checklist``, ``showtime``. Such a word
+    says nothing about looking.
+    """
+    if not any(_CLASS[w] in _EVIDENCE for w in possible):
+        return False
+    head = pieces[0]
+    if _CLASS[head] != _READ:
+        return True
+    if any(_CLASS[p] not in _OBJECT_PIECES or p == "show" for p in pieces[1:]):
+        return True
+    return any(w != head and (_CLASS[w] in (_READ, _CONNECTOR) or w == "show") for w in possible)
+
+
 def _merged(token: str, shown: str) -> list[_Word]:
     """The words of a token that is not itself a vocabulary word."""
     out: list[_Word] = []
     pieces, possible = _segment(token) if len(token) <= _MERGED_MAX else (None, set())
+    rebuilt = pieces is not None and _rebuilt(pieces, possible)
+    if not rebuilt and pieces is not None and min(map(len, pieces)) == 1:
+        pieces = None  # a reading that needs a one-letter word is no reading: "ask" is not "a s k"
     for w in _SCANNED_CRITICAL:
         if w in token:
             out.append(_Word(w, _CRITICAL, shown))
@@ -314,6 +346,12 @@ def _merged(token: str, shown: str) -> list[_Word]:
             out.append(_Word(w, _CLASS[w], shown))
     if pieces is None:
         out.append(_Word(token, _UNKNOWN, shown))
+    elif rebuilt:
+        # its effect and critical pieces still count (``getrm``); its read words do not, and
+        # the word is not read as harmless pieces either (``forgets``: ``for gets``)
+        if not any(_CLASS[p] in _EVIDENCE for p in pieces):
+            out.append(_Word(min((w for w in possible if _CLASS[w] in _EVIDENCE), key=token.find), _PIECE, shown))
+        out.extend(_Word(p, _PIECE if _CLASS[p] in _EVIDENCE else _CLASS[p], shown) for p in pieces)
     else:
         out.extend(_Word(p, _CLASS[p], shown) for p in pieces)
     return out
@@ -330,15 +368,25 @@ def _token(token: str, shown: str) -> tuple[_Word, ...]:
 def words_of(tool: str) -> list[_Word]:
     """Split a tool name into classified words: on every non-alphanumeric character, on
     camelCase, PascalCase and ALLCAPS boundaries and on digits; a piece that is not a
-    vocabulary word is read as merged words (``listfiles``)."""
+    vocabulary word is read as merged words (``listfiles``). A read word that does not
+    stand on its own (``forget``, ``4get``) comes out as a ``_PIECE``: no evidence."""
     out: list[_Word] = []
-    for chunk in _CHUNK.findall(tool):
+    digits_end = -1  # where the last run of digits ended
+    for match in _CHUNK.finditer(tool):
+        chunk = match.group()
         if chunk.isdigit():
             out.append(_Word(chunk, _NUMBER))
+            digits_end = match.end()
             continue
         parts = _CAMEL.findall(chunk)
         words = [w for p in parts for w in _token(p.lower(), p)]
-        if len(parts) > 1 and any(w.cls == _UNKNOWN for w in words):
+        if match.start() == digits_end:
+            # letters right after digits: a read word there does not start a word of its
+            # own (``4get`` is "forget"), so it is no read evidence
+            first = len(_token(parts[0].lower(), parts[0]))
+            glued = tool[match.start() - len(out[-1].text) : match.start()] + parts[0]
+            words = [_Word(w.text, _PIECE, glued) if i < first and w.cls in _EVIDENCE else w for i, w in enumerate(words)]
+        if len(parts) > 1 and any(w.cls in (_UNKNOWN, _PIECE) for w in words):
             # the camel split may have cut a word in two (getDELETEitem: get, DELET, Eitem):
             # read the chunk as one merged word as well, and keep what that reading finds
             whole = _merged(chunk.lower(), chunk)
@@ -382,8 +430,9 @@ def verb_risk(tool: str) -> tuple[Risk, str]:
     """Risk from the words of a tool's name: ``read`` only on positive evidence.
 
     ``critical`` when any word is critical (inside a merged word too); else ``write``
-    when any word is an effect, runs code, is an ambiguous word in verb position or is
-    unknown, or when no word is a read verb; else ``read``. The source names the word.
+    when any word is an effect, runs code, is an ambiguous word in verb position, is
+    unknown or is a read word rebuilt from a longer word (``forget``), or when no word is
+    a read verb; else ``read``. The source names the word.
 
     Cached: a recipe calls the same few tools over and over, and the verdict depends on
     the name alone (a policy file or hints are applied on top).
@@ -448,8 +497,10 @@ def verb_risk(tool: str) -> tuple[Risk, str]:
                 read = read or "verb 'log'"
         elif cls == _UNKNOWN:
             unknown = unknown or f"unknown word '{_shown(w.inside or w.text)}': write (fail closed)"
+        elif cls == _PIECE:
+            unknown = unknown or f"'{w.text}' inside '{_shown(w.inside)}' is not read evidence: write (fail closed)"
         elif cls in (_READ, _READ_NOUN):
-            read = read or f"verb '{w.text}'"
+            read = read or (f"verb '{w.text}' starting '{_shown(w.inside)}'" if w.inside else f"verb '{w.text}'")
             governed = governed or cls == _READ
         if cls == _CONNECTOR:
             governed = False
