@@ -265,8 +265,10 @@ class Runs:
         from .compiler import compile_recipe, load_source
 
         if isinstance(source, Plan):
+            from .bounds import check_plan
             from .compiler import load_plan
 
+            check_plan(source)  # before encoding, which would write an infinite number as null
             return load_plan(encode_plan(source), policy=self.policy()), None, None
         if text is not None:
             path = os.fspath(source) if source else None

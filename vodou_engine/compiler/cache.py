@@ -29,6 +29,7 @@ _COMPILER_FILES = (
     "compiler/__init__.py",
     "graph/gate.py",
     "graph/verify.py",
+    "bounds.py",
     "policy.py",
     "plan.py",
 )

@@ -16,15 +16,11 @@ import difflib
 from dataclasses import dataclass
 from typing import Any
 
+from ..bounds import RESERVED  # the words no name may be, for a plan from anywhere
 from ..errors import RecipeError
 from ..plan import Input, JoinNode, Options, QuestionNode, ToolNode, ToolRef, Where, WriteNode
 from . import ast, template
 from .parser import Source, positioned_args
-
-RESERVED = frozenset(
-    {"recipe", "inputs", "approval", "approvers", "together", "then", "ask", "need", "expires", "timeout", "retries", "of", "true", "false", "null", "write", "model"}
-    | {"preview", "check"}  # step options: an option left unindented must not become a step
-)
 
 
 @dataclass(slots=True)

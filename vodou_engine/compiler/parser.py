@@ -21,14 +21,12 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 from lark.indenter import Indenter
 from lark.lexer import ContextualLexer, PatternStr, UnlessCallback
 
+from ..bounds import MAX_DURATION, MAX_RETRIES, MAX_TIMEOUT  # the same bounds for a plan from anywhere (bounds.py)
 from ..errors import RecipeError
 from ..limits import MAX_DEPTH  # nesting of JSON brackets, and of indented blocks
 from . import ast
 
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-MAX_DURATION = 365 * 86400
-MAX_TIMEOUT = 86400
-MAX_RETRIES = 10
 
 
 class Source:
