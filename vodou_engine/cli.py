@@ -420,13 +420,15 @@ _CLI_HINTS: dict[str, Callable[[dict], str]] = {
 def _actor(args: Any, runs: Any, run_id: str | None, command: str) -> tuple[str, str]:
     """(name, proof): the operating-system user, or a name proven by its approver secret."""
     from .errors import IdentityError
-    from .runs import os_user
+    from .osuser import os_user
 
     me = os_user()
     claimed = getattr(args, "actor", None)
+    proven = bool(claimed) and claimed != me and runs.proves(claimed, os.environ.get(TOKEN_ENV))
+    _me(runs, command, run_id, also=claimed if proven else None, create=command == "run")
     if not claimed or claimed == me:
         return me, "os-user"
-    if runs.proves(claimed, os.environ.get(TOKEN_ENV)):
+    if proven:
         return claimed, "approver-secret"
     runs.refuse_identity(claimed, by=me, command=command, run_id=run_id)
     raise IdentityError(
@@ -434,6 +436,25 @@ def _actor(args: Any, runs: Any, run_id: str | None, command: str) -> tuple[str,
         claimed=claimed,
         user=me,
     )
+
+
+def _me(runs: Any, command: str, run_id: str | None = None, *, also: str | None = None, acts: bool = True, create: bool = False) -> str:
+    """The operating-system user (the real uid's name, osuser.py). When the command ``acts``
+    (records something under that name), an environment that names someone else ($LOGNAME,
+    $USER) is ignored, logged as a refused claim and said on stderr. ``also``: a name proven
+    otherwise (--as with its secret), which the environment may name; ``create``: the command
+    makes the store anyway, so the claim is logged in a new one too."""
+    from .osuser import env_claim, os_user
+
+    me = os_user()
+    claim = env_claim(me) if acts else None
+    if claim is not None and claim[1] != also:
+        variable, name = claim
+        runs.refuse_identity(name, by=me, command=command, run_id=run_id, via=f"${variable}", create=create)
+        from .views.term import say
+
+        say(f"warning: ${variable} names {name}, but this process runs as {me}: {command} acts as {me} (the claim is logged)", style="yellow", err=True)
+    return me
 
 
 # --- commands -------------------------------------------------------------------------------
@@ -793,11 +814,10 @@ def cmd_reconcile(args: Any) -> int:
 
 
 def cmd_approver(args: Any) -> int:
-    from .runs import os_user
     from .views.term import out, say
 
     runs = _runs(args)
-    me = os_user()
+    me = _me(runs, f"approver {args.approver_command}", acts=args.approver_command != "list", create=args.approver_command == "add")
     if args.approver_command == "add":
         from .web.identity import add_approver
 
@@ -824,11 +844,10 @@ def cmd_approver(args: Any) -> int:
 
 def cmd_agent(args: Any) -> int:
     from .agents import identity
-    from .runs import os_user
     from .views.term import out, say
 
     runs = _runs(args)
-    me = os_user()
+    me = _me(runs, f"agent {args.agent_command}", acts=args.agent_command != "list", create=args.agent_command == "add")
     if args.agent_command == "add":
         token = identity.add_agent(runs, args.name, by=me, sees=args.see, approvers=args.approver)
         say(f"agent {args.name} may now use the MCP server of `recipe serve` at /mcp with this bearer token (shown once; only its hash is kept); its runs are started by agent:{args.name}:", err=True)
@@ -848,11 +867,11 @@ def cmd_agent(args: Any) -> int:
 
 
 def cmd_prune(args: Any) -> int:
-    from .runs import os_user
     from .views.term import out, say
 
     age = _seconds(args.older_than)
-    rep = _runs(args).prune(older_than_s=age, states=args.state, by=os_user())
+    runs = _runs(args)
+    rep = runs.prune(older_than_s=age, states=args.state, by=_me(runs, "prune"))
     if args.json:
         import msgspec
 
@@ -864,10 +883,10 @@ def cmd_prune(args: Any) -> int:
 
 
 def cmd_save(args: Any) -> int:
-    from .runs import os_user
     from .views.term import say
 
-    saved = _runs(args).save(args.file, name=args.name, by=os_user())
+    runs = _runs(args)
+    saved = runs.save(args.file, name=args.name, by=_me(runs, "save", create=True))
     say(f"saved {saved.name} version {saved.version} ({saved.plan_fingerprint}).")
     return 0
 
@@ -886,12 +905,11 @@ def _seconds(text: str | None) -> float | None:
 
 
 def cmd_schedule(args: Any) -> int:
-    from .runs import os_user
     from .views.report import when
     from .views.term import out, say
 
     runs = _runs(args)
-    me = os_user()
+    me = _me(runs, f"schedule {args.schedule_command}", acts=args.schedule_command != "list", create=args.schedule_command == "add")
     action = args.schedule_command
     if action == "add":
         s = runs.add_schedule(args.schedule_name or args.name, recipe=args.name, cron=args.cron, tz=args.tz, inputs=_inputs(args.set), catch_up_s=_seconds(args.catch_up), by=me)

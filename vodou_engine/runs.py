@@ -23,7 +23,6 @@ subclasses with a stable ``code`` and ``facts``; their wording never names a
 
 from __future__ import annotations
 
-import getpass
 import os
 import secrets
 import time
@@ -43,6 +42,7 @@ from .errors import (
     TamperedError,
     UsageError,
 )
+from .osuser import os_user
 from .owners import LEASE_S, describe, is_gone, this_process
 from .plan import Plan, ToolNode, encode_plan
 from .policy import Policy, load_policy
@@ -86,13 +86,6 @@ def thread_limit(given: int | None = None) -> int:
             hint=f"unset VODOU_THREADS for the default ({DEFAULT_THREADS})",
         )
     return value
-
-
-def os_user() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:  # pragma: no cover - no passwd entry in some containers
-        return os.environ.get("USER", "unknown")
 
 
 def new_run_id() -> str:
@@ -265,8 +258,10 @@ class Runs:
         from .compiler import compile_recipe, load_source
 
         if isinstance(source, Plan):
+            from .bounds import check_plan
             from .compiler import load_plan
 
+            check_plan(source)  # before encoding, which would write an infinite number as null
             return load_plan(encode_plan(source), policy=self.policy()), None, None
         if text is not None:
             path = os.fspath(source) if source else None
@@ -871,16 +866,18 @@ class Runs:
         rec = self.store(create=False).get_approver(name)
         return rec is not None and hmac.compare_digest(rec.token_sha256, hashlib.sha256(token.encode()).hexdigest())
 
-    def refuse_identity(self, claimed: str, *, by: str, command: str, run_id: str | None = None) -> None:
-        """Record an attempt to act under a name without proof of it."""
+    def refuse_identity(self, claimed: str, *, by: str, command: str, run_id: str | None = None, via: str = "--as", create: bool = False) -> None:
+        """Record an attempt to act under a name without proof of it (``via``: how it was
+        claimed, ``--as`` or an environment variable such as ``$LOGNAME``)."""
         try:
-            store = self.store(create=False)
+            store = self.store(create=create)
         except Exception:  # noqa: BLE001 - no store to write to: the refusal still stands
             return
-        store.audit("identity.refused", actor=by, run_id=run_id, data={"claimed": claimed, "command": command})
+        data = {"claimed": claimed, "command": command, "via": via}
+        store.audit("identity.refused", actor=by, run_id=run_id, data=data)
         if run_id is not None:
             try:
-                store.append_event(run_id, "identity.refused", actor=by, data_json=msgspec.json.encode({"claimed": claimed, "command": command}).decode())
+                store.append_event(run_id, "identity.refused", actor=by, data_json=msgspec.json.encode(data).decode())
             except RefusedError:
                 pass  # no such run: the store-wide log has it
 

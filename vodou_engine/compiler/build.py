@@ -15,15 +15,13 @@ from typing import Any
 
 from lark import Token, Transformer
 
+from ..bounds import MAX_DURATION, MAX_RETRIES, MAX_TIMEOUT  # the same bounds for a plan from anywhere (bounds.py)
 from . import ast
 from .literals import FLAT_PART, LITERALS, MAX_PLAIN_DIGITS, PLAIN, SURROGATE, NotPlain, plain_json
 from .source import Source, token_pos
 from .words import NAME
 
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-MAX_DURATION = 365 * 86400
-MAX_TIMEOUT = 86400
-MAX_RETRIES = 10
 
 _WRITE_FROM = re.compile(r"^(?:(?P<prompt>.*?)\s+)?from\s*\{(?P<inputs>[^{}]*)\}\s*$", re.S)
 _STEP_HEAD = re.compile(r"([a-z_][a-z0-9_-]*)[ ]*:[ ]*([^ {]+)[ ]*")

@@ -36,6 +36,7 @@ _COMPILER_FILES = (
     "compiler/__init__.py",
     "graph/gate.py",
     "graph/verify.py",
+    "bounds.py",
     "policy.py",
     "plan.py",
 )

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import re
 
-RESERVED = frozenset(
-    {"recipe", "inputs", "approval", "approvers", "together", "then", "ask", "need", "expires", "timeout", "retries", "of", "true", "false", "null", "write", "model"}
-    | {"preview", "check"}  # step options: an option left unindented must not become a step
-)
+from ..bounds import RESERVED  # one list for the language and for a plan from anywhere
 
 NAME = re.compile(r"[a-z_][a-z0-9_-]*\Z")
 """A step, block or input name, as a whole string."""
+
+__all__ = ["NAME", "RESERVED"]

@@ -1,6 +1,8 @@
 """The verified graph: a networkx DiGraph that every loaded plan must pass.
 
-Checks, in order: ids unique and needs known; acyclic; joins shaped like
+Checks, in order: every value within the language's bounds (``bounds.py``:
+expiries, timeouts, retries, names and ids, as the compiler would have
+written them); ids unique and needs known; acyclic; joins shaped like
 their quorum; every effectful node dominated by its own approval node (from
 a virtual root, so "dominated" means every path from the start passes the
 approval); and, given a policy, no tool claiming a lower risk than the
@@ -21,6 +23,7 @@ from __future__ import annotations
 from functools import cache
 from typing import TYPE_CHECKING, Callable
 
+from ..bounds import check_plan
 from ..errors import PlanError, UnguardedEffectError
 from ..plan import ApprovalNode, JoinNode, Plan, ToolNode
 from ..policy import Policy, at_least
@@ -67,12 +70,14 @@ def build_graph(plan: Plan, *, path: str | None = None) -> nx.DiGraph:
 
 def check(plan: Plan, policy: Policy | None = None, *, path: str | None = None) -> None:
     """Every check of :func:`verify`, building the graph only if the plan's shape does not settle them."""
+    check_plan(plan, path=path)
     index = _index(plan, path)
     _check(plan, index, cache(lambda: _graph(plan, index)), policy, path)
 
 
 def verify(plan: Plan, policy: Policy | None = None, *, path: str | None = None) -> nx.DiGraph:
     """Build and check the graph; raise PlanError naming what is wrong."""
+    check_plan(plan, path=path)
     index = _index(plan, path)
     g = _graph(plan, index)
     _check(plan, index, lambda: g, policy, path)
