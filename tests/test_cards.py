@@ -79,6 +79,44 @@ def rewrite(cli, run: str, step: str, payload: dict, *, refingerprint: bool = Tr
     return fp
 
 
+def on_a_terminal(cli, *args: str, answer: bytes = b"\n") -> tuple[int, str]:
+    """``recipe ARGS`` as a process on a terminal (a pseudo-terminal): what it printed up to its
+    prompt, ``answer`` typed there, and the rest; (exit code, everything printed)."""
+    import pty
+    import select
+    import sys
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the command, on the terminal
+        try:
+            os.chdir(cli.tmp)
+            os.execve(sys.executable, cli.argv(*args), cli.env)
+        finally:
+            os._exit(127)
+    out = b""
+    deadline = time.monotonic() + 120
+    try:
+        while b"[y]es / [n]o" not in out:
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            assert ready, f"no prompt within 120 s:\n{out.decode(errors='replace')}"
+            out += os.read(fd, 65536)
+        os.write(fd, answer)
+        while True:
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            assert ready, f"no end within 120 s:\n{out.decode(errors='replace')}"
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:  # the terminal closed: the command ended
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        os.close(fd)
+        _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), out.decode(errors="replace").replace("\r\n", "\n")
+
+
 @contextlib.contextmanager
 def run_page_for(cli):
     """`recipe serve`'s app on this test's store and server file, and the OS user (who started
@@ -115,9 +153,9 @@ def test_a_rewritten_payload_is_the_card_on_every_surface_and_the_old_card_decid
 
     (card,) = [a["card"] for a in cli("show", run, "--json", expect=0).json()["approvals"] if a["state"] == "pending"]
     shown_text = cli("show", run, expect=0).out
-    at_the_prompt = cli("approve", run, "post")  # on a terminal this card is followed by "approve exactly this?"
-    assert at_the_prompt.code == 2 and "needs --yes" in at_the_prompt.err  # no terminal here: it stops after the card
-    for text in (card, shown_text, at_the_prompt.out):
+    code, at_the_prompt = on_a_terminal(cli, "approve", run, "post")  # Enter at "approve exactly this?": decide later
+    assert code == 3 and "approve exactly this?" in at_the_prompt
+    for text in (card, shown_text, at_the_prompt):
         assert "wire 5000 EUR to account 7" in text and "weekly note" not in text and new in text
     with run_page_for(cli) as (me, _svc):
         page = me.get(f"/runs/{run}").text

@@ -34,6 +34,7 @@ warnings.
 from __future__ import annotations
 
 import re
+import unicodedata
 from functools import lru_cache
 from typing import Any, Iterable
 
@@ -84,8 +85,6 @@ def is_hidden(ch: str) -> bool:
         return o < 0x20 or o == 0x7F
     if o in _BLANK_SYMBOLS or any(lo <= o <= hi for lo, hi in _IGNORABLE):
         return True
-    import unicodedata
-
     return unicodedata.category(ch) in _HIDDEN_CATEGORIES
 
 
@@ -98,8 +97,6 @@ def is_look_alike(ch: str) -> bool:
         return False
     if ch in _LOOK_ALIKE_LETTERS:
         return True
-    import unicodedata
-
     if unicodedata.category(ch) not in ("Lu", "Ll", "Lt", "Lm", "Lo", "Nd"):
         return False
     folded = unicodedata.normalize("NFKC", ch)
@@ -154,9 +151,14 @@ def shown(text: Any) -> str:
     s = text if isinstance(text, str) else str(text)
     if s.isascii():
         return _ASCII_UNSAFE.sub(lambda m: m[0] if m[0] in "\n\t" else mark(m[0]), s)
-    if not any(is_hidden(ch) for ch in s):
-        return s
-    return "".join(mark(ch) if is_hidden(ch) and ch not in "\n\t" else ch for ch in s)
+    table = hidden_in(s, keep="\n\t")
+    return s.translate({ord(ch): mark(ch) for ch in table}) if table else s
+
+
+def hidden_in(text: str, keep: str = "") -> list[str]:
+    """The distinct hidden characters of ``text`` but those in ``keep`` (each looked at once,
+    so a long text costs one pass in C and a look at each character it uses)."""
+    return [ch for ch in set(text) if ch not in keep and is_hidden(ch)]
 
 
 _JSON_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
@@ -281,12 +283,25 @@ class Findings:
         return out
 
 
-def _listed(counts: dict[str, int], most: int) -> str:
-    import unicodedata
+_CONTROL_NAMES = {0x00: "NULL", 0x08: "BACKSPACE", 0x09: "CHARACTER TABULATION", 0x0A: "LINE FEED", 0x0B: "LINE TABULATION", 0x0C: "FORM FEED", 0x0D: "CARRIAGE RETURN", 0x1B: "ESCAPE", 0x7F: "DELETE", 0x85: "NEXT LINE", 0x9B: "CONTROL SEQUENCE INTRODUCER"}
 
+
+def name_of(ch: str) -> str:
+    """A character's Unicode name (controls have none there: their usual one, or what they are)."""
+    name = unicodedata.name(ch, "")
+    if name:
+        return name
+    o = ord(ch)
+    if o in _CONTROL_NAMES:
+        return _CONTROL_NAMES[o]
+    cat = unicodedata.category(ch)
+    return {"Cc": "a control character", "Co": "a private-use character", "Cs": "a lone surrogate"}.get(cat, "an unassigned code point")
+
+
+def _listed(counts: dict[str, int], most: int) -> str:
     tags = sum(n for ch, n in counts.items() if 0xE0000 <= ord(ch) <= 0xE007F)
     items = sorted(((ch, n) for ch, n in counts.items() if not 0xE0000 <= ord(ch) <= 0xE007F), key=lambda kv: (-kv[1], ord(kv[0])))
-    words = [f"U+{ord(ch):04X} {unicodedata.name(ch, 'unnamed')}" + (f" ×{n}" if n > 1 else "") for ch, n in items[:most]]
+    words = [f"U+{ord(ch):04X} {name_of(ch)}" + (f" ×{n}" if n > 1 else "") for ch, n in items[:most]]
     if tags:
         words.insert(0, f"TAG characters (U+E0000–E007F) ×{tags}")
     if len(items) > most:
@@ -327,8 +342,6 @@ def source_warnings(text: str, path: str | None = None) -> list[str]:
     warned about; a card marks the character either way."""
     if text.isascii() and not _ASCII_UNSAFE.search(text.replace("\n", "").replace("\t", "").replace("\r", "")):
         return []
-    import unicodedata
-
     out = []
     for number, line in enumerate(text.split("\n"), 1):
         line = line.removesuffix("\r")
@@ -338,7 +351,7 @@ def source_warnings(text: str, path: str | None = None) -> list[str]:
             continue
         names: list[str] = []
         for i, ch in odd:
-            name = f"U+{ord(ch):04X} {unicodedata.name(ch, 'unnamed')}" + (" (a look-alike letter)" if i in alike else "")
+            name = f"U+{ord(ch):04X} {name_of(ch)}" + (" (a look-alike letter)" if i in alike else "")
             if name not in names:
                 names.append(name)
         listed = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")

@@ -19,7 +19,7 @@ import os
 import sys
 from typing import Any
 
-from ..text_safety import is_hidden, shown
+from ..text_safety import hidden_in, shown
 
 def json_safe(text: str) -> str:
     """JSON text with every character that could hide or drive a terminal (``text_safety``:
@@ -29,7 +29,8 @@ def json_safe(text: str) -> str:
     itself), so the document decodes to the same value."""
     if text.isascii():
         return text.replace("\x7f", "\\u007f")
-    return "".join(_json_escape(ch) if ch not in "\n\t" and is_hidden(ch) else ch for ch in text)
+    table = hidden_in(text, keep="\n\t")
+    return text.translate({ord(ch): _json_escape(ch) for ch in table}) if table else text
 
 
 def _json_escape(ch: str) -> str:
