@@ -187,16 +187,17 @@ def quote(text: str) -> str:
     return "".join(out)
 
 
-def json_text(value: Any, indent: int = 2) -> str:
-    """A JSON value as a person reads it: keys sorted, ``indent`` spaces a level, strings
-    through :func:`quote`, numbers as Python writes them (``1`` and ``1.0`` differ, so do
-    ``1`` and ``"1"`` and ``true``). Two values that differ never render alike."""
+def json_text(value: Any, indent: int | None = 2) -> str:
+    """A JSON value as a person reads it: keys sorted, ``indent`` spaces a level (``None``: on
+    one line, as ``json.dumps`` writes it), strings through :func:`quote`, numbers as Python
+    writes them (``1`` and ``1.0`` differ, so do ``1`` and ``"1"`` and ``true``). Two values
+    that differ never render alike."""
     out: list[str] = []
-    _json(value, out, 0, " " * indent)
+    _json(value, out, 0, None if indent is None else " " * indent)
     return "".join(out)
 
 
-def _json(value: Any, out: list[str], depth: int, pad: str) -> None:
+def _json(value: Any, out: list[str], depth: int, pad: str | None) -> None:
     if isinstance(value, str):
         out.append(quote(value))
     elif value is None:
@@ -211,22 +212,22 @@ def _json(value: Any, out: list[str], depth: int, pad: str) -> None:
         if not value:
             out.append("{}")
             return
-        inner = "\n" + pad * (depth + 1)
+        inner, close = ("\n" + pad * (depth + 1), "\n" + pad * depth) if pad is not None else (" ", "")
         out.append("{")
         for i, key in enumerate(sorted(value, key=str)):
-            out.append(("," if i else "") + inner + quote(str(key)) + ": ")
+            out.append(("," if i else "") + (inner if i or pad is not None else "") + quote(str(key)) + ": ")
             _json(value[key], out, depth + 1, pad)
-        out.append("\n" + pad * depth + "}")
+        out.append(close + "}")
     elif isinstance(value, (list, tuple)):
         if not value:
             out.append("[]")
             return
-        inner = "\n" + pad * (depth + 1)
+        inner, close = ("\n" + pad * (depth + 1), "\n" + pad * depth) if pad is not None else (" ", "")
         out.append("[")
         for i, item in enumerate(value):
-            out.append(("," if i else "") + inner)
+            out.append(("," if i else "") + (inner if i or pad is not None else ""))
             _json(item, out, depth + 1, pad)
-        out.append("\n" + pad * depth + "]")
+        out.append(close + "]")
     else:  # not JSON (a value no store or tool hands over): shown by its text, marked
         out.append(visible(str(value)))
 

@@ -306,7 +306,7 @@ def _audit(view: RunView) -> None:
         say(f"fingerprint: {e.fingerprint}")
         say(f"idempotency key: {e.idempotency_key}")
         say(f"started: {when(e.started_at)}  ended: {when(e.ended_at)}")
-        say("payload: " + json_text(e.payload, indent=0).replace("\n", " "))
+        say("payload: " + json_text(e.payload, indent=None))
         say("result: " + _value(e.result))
         if e.error:
             say(f"error: {e.error}")
