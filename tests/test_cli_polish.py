@@ -612,7 +612,7 @@ def test_text_from_servers_is_printed_escaped_and_never_as_markup(capsys):
         for raw in ("\x1b", "\x9b", "\u202e"):
             assert raw not in text, (raw, text)
     assert "[/bold] [red]x" in printed[1]  # shown as it is, not taken as markup
-    assert "\\x1b[2J" in printed[0]
+    assert "⟨U+001B⟩[2J" in printed[0]  # marked as every surface marks it
     doc = json.loads(printed[5])
     assert doc["error"] == EVIL  # escaped for the terminal, the same value for a program
 

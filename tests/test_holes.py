@@ -330,7 +330,7 @@ def test_server_text_cannot_drive_the_terminal(cli, tmp_path):
     assert res.code == 1
     both = res.out + res.err
     assert "\x1b" not in both  # no escape reaches the terminal
-    assert "\\x1b[2J" in both and "run succeeded. (fake)" in both  # it is shown, harmless
+    assert "⟨U+001B⟩[2J" in both and "run succeeded. (fake)" in both  # it is shown, marked, harmless
 
 
 def test_a_live_servers_own_minus_32000_is_its_error_not_a_dead_connection(tmp_path):

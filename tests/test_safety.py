@@ -220,7 +220,9 @@ def test_an_edited_stored_payload_refuses_to_run(cli, brief):
     first = park(cli, brief)
     cli.sql("UPDATE approvals SET payload_json = ? WHERE run_id = ?", (json.dumps({"channel": "#general", "text": "pwned"}), first["run"]))
     res = cli("approve", first["run"], "post", "--yes")
-    assert res.code == 1 and "stored payload" in (res.out + res.err)
+    assert res.code == 5 and "stored payload" in res.err  # refused before the card is shown or a decision recorded
+    assert "pwned" not in res.out
+    assert [a["state"] for a in approvals(cli, first["run"]) if a["step"] == "post"] == ["pending"]
     assert posts(cli) == []
 
 

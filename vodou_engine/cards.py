@@ -3,6 +3,12 @@
 The plan card mirrors the graph, not the recipe text: a ⚠ row exists exactly
 when the graph has an approval node for that step, so the warning and the
 gate cannot drift apart.
+
+The approval card is rendered from the frozen payload every time it is shown,
+on every surface (terminal, page, notification, agent views), and only after
+the payload is checked against the fingerprint it was asked with; every value
+on it goes through ``text_safety``, so nothing on it can hide and two payloads
+that differ never read alike.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from .plan import ApprovalNode, JoinNode, Plan, QuestionNode, ToolNode, WriteNode
+from .text_safety import visible
 
 RISK_STYLE = {"read": "green", "write": "yellow", "critical": "bold red"}
 
@@ -77,7 +84,7 @@ def plan_rows(plan: Plan, status: Mapping[str, ToolStatus] | None = None, writer
                 why += "; WITHOUT ASKING"
             gate = approvals.get(node.id)
             if gate is not None and gate.question:
-                why += f'; asks "{gate.question}"'
+                why += f'; asks "{visible(gate.question)}"'
             rows.append((d, None, node.id, addr, node.risk, why, gated))
             for ref, what in ((node.preview, "preview"), (node.check, "check")):
                 if ref is not None:
@@ -88,9 +95,9 @@ def plan_rows(plan: Plan, status: Mapping[str, ToolStatus] | None = None, writer
                     rows.append((d + 1, None, f"↳ {what}", raddr, ref.risk, ref.risk_source, False))
         elif isinstance(node, WriteNode):
             src = f" from {', '.join(node.inputs)}" if node.inputs else ""
-            rows.append((d, None, node.id, f"write{src}", "text", f'"{node.prompt}" ({writer}); no effect outside', False))
+            rows.append((d, None, node.id, f"write{src}", "text", f'"{visible(node.prompt)}" ({writer}); no effect outside', False))
         elif isinstance(node, QuestionNode):
-            rows.append((d, "ask", f'"{node.text}" — the run stops here until you answer yes', None, None, None, False))
+            rows.append((d, "ask", f'"{visible(node.text)}" — the run stops here until you answer yes', None, None, None, False))
     return rows
 
 
@@ -170,31 +177,177 @@ def approval_card_text(
     approvers: list[str] | None = None,
     server: Any = None,
 ) -> str:
-    """The exact text shown at an approval; stored with the approval for the audit log.
-    ``server`` is the binding of the server the step calls: which ``slack`` this is."""
-    import json
+    """The card a person reads at an approval or a question, rendered from the frozen payload.
+
+    Every surface shows this text and nothing else as the card, rendered again from the
+    stored payload each time it is shown (:func:`stored_card`); the copy stored with the
+    approval is only a record of what was shown when it was asked. Every value goes
+    through ``text_safety``: hidden characters and look-alike letters are marked
+    ``⟨U+…⟩`` and listed under the payload, and two payloads that differ never render
+    to the same card. ``server`` is the binding of the server the step calls: which
+    ``slack`` this is. A question's payload carries the outputs it asks about, shown
+    whole: a person judges what they can read."""
     import time
+
+    from .text_safety import findings, json_text
 
     lines = []
     if step is not None:
-        lines.append(f"⚠ {step.id}: {step.server}·{step.tool}  ({step.risk}: {step.risk_source})")
+        lines.append(f"⚠ {visible(step.id)}: {visible(step.server)}·{visible(step.tool)}  ({step.risk}: {visible(step.risk_source)})")
         if server is not None:
-            lines.append(f"server {step.server}: {server.command_line()}" + (f"  (from {server.source})" if server.source else ""))
+            lines.append(f"server {visible(step.server)}: {visible(server.command_line())}" + (f"  (from {visible(server.source)})" if server.source else ""))
     if question:
-        lines.append(f"question: {question}")
+        lines.append(f"question: {visible(question)}")
     if step is not None:
         lines.append("payload (frozen; exactly this runs if approved):")
-        lines.extend("  " + l for l in json.dumps(payload, indent=2, ensure_ascii=False, sort_keys=True).splitlines())
+        lines.extend(_indented(json_text(payload)))
+        lines.extend(findings(payload).lines("the payload"))
+    else:
+        lines.extend(_asked_about(payload))
     if preview is not None:
         lines.append("preview:")
-        lines.extend("  " + l for l in json.dumps(preview, indent=2, ensure_ascii=False, sort_keys=True, default=str).splitlines())
+        lines.extend(_indented(json_text(preview)))
+        lines.extend(findings(preview).lines("the preview"))
     lines.append(f"fingerprint: {fingerprint}")
     if expires_at is not None:
         lines.append("expires: " + time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(expires_at)))
     if approvers:
-        lines.append("approvers: " + ", ".join(approvers))
-    lines.append(f"run: {run_id}")
+        lines.append("approvers: " + ", ".join(visible(a) for a in approvers))
+    lines.append(f"run: {visible(run_id)}")
     return "\n".join(lines)
+
+
+def _indented(text: str, pad: str = "  ") -> list[str]:
+    return [pad + line for line in text.split("\n")]
+
+
+def _asked_about(payload: Any) -> list[str]:
+    """A question's outputs: text as a block of lines (each marked, behind ``│``), anything
+    else as JSON. The block keeps the card injective: its lines split only at newlines, and
+    every other break or hidden character inside a line is marked."""
+    from .text_safety import Findings, findings, json_text
+
+    outputs = payload.get("outputs") if isinstance(payload, dict) else None
+    if not isinstance(outputs, dict) or not outputs:
+        return []
+    lines = ["what it asks about (frozen with the question, exactly as the run goes on with it):"]
+    found = Findings()
+    for name in sorted(outputs):
+        value = outputs[name]
+        if isinstance(value, str):
+            lines.append(f"  {visible(name)} (text):")
+            lines.extend("    │ " + visible(line) for line in value.split("\n"))
+            found.add(value.replace("\n", ""))
+        else:
+            lines.append(f"  {visible(name)}:")
+            lines.extend(_indented(json_text(value), "    "))
+            findings(value, found)
+    lines.extend(found.lines("what it asks about"))
+    return lines
+
+
+def question_outputs(plan: Plan, node: QuestionNode, outputs: Mapping[str, Any]) -> dict[str, Any]:
+    """What a question asks a person to judge: the outputs of the steps it follows (through
+    other questions, approvals and joins) and of the steps its text names, as they are now."""
+    import re
+
+    index = plan.index()
+    wanted: list[str] = []
+    seen: set[str] = set()
+    stack = list(reversed(node.needs))
+    while stack:
+        nid = stack.pop()
+        if nid in seen:
+            continue
+        seen.add(nid)
+        n = index.get(nid)
+        if isinstance(n, (ToolNode, WriteNode)):
+            wanted.append(nid)
+        elif n is not None:
+            stack.extend(reversed(n.needs))
+    named = set(re.findall(r"[A-Za-z_][A-Za-z0-9_-]*", node.text))
+    wanted.extend(n.id for n in plan.nodes if n.id in named and isinstance(n, (ToolNode, WriteNode)) and n.id not in wanted)
+    return {nid: outputs[nid] for nid in wanted if nid in outputs}
+
+
+# --- a stored question, shown ---------------------------------------------------------------------
+
+
+def stored_card(approval: Any, plan: Plan, bindings: Mapping[str, Any]) -> str:
+    """The card of a stored question, rendered now from its frozen payload. Refused
+    (``TamperedError``) when the payload, check read or risk verdict stored with it no longer
+    give the fingerprint it was asked with: a person never reads, nor decides, a card whose
+    bytes are not the ones that would run."""
+    import msgspec
+
+    payload = msgspec.json.decode(approval.payload_json)
+    gate, step = check_untampered(approval, plan, bindings, payload)
+    question = gate.question if isinstance(gate, ApprovalNode) else gate.text
+    return approval_card_text(
+        run_id=approval.run_id, step=step, question=question, payload=payload, fingerprint=approval.fingerprint,
+        preview=msgspec.json.decode(approval.preview_json) if approval.preview_json else None, expires_at=approval.expires_at,
+        approvers=msgspec.json.decode(approval.approvers_json) if approval.approvers_json else [],
+        server=bindings.get(step.server) if step is not None else None,
+    )  # fmt: skip
+
+
+REFUSED = "✗ refused: "
+"""How the text in place of a tampered question's card begins (no card begins so)."""
+
+
+def card_or_refusal(approval: Any, plan: Plan, bindings: Mapping[str, Any]) -> str:
+    """:func:`stored_card`, or for a tampered question the refusal in its place (a run's
+    record still shows, without a card to decide from)."""
+    from .errors import TamperedError
+
+    try:
+        return stored_card(approval, plan, bindings)
+    except TamperedError as exc:
+        return REFUSED + exc.message
+
+
+def is_refusal(card: str | None) -> bool:
+    return bool(card) and card.startswith(REFUSED)
+
+
+def check_untampered(approval: Any, plan: Plan, bindings: Mapping[str, Any], payload: Any = None) -> tuple[Any, ToolNode | None]:
+    """The question's gate and step, once the fingerprint recomputed over what is stored
+    (payload, node, address, risk verdict, check read, server binding) is the one it was
+    asked with; else ``TamperedError``."""
+    import msgspec
+
+    from .binding import digest
+    from .errors import TamperedError
+    from .runtime.freeze import payload_fingerprint
+
+    index = plan.index()
+    gate = index.get(approval.node_id)
+    step = index.get(gate.step) if isinstance(gate, ApprovalNode) else None
+    fp = None
+    if (isinstance(gate, ApprovalNode) and isinstance(step, ToolNode)) or isinstance(gate, QuestionNode):
+        try:
+            if payload is None:
+                payload = msgspec.json.decode(approval.payload_json)
+            fp = payload_fingerprint(
+                run_id=approval.run_id,
+                node_id=step.id if step is not None else gate.id,
+                address=step.address if step is not None else "question",
+                payload=payload,
+                policy=msgspec.json.decode(approval.policy_json) if approval.policy_json else None,
+                observed=msgspec.json.decode(approval.check_json)["result"] if approval.check_json else None,
+                server=digest(bindings.get(step.server)) if step is not None else "",
+            )
+        except (msgspec.DecodeError, KeyError, TypeError):
+            fp = None
+    if fp is None or fp != approval.fingerprint or not approval.policy_json:
+        raise TamperedError(
+            f"the stored payload of `{approval.step}` no longer matches the fingerprint it was asked with "
+            f"({approval.fingerprint}): it, or what was checked with it, was edited in the store; "
+            "it is not shown and cannot be decided",
+            hint=f"nobody can tell what was meant to run: cancel the run (recipe cancel {approval.run_id}) and start a new one",
+            run=approval.run_id, step=approval.step, fingerprint=approval.fingerprint,
+        )  # fmt: skip
+    return gate, step if isinstance(step, ToolNode) else None
 
 
 def mermaid(plan: Plan) -> str:

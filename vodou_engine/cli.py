@@ -493,9 +493,19 @@ def cmd_compile(args: Any) -> int:
     from .plan import encode_plan
     from .policy import load_policy
 
-    plan, _ = load_source(args.file, policy=load_policy(args.policy), refresh=True, memo=True)
+    plan, text = load_source(args.file, policy=load_policy(args.policy), refresh=True, memo=True)
+    _warn_hidden(text, args.file)
     _write(encode_plan(plan), args.output)
     return 0
+
+
+def _warn_hidden(text: str | None, path: str) -> None:
+    """Warn about characters written into the recipe that nobody reading it sees (cards mark them)."""
+    from .text_safety import source_warnings
+    from .views.term import say
+
+    for w in source_warnings(text or "", path):
+        say(f"warning: {w}", style="yellow", err=True)
 
 
 def cmd_plan(args: Any) -> int:
@@ -504,10 +514,11 @@ def cmd_plan(args: Any) -> int:
 
     runs = _runs(args)
     if args.offline:
-        plan, _ = load_source(args.file, policy=runs.policy(), memo=True)
+        plan, text = load_source(args.file, policy=runs.policy(), memo=True)
         from .runs import Inspection
+        from .text_safety import source_warnings
 
-        seen = Inspection(plan=plan, path=args.file, note="offline: servers not started, tool names not checked")
+        seen = Inspection(plan=plan, path=args.file, note="offline: servers not started, tool names not checked", warnings=source_warnings(text or "", args.file))
     else:
         seen = _run_async(lambda: runs.inspect(args.file))
     plan = seen.plan
@@ -575,7 +586,8 @@ def cmd_run(args: Any) -> int:
     if args.queue:
         return _queue_run(args, runs)
     inputs = _inputs(args.set)
-    plan, _, _ = runs.load(args.file)
+    plan, text, _ = runs.load(args.file)
+    _warn_hidden(text, args.file)
     actor, _ = _actor(args, runs, None, "run")
     from .runs import new_run_id
 

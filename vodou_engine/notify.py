@@ -40,6 +40,8 @@ import trio
 from .errors import UsageError
 from .limits import read_regular_file
 from .reports import Doc, PendingApproval, RunReport
+from .text_safety import quote as quoted
+from .text_safety import shown, visible
 
 logger = logging.getLogger("vodou_engine.notify")
 
@@ -489,6 +491,9 @@ class WebhookBody(Doc):
 
 
 def _card(card: str) -> str:
+    """The card as the run page shows it (rendered from the frozen payload when the run
+    parked; every hidden character marked, ``text_safety.shown``), cut when very long."""
+    card = shown(card)
     if len(card) <= MAX_CARD_CHARS:
         return card
     return card[:MAX_CARD_CHARS] + "\n… (cut here; the run page shows the whole card)"
@@ -506,9 +511,10 @@ def _when(expires_at: float | None, now: float) -> str | None:
 
 
 def summary(report: RunReport, p: PendingApproval, run_url: str, now: float) -> str:
-    """A short human text: what waits, for whom, until when, and where to decide."""
-    lines = [f"Run {report.run} of recipe {report.recipe or '(unnamed)'!r} is waiting for an approval at step {p.step!r}."]
-    lines.append("Who may decide: " + (", ".join(p.approvers) if p.approvers else "any approver"))
+    """A short human text: what waits, for whom, until when, and where to decide (names from
+    the recipe shown as every surface shows them: ``text_safety.visible``)."""
+    lines = [f"Run {visible(report.run)} of recipe {quoted(report.recipe or '(unnamed)')} is waiting for an approval at step {quoted(p.step)}."]
+    lines.append("Who may decide: " + (", ".join(visible(a) for a in p.approvers) if p.approvers else "any approver"))
     when = _when(p.expires_at, now)
     if when:
         lines.append(f"Expires: {when}")
@@ -518,7 +524,7 @@ def summary(report: RunReport, p: PendingApproval, run_url: str, now: float) -> 
 
 
 def _one_line(text: str) -> str:
-    return re.sub(r"[\x00-\x1f\x7f]+", " ", text).strip()
+    return shown(re.sub(r"[\x00-\x1f\x7f]+", " ", text).strip())
 
 
 def email_message(config: Email, report: RunReport, p: PendingApproval, approver: str, address: str, run_url: str, now: float) -> EmailMessage:

@@ -24,6 +24,9 @@ class PendingApproval(Doc):
     fingerprint: str
     expires_at: float | None = None
     card: str = ""
+    """Rendered from the frozen payload when this document was made (``cards.stored_card``),
+    every hidden character marked; for a question whose payload no longer gives its
+    fingerprint, the refusal instead."""
     approvers: list[str] = []
 
 
@@ -85,6 +88,8 @@ class NodeView(Doc):
     node: str
     kind: str
     state: str
+    """A node state; for an effect, ``executing`` while its call is under way and ``unknown``
+    only when it is in doubt (a person reconciles it)."""
     ready_at: float | None = None
     started_at: float | None = None
     ended_at: float | None = None
@@ -104,6 +109,7 @@ class ApprovalView(Doc):
     decided_at: float | None = None
     reason: str | None = None
     card: str = ""
+    """As :attr:`PendingApproval.card`: rendered now from the stored payload, never the stored text."""
     approvers: list[str] = []
     payload: Any = None
 
@@ -123,6 +129,7 @@ class EffectView(Doc):
     decided_by: str | None = None
     decided_at: float | None = None
     card: str | None = None
+    """The card of its approval, rendered again from the approved payload."""
     settled_by: str | None = None
 
 

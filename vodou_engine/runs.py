@@ -392,9 +392,15 @@ class Runs:
         """The question a person means by RUN [STEP]: what they should read before deciding."""
         from .runtime.driver import pending_view
 
+        from .binding import decode_bindings
+        from .cards import check_untampered
+        from .runtime.plans import check_stored_plan
+
         store = self.store(create=False)
-        _, approval = _find_approval(store, run_id, step)
-        return pending_view(approval)
+        run, approval = _find_approval(store, run_id, step)
+        plan, bindings = check_stored_plan(run.plan_json, run.plan_fingerprint), decode_bindings(run.servers_json)
+        check_untampered(approval, plan, bindings)  # a card whose bytes are not those that would run is never shown
+        return pending_view(approval, plan, bindings)
 
     @_plain
     async def approve(
@@ -429,6 +435,7 @@ class Runs:
             if fingerprint and fingerprint != approval.fingerprint:
                 raise _stale_fingerprint(store, run_id, approval, fingerprint)
             plan, servers, policy = self._ready_to_drive(store, run)
+            _check_card(run, approval)
             if not queue:
                 _decide(store, approval, ApprovalState.APPROVED, actor, None, proof)
                 return run, plan, servers, policy
@@ -463,6 +470,7 @@ class Runs:
             run, approval = _find_approval(store, run_id, step)
             if fingerprint and fingerprint != approval.fingerprint:
                 raise _stale_fingerprint(store, run_id, approval, fingerprint)
+            _check_card(run, approval)
             _decide(store, approval, ApprovalState.REJECTED, actor, reason, proof)
             run = store.get_run(run_id)
             driven_by = None
@@ -531,7 +539,7 @@ class Runs:
         store = self.store(create=False)
         store.get_run(run_id)
         eff = store.settle_effect(run_id, step, executed, actor, reason=reason)
-        return _effect_view(eff, {})
+        return _effect_view(eff, {}, None, {})
 
     def prune(self, *, older_than_s: float, states: list[str] | None = None, by: str) -> PruneReport:
         """Remove finished runs that ended more than ``older_than_s`` seconds ago (in
@@ -580,13 +588,16 @@ class Runs:
         store = self.store(create=False)
         run = store.get_run(run_id)
         view = _view(store, run, self.clock())
+        from .binding import decode_bindings
         from .runtime.driver import pending_view
+        from .runtime.plans import check_stored_plan
 
+        plan, bindings = check_stored_plan(run.plan_json, run.plan_fingerprint), decode_bindings(run.servers_json)
         return RunReport(
             run=run.id,
             recipe=run.recipe_name,
             state=view.state,
-            pending=[pending_view(a) for a in store.pending_approvals(run_id)],
+            pending=[pending_view(a, plan, bindings) for a in store.pending_approvals(run_id)],
             errors={n.node: n.error or "" for n in view.nodes if n.state == NodeState.FAILED},
             unknown={e.step: e.error or "" for e in view.effects if e.state == EffectState.UNKNOWN},
             together=view.together,
@@ -807,9 +818,12 @@ class Runs:
         ``online=False`` starts nothing."""
         from .planning import check_hints, list_tools, resolve, servers_of
 
+        from .text_safety import source_warnings
+
         plan, recipe_text, path = self.load(source, text=text)
+        hidden = source_warnings(recipe_text or "", path)  # characters written into the recipe that nobody sees
         if not online:
-            return Inspection(plan=plan, path=path, note="offline: servers not started, tool names not checked")
+            return Inspection(plan=plan, path=path, note="offline: servers not started, tool names not checked", warnings=hidden)
         servers = self.servers()
         tools = await list_tools(servers.servers, servers_of(plan))
         status, hints = resolve(plan, servers.servers, tools)
@@ -820,7 +834,7 @@ class Runs:
         elif recipe_text is None:
             check_hints(plan, self.policy(), hints)
         used = {n: servers.servers[n].command_line() for n in servers_of(plan) if n in servers.servers}
-        warnings = [p.message for p in _policy_problems(self.policy(), servers, tools) if p.server in tools or p.server not in servers.servers]
+        warnings = hidden + [p.message for p in _policy_problems(self.policy(), servers, tools) if p.server in tools or p.server not in servers.servers]
         return Inspection(
             plan=plan, path=path, status=status, note=f"servers from {servers.source}; tools listed, none called",
             servers=used, servers_source=servers.source, warnings=warnings,
@@ -1135,6 +1149,16 @@ def _stale_fingerprint(store: Any, run_id: str, approval: Any, wanted: str) -> S
     return StaleError(message, hint="read the current card and approve its fingerprint", run=run_id, step=approval.step, fingerprint=approval.fingerprint, given=wanted, known=known)
 
 
+def _check_card(run: Any, approval: Any) -> None:
+    """A decision binds to the card a person read: refused when the stored payload no longer
+    gives the fingerprint it was asked with (``TamperedError``), as showing it is."""
+    from .binding import decode_bindings
+    from .cards import check_untampered
+    from .runtime.plans import check_stored_plan
+
+    check_untampered(approval, check_stored_plan(run.plan_json, run.plan_fingerprint), decode_bindings(run.servers_json))
+
+
 def _decide(store: Any, approval: Any, state: str, actor: str, reason: str | None, proof: str) -> Any:
     try:
         return store.decide(approval.id, state, by=actor, reason=reason)
@@ -1145,7 +1169,9 @@ def _decide(store: Any, approval: Any, state: str, actor: str, reason: str | Non
         raise
 
 
-def _effect_view(eff: Any, approvals: Mapping[str, Any]) -> EffectView:
+def _effect_view(eff: Any, approvals: Mapping[str, Any], plan: Plan | None, bindings: Mapping[str, Any]) -> EffectView:
+    from .cards import card_or_refusal
+
     appr = approvals.get(eff.approval_id) if eff.approval_id else None
     return EffectView(
         step=eff.step,
@@ -1160,7 +1186,7 @@ def _effect_view(eff: Any, approvals: Mapping[str, Any]) -> EffectView:
         approval=eff.approval_id,
         decided_by=appr.decided_by if appr else None,
         decided_at=appr.decided_at if appr else None,
-        card=appr.card_text if appr else None,
+        card=card_or_refusal(appr, plan, bindings) if appr and plan else None,
         settled_by=eff.settled_by,
     )
 
@@ -1177,10 +1203,16 @@ def _view(store: Any, run: Any, now: float) -> RunView:
     node_views = []
     states: dict[str, str] = {}
     times = {}
-    unknown = {e.step for e in effects if e.state in (EffectState.UNKNOWN, EffectState.EXECUTING)}
+    # An effect in doubt is `unknown` (a person reconciles it); one still in its call is
+    # `executing`, its own word: `unknown` never stands for "not finished yet".
+    unknown = {e.step for e in effects if e.state == EffectState.UNKNOWN}
+    executing = {e.step for e in effects if e.state == EffectState.EXECUTING}
+    bindings = decode_bindings(run.servers_json)
+    from .cards import card_or_refusal
+
     for n in plan.nodes:
         rec = nodes.get(n.id)
-        st = NodeState.UNKNOWN if n.id in unknown else (rec.state if rec else NodeState.PENDING)
+        st = NodeState.UNKNOWN if n.id in unknown else EffectState.EXECUTING if n.id in executing else (rec.state if rec else NodeState.PENDING)
         states[n.id] = st
         if rec is not None:
             times[n.id] = (rec.ready_at, rec.started_at, rec.ended_at)
@@ -1190,7 +1222,6 @@ def _view(store: Any, run: Any, now: float) -> RunView:
             ready_at=rec.ready_at if rec else None, started_at=rec.started_at if rec else None, ended_at=rec.ended_at if rec else None,
             error=rec.error if rec else None, output=dec.decode(rec.output_json) if has_output else None, has_output=has_output,
         ))  # fmt: skip
-    bindings = decode_bindings(run.servers_json)
     return RunView(
         run=run.id,
         recipe=run.recipe_name,
@@ -1206,12 +1237,12 @@ def _view(store: Any, run: Any, now: float) -> RunView:
         approvals=[
             ApprovalView(
                 id=a.id, step=a.step, state=a.state, fingerprint=a.fingerprint, asked_at=a.asked_at, expires_at=a.expires_at,
-                decided_by=a.decided_by, decided_at=a.decided_at, reason=a.reason, card=a.card_text,
+                decided_by=a.decided_by, decided_at=a.decided_at, reason=a.reason, card=card_or_refusal(a, plan, bindings),
                 approvers=dec.decode(a.approvers_json) if a.approvers_json else [], payload=dec.decode(a.payload_json),
             )
             for a in approvals
         ],  # fmt: skip
-        effects=[_effect_view(e, by_id) for e in effects],
+        effects=[_effect_view(e, by_id, plan, bindings) for e in effects],
         together=together_stats(plan, times, states),
         servers={name: {"command": b.command_line(), "source": b.source, "executable": b.executable} for name, b in bindings.items()},
         driven_by=describe(run.owner) if run.state == RunState.RUNNING else None,

@@ -175,6 +175,8 @@ class Checked:
         self.status: dict[str, Any] = {}
         self.servers: dict[str, str] = {}
         self.note: str | None = None
+        self.warnings: list[str] = []
+        """Characters written into the text that nobody reading it sees (``text_safety``)."""
 
     @property
     def ok(self) -> bool:
@@ -189,6 +191,8 @@ class Checked:
 
     def as_data(self) -> dict[str, Any]:
         out: dict[str, Any] = {"ok": self.ok, "errors": self.errors}
+        if self.warnings:
+            out["warnings"] = self.warnings
         if self.plan is not None:
             out["card"] = self.card()
             out["plan"] = card_data(self.plan, self.status)
@@ -203,6 +207,9 @@ def check_text(text: str, *, name: str | None = None, policy: Any, catalogue: An
     out = Checked()
     path = f"{name}.recipe" if name else None
     from ..compiler import compile_recipe
+    from ..text_safety import source_warnings
+
+    out.warnings = source_warnings(text, path)
 
     try:
         plan = compile_recipe(text, path, policy=policy)

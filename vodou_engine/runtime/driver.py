@@ -173,7 +173,7 @@ def report(run: Any, plan: Plan, verdict: RunState | None, journal: Journal, pen
         run=run.id,
         recipe=run.recipe_name,
         state=str(verdict) if verdict is not None else str(run.state),
-        pending=[pending_view(a) for a in pending],
+        pending=[pending_view(a, plan, decode_bindings(run.servers_json)) for a in pending],
         errors=errors,
         unknown=unknown,
         together=together_stats(plan, {k: tuple(v) for k, v in journal.times.items()}, states),
@@ -183,8 +183,12 @@ def report(run: Any, plan: Plan, verdict: RunState | None, journal: Journal, pen
     )
 
 
-def pending_view(a: Any) -> PendingApproval:
+def pending_view(a: Any, plan: Plan, bindings: dict) -> PendingApproval:
+    """A waiting question, its card rendered now from its frozen payload (a tampered one
+    shows the refusal instead: ``cards.card_or_refusal``)."""
+    from ..cards import card_or_refusal
+
     return PendingApproval(
-        step=a.step, approval=a.id, fingerprint=a.fingerprint, expires_at=a.expires_at, card=a.card_text,
+        step=a.step, approval=a.id, fingerprint=a.fingerprint, expires_at=a.expires_at, card=card_or_refusal(a, plan, bindings),
         approvers=msgspec.json.decode(a.approvers_json) if a.approvers_json else [],
     )

@@ -3,9 +3,13 @@
 At an approval node the step's arguments are rendered once, its preview
 and check are read, and the payload is frozen and fingerprinted (payload,
 address, node, run, risk verdict, server binding, and what the check saw)
-and stored with the card the person will read; the node then waits. A
-later drive finds the decision in the store. A gate whose branch a quorum
-dropped has its question withdrawn, so nobody can decide it afterwards.
+and stored; the node then waits. A question with no effect of its own freezes
+the outputs it asks about with it (the steps it follows, and those it names),
+so its card shows what the person is asked to judge. Every surface renders the
+card again from the stored payload (``cards.stored_card``); the card text stored
+here is a record of what was shown when it was asked. A later drive finds
+the decision in the store. A gate whose branch a quorum dropped has its
+question withdrawn, so nobody can decide it afterwards.
 """
 
 from __future__ import annotations
@@ -84,7 +88,12 @@ class Gates:
             expires_s = step.expires_s or options.approval_expires_s
             server = ctx.servers.get(step.server)
         else:
+            from ..cards import question_outputs
+
             payload = {"question": question}
+            about = question_outputs(ctx.plan, node, self.journal.outputs)
+            if about:  # what the person is asked to judge is frozen with the question, and shown
+                payload["outputs"] = about
             address = "question"
             expires_s = options.approval_expires_s
             server = None

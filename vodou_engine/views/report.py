@@ -14,6 +14,7 @@ import msgspec
 
 from ..errors import EXIT_DECLINED, EXIT_FAILED, EXIT_OK, EXIT_PARKED
 from ..reports import EffectView, RunReport, RunSummary, RunView, Together
+from ..text_safety import json_text
 from .term import cell, console, json_safe, out, printable, say
 
 EXIT_FOR = {
@@ -277,6 +278,8 @@ def show(view: RunView, *, json_out: bool = False, audit: bool = False, full: bo
         if a.reason:
             line += f", reason: {a.reason}"
         say(line + f"  {a.fingerprint}")
+        if a.state == "pending" and a.card:  # rendered from the frozen payload just now, never the stored text
+            say("\n".join("  " + row for row in a.card.splitlines()))
     for e in view.effects:
         if e.state == "unknown":
             say(
@@ -298,12 +301,12 @@ def _audit(view: RunView) -> None:
         say(f"\neffect {e.step}: {e.state}", style="bold")
         say(decision_line(e))
         if e.card:
-            say("card shown:")
+            say("card (rendered again from the approved payload, checked against its fingerprint):")
             say("\n".join("  " + line for line in e.card.splitlines()))
         say(f"fingerprint: {e.fingerprint}")
         say(f"idempotency key: {e.idempotency_key}")
         say(f"started: {when(e.started_at)}  ended: {when(e.ended_at)}")
-        say("payload: " + _value(e.payload))
+        say("payload: " + json_text(e.payload, indent=None))
         say("result: " + _value(e.result))
         if e.error:
             say(f"error: {e.error}")

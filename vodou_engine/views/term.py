@@ -3,8 +3,9 @@
 Text that came from a server (a tool's error, a result, a card built from
 one) may hold terminal escapes: ``\x1b[2J\x1b[H`` clears the screen and
 could be followed by a fake "run succeeded". Every string printed here goes
-through :func:`printable`, which shows control characters as escapes
-instead of obeying them.
+through :func:`printable`, which shows every character that could hide or
+drive the screen as its marker (``⟨U+001B⟩``, ``text_safety``) instead of
+obeying it; rich's emoji codes and markup are never read in it either.
 
 When stdout is a pipe that closes early (``recipe approve ... | head -1``)
 the run must go on: the first write that finds the pipe gone sends stdout
@@ -15,35 +16,35 @@ the run's.
 from __future__ import annotations
 
 import os
-import re
 import sys
 from typing import Any
 
-# C0 and C1 controls but newline and tab, DEL, and the bidirectional overrides
-# that can make a text read differently from what it is.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-
-
-def _escape(m: re.Match[str]) -> str:
-    c = ord(m[0])
-    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
-
-
-# What JSON leaves as it is but a terminal may obey: DEL, C1 controls, bidirectional overrides.
-_JSON_UNSAFE = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-
+from ..text_safety import hidden_in, shown
 
 def json_safe(text: str) -> str:
-    """JSON text with every character a terminal could obey written as a ``\\uXXXX`` escape
-    (C0 controls are escaped by JSON itself). Such characters only occur inside strings, so
-    the document decodes to the same value."""
-    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m[0]):04x}", text)
+    """JSON text with every character that could hide or drive a terminal (``text_safety``:
+    controls, bidirectional and other format characters, zero-width and tag characters,
+    separators, spaces other than U+0020) written as a ``\\uXXXX`` escape (a surrogate pair
+    beyond the BMP). Such characters only occur inside strings (C0 controls JSON escapes
+    itself), so the document decodes to the same value."""
+    if text.isascii():
+        return text.replace("\x7f", "\\u007f")
+    table = hidden_in(text, keep="\n\t")
+    return text.translate({ord(ch): _json_escape(ch) for ch in table}) if table else text
+
+
+def _json_escape(ch: str) -> str:
+    o = ord(ch)
+    if o < 0x10000:
+        return f"\\u{o:04x}"
+    o -= 0x10000
+    return f"\\u{0xD800 + (o >> 10):04x}\\u{0xDC00 + (o & 0x3FF):04x}"
 
 
 def printable(text: Any) -> str:
-    """``text`` with every control character shown as an escape, not obeyed."""
-    s = text if isinstance(text, str) else str(text)
-    return _CONTROL.sub(_escape, s)
+    """``text`` with every character that could hide or drive the terminal shown as its
+    marker (``⟨U+001B⟩``), not obeyed: the one rendering every surface uses (``text_safety.shown``)."""
+    return shown(text)
 
 
 class _Survivor:
@@ -123,7 +124,7 @@ def console(stderr: bool = False) -> Any:
 
 def say(text: Any, *, style: str | None = None, err: bool = False) -> None:
     """One line (or block) of text that may hold server-supplied words."""
-    console(err).print(printable(text), style=style, markup=False, highlight=False, soft_wrap=True)
+    console(err).print(printable(text), style=style, markup=False, highlight=False, emoji=False, soft_wrap=True)
 
 
 def cell(text: Any) -> Any:

@@ -136,15 +136,7 @@ class Web:
         self.manage_service = manage_service
         self.signer: Signer | None = None
         self.hosts = {h.lower() for h in config.hosts()}
-        self.env = jinja2.Environment(
-            loader=jinja2.PackageLoader("vodou_engine.web", "templates"),
-            autoescape=True,
-            trim_blocks=True,
-            lstrip_blocks=True,
-            finalize=_shown,
-            undefined=jinja2.StrictUndefined,
-        )
-        self.env.globals["csrf_field"] = _csrf_field
+        self.env = templates()
         from importlib.resources import files
 
         self.css = (files("vodou_engine.web") / "static" / "app.css").read_bytes()
@@ -232,6 +224,21 @@ class Web:
         except (UnicodeDecodeError, ValueError):
             return PlainTextResponse("unreadable form\n", status_code=400)
         return {k: v[-1] for k, v in parsed.items()}
+
+
+def templates() -> jinja2.Environment:
+    """The pages' templates: every value escaped for HTML and, before that, made visible
+    (:func:`_shown`), so a page shows what the terminal shows."""
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("vodou_engine.web", "templates"),
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        finalize=_shown,
+        undefined=jinja2.StrictUndefined,
+    )
+    env.globals["csrf_field"] = _csrf_field
+    return env
 
 
 def _shown(value: Any) -> Any:

@@ -9,23 +9,23 @@ words, JSON pretty-printed, bars for the charts).
 from __future__ import annotations
 
 import json
-import re
 import time
 from typing import Any
 
 import msgspec
 
+from ..cards import is_refusal
+from ..text_safety import json_text, shown
+
 MAX_SHOWN = 64 * 1024
 """A step output longer than this (pretty-printed) is cut on the page."""
 
-# Text from servers and runs is shown as it is, except characters that could
-# make it read differently from what it is: controls, bidirectional overrides,
-# zero-width characters. Those are shown as escapes.
-_INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
-
-
 def visible(text: str) -> str:
-    return _INVISIBLE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    """Every string a page prints: characters that could hide or reorder what a person reads
+    (controls, bidirectional and format characters, zero-width and tag characters,
+    separators, spaces other than U+0020) shown as their markers, ``⟨U+200B⟩``, exactly as on
+    the terminal (``text_safety.shown``)."""
+    return shown(text)
 
 
 # --- words for times ------------------------------------------------------------------------------
@@ -83,7 +83,9 @@ def duration(seconds: float | None) -> str:
 
 
 def pretty(value: Any) -> str:
-    text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+    """A value as JSON, rendered as every card renders it (``text_safety.json_text``); a
+    step's output longer than :data:`MAX_SHOWN` is cut, saying so."""
+    text = json_text(value)
     if len(text) > MAX_SHOWN:
         text = text[:MAX_SHOWN] + f"\n… ({len(text) - MAX_SHOWN} more characters; `recipe show RUN --json` has all of it)"
     return text
@@ -148,8 +150,9 @@ def run_page(runs: Any, run_id: str, me: str, now: float) -> dict[str, Any]:
             "decided_by": a.decided_by,
             "decided": clock(a.decided_at),
             "reason": a.reason,
-            "card": a.card,
-            "payload": pretty(a.payload),
+            "card": a.card,  # rendered from the frozen payload just now (Runs.show), never the stored text
+            "refused": is_refusal(a.card),  # its payload no longer matches its fingerprint: no card, no form
+            "payload": json_text(a.payload),  # whole: it is what runs
             "preview": None if preview_json is None else pretty(_decode(preview_json)),
             "check": None if check_json is None else _decode(check_json),
         }
