@@ -41,7 +41,9 @@ def _read(path: str) -> bytes:
         raise RecipeError(
             f"cannot read {path}: {exc.strerror}",
             path=path,
-            hint="give the path of a .recipe file or an actions.json" if not os.path.exists(path) else "check its permissions",
+            hint="give the path of a .recipe file or an actions.json"
+            if not os.path.exists(path)
+            else "check its permissions",
         ) from None
 
 
@@ -116,7 +118,9 @@ def _compile(source, policy: Policy, hints: Mapping[str, Hints | None] | None) -
     return with_fingerprint(plan)
 
 
-def load_plan(data: bytes | str, path: str | None = None, *, policy: Policy | None = None, refresh: bool = False) -> Plan:
+def load_plan(
+    data: bytes | str, path: str | None = None, *, policy: Policy | None = None, refresh: bool = False
+) -> Plan:
     """Decode and verify an actions.json; the fingerprint must match unless refreshing."""
     from ..graph.verify import check
     from ..limits import TooDeep, check_json_depth
@@ -124,7 +128,9 @@ def load_plan(data: bytes | str, path: str | None = None, *, policy: Policy | No
     try:
         check_json_depth(data)
     except TooDeep as exc:
-        raise PlanError(f"not a valid actions.json: {exc}", path=path, hint="compile the recipe again to get a new actions.json") from None
+        raise PlanError(
+            f"not a valid actions.json: {exc}", path=path, hint="compile the recipe again to get a new actions.json"
+        ) from None
     plan = decode_plan(data, path=path)
     try:
         check(plan, policy or Policy(), path=path)

@@ -29,7 +29,9 @@ _WRITE_FROM = re.compile(r"^(?:(?P<prompt>.*?)\s+)?from\s*\{(?P<inputs>[^{}]*)\}
 _STEP_HEAD = re.compile(r"([a-z_][a-z0-9_-]*)[ ]*:[ ]*([^ {]+)[ ]*")
 
 
-def _token(type_: str, value: str, start_pos: int, line: int, column: int, end_line: int, end_column: int, end_pos: int) -> Token:
+def _token(
+    type_: str, value: str, start_pos: int, line: int, column: int, end_line: int, end_column: int, end_pos: int
+) -> Token:
     """``Token(...)``, without the two calls its ``__new__`` makes to get here."""
     token = str.__new__(Token, value)
     token.type = type_
@@ -68,7 +70,7 @@ class Builder(Transformer):
             value = json.loads(tok)
         except ValueError as exc:
             raise self.source.error(
-                f"invalid JSON string: {exc.msg}", token_pos(tok), hint="escape a quote as \\\" and a backslash as \\\\"
+                f"invalid JSON string: {exc.msg}", token_pos(tok), hint='escape a quote as \\" and a backslash as \\\\'
             ) from None
         lone = SURROGATE.search(value)
         if lone:
@@ -88,7 +90,9 @@ class Builder(Transformer):
             value = json.loads(tok)
         except ValueError:  # more digits than Python converts (sys.get_int_max_str_digits)
             raise self.source.error(
-                f"the number {tok[:20]}… ({len(tok)} characters) is too long", token_pos(tok), hint="write a smaller number, or quote it as text"
+                f"the number {tok[:20]}… ({len(tok)} characters) is too long",
+                token_pos(tok),
+                hint="write a smaller number, or quote it as text",
             ) from None
         if value in (float("inf"), float("-inf")):
             raise self.source.error(
@@ -117,7 +121,9 @@ class Builder(Transformer):
         for key, value in children:
             if key in out:
                 raise self.source.error(
-                    f"duplicate key {str(key)!r} in JSON object", key.pos, hint="each key may appear once; remove one of them"
+                    f"duplicate key {str(key)!r} in JSON object",
+                    key.pos,
+                    hint="each key may appear once; remove one of them",
                 )
             out[str(key)] = value
         return out
@@ -129,7 +135,9 @@ class Builder(Transformer):
 
     def input_decl(self, children):
         name, default = children
-        return ast.InputDecl(str(name), default, default is None and len(children) == 2 and children[1] is None, token_pos(name))
+        return ast.InputDecl(
+            str(name), default, default is None and len(children) == 2 and children[1] is None, token_pos(name)
+        )
 
     def inputs(self, children):
         return ("inputs", children, children[0].pos if children else None)
@@ -148,10 +156,14 @@ class Builder(Transformer):
     def _duration(self, tok: Token) -> int:
         n = int(tok[:-1])
         if n <= 0:
-            raise self.source.error("a duration must be more than zero", token_pos(tok), hint="write e.g. 15m, 90s, 2h or 1d")
+            raise self.source.error(
+                "a duration must be more than zero", token_pos(tok), hint="write e.g. 15m, 90s, 2h or 1d"
+            )
         seconds = n * DURATION_UNITS[tok[-1]]
         if seconds > MAX_DURATION:
-            raise self.source.error("a duration longer than 365 days", token_pos(tok), hint="an approval lifetime is at most 365d")
+            raise self.source.error(
+                "a duration longer than 365 days", token_pos(tok), hint="an approval lifetime is at most 365d"
+            )
         return seconds
 
     # --- blocks -------------------------------------------------------------
@@ -188,7 +200,9 @@ class Builder(Transformer):
 
     def need(self, children):
         head, k, n = children
-        return ast.Need(int(k), int(n), ast.Pos(head.line, head.column, n.end_column - head.column if n.end_column else 1))
+        return ast.Need(
+            int(k), int(n), ast.Pos(head.line, head.column, n.end_column - head.column if n.end_column else 1)
+        )
 
     # --- steps ----------------------------------------------------------------
     def tool_call(self, children):
@@ -245,7 +259,9 @@ class Builder(Transformer):
             elif key is None:
                 if value in out:
                     raise self.source.error(
-                        f"duplicate key {str(value)!r} in JSON object", value.pos, hint="each key may appear once; remove one of them"
+                        f"duplicate key {str(value)!r} in JSON object",
+                        value.pos,
+                        hint="each key may appear once; remove one of them",
                     )
                 key = value
             else:
@@ -272,7 +288,9 @@ class Builder(Transformer):
             args, end = None, self.json_flat.match(tok, start).end()
         raw = tok[start:end]
         if args is None or "\\" in raw:
-            json_tok = _token("JSON_FLAT", raw, tok.start_pos + start, line, column + start, line, column + end, tok.start_pos + end)
+            json_tok = _token(
+                "JSON_FLAT", raw, tok.start_pos + start, line, column + start, line, column + end, tok.start_pos + end
+            )
             call = ast.ToolCall(server, tool, self._flat_json(json_tok), addr_pos)
         else:
             call = ast.ToolCall(server, tool, args, addr_pos, (raw, line, column + start))
@@ -342,16 +360,24 @@ class Builder(Transformer):
         (tok,) = children
         seconds = self._duration(tok)
         if seconds > MAX_TIMEOUT:
-            raise self.source.error("a step's timeout is at most 1d", token_pos(tok), hint="write e.g. timeout: 30s or timeout: 5m")
+            raise self.source.error(
+                "a step's timeout is at most 1d", token_pos(tok), hint="write e.g. timeout: 30s or timeout: 5m"
+            )
         return ast.Option("timeout", seconds, token_pos(tok))
 
     def retries(self, children):
         (tok,) = children
         n = int(tok)
         if not 1 <= n <= MAX_RETRIES:
-            raise self.source.error(f"retries must be from 1 to {MAX_RETRIES}", token_pos(tok), hint="write e.g. retries: 2 (tried again twice, after a pause that doubles each time)")
+            raise self.source.error(
+                f"retries must be from 1 to {MAX_RETRIES}",
+                token_pos(tok),
+                hint="write e.g. retries: 2 (tried again twice, after a pause that doubles each time)",
+            )
         keyword = self.source.line(tok.line).find("retries")  # the option's own word, for the caret
-        return ast.Option("retries", n, ast.Pos(tok.line, keyword + 1, len("retries")) if keyword >= 0 else token_pos(tok))
+        return ast.Option(
+            "retries", n, ast.Pos(tok.line, keyword + 1, len("retries")) if keyword >= 0 else token_pos(tok)
+        )
 
     def without_asking(self, children):
         (tok,) = children

@@ -234,5 +234,8 @@ class BadDedent(Exception):
 # with one that matches wherever it does (its first token), so the lexer
 # always has something to take instead.
 _VETO = {
-    "JSON_LINE": (lambda text: text.count("{") + text.count("[") <= MAX_DEPTH and plain_json(text) is not None, "LBRACE"),
+    "JSON_LINE": (
+        lambda text: text.count("{") + text.count("[") <= MAX_DEPTH and plain_json(text) is not None,
+        "LBRACE",
+    ),
 }

@@ -128,7 +128,11 @@ class Lowerer:
             )
         theirs = info.path
         depth = 0
-        while depth < min(len(theirs), len(here)) and theirs[depth].uid == here[depth].uid and theirs[depth].index == here[depth].index:
+        while (
+            depth < min(len(theirs), len(here))
+            and theirs[depth].uid == here[depth].uid
+            and theirs[depth].index == here[depth].index
+        ):
             depth += 1
         a, b = theirs[depth], here[depth]
         if self.block_kind[a.uid] == "together":
@@ -215,10 +219,17 @@ class Lowerer:
             follow = items[i + 1] if i + 1 < len(items) else None
             if isinstance(item, ast.Block) and item.kind == "together":
                 after = follow.items[0] if isinstance(follow, ast.Block) and follow.kind == "then" else None
-                needs = self._together(item, needs, path + (_Frame(uid, index),), after if isinstance(after, ast.Need) else None)
+                needs = self._together(
+                    item, needs, path + (_Frame(uid, index),), after if isinstance(after, ast.Need) else None
+                )
             elif isinstance(item, ast.Block):
                 body = item.items
-                consumed = isinstance(body[0], ast.Need) and i > 0 and isinstance(items[i - 1], ast.Block) and items[i - 1].kind == "together"
+                consumed = (
+                    isinstance(body[0], ast.Need)
+                    and i > 0
+                    and isinstance(items[i - 1], ast.Block)
+                    and items[i - 1].kind == "together"
+                )
                 if consumed:
                     body = body[1:]
                     if not body:
@@ -246,7 +257,9 @@ class Lowerer:
         need = inner[0] if inner else need_after
         n = len(items)
         if not items:
-            raise self.error("this together has no steps", need.pos if need else block.pos, hint="indent its steps under it")
+            raise self.error(
+                "this together has no steps", need.pos if need else block.pos, hint="indent its steps under it"
+            )
         if need is not None:
             if need.n != n:
                 raise self.error(
@@ -256,7 +269,9 @@ class Lowerer:
                 )
             if not 1 <= need.k <= need.n:
                 raise self.error(
-                    f"`need: {need.k} of {need.n}` cannot be met" if need.k > need.n else f"`need: 0 of {need.n}` would wait for nothing",
+                    f"`need: {need.k} of {need.n}` cannot be met"
+                    if need.k > need.n
+                    else f"`need: 0 of {need.n}` would wait for nothing",
                     need.pos,
                     hint=f"K must be between 1 and {n}",
                 )
@@ -419,7 +434,11 @@ def _raw_column(raw: str, offset: int) -> int | None:
             i += 1
         elif raw[i + 1] != "u":
             i += 2
-        elif 0xD800 <= int(raw[i + 2 : i + 6], 16) < 0xDC00 and 0xDC00 <= int(raw[i + 8 : i + 12] or "0", 16) < 0xE000 and raw[i + 6 : i + 8] == "\\u":
+        elif (
+            0xD800 <= int(raw[i + 2 : i + 6], 16) < 0xDC00
+            and 0xDC00 <= int(raw[i + 8 : i + 12] or "0", 16) < 0xE000
+            and raw[i + 6 : i + 8] == "\\u"
+        ):
             i += 12  # a surrogate pair decodes to one character
         else:
             i += 6

@@ -10,7 +10,25 @@ from __future__ import annotations
 import re
 
 RESERVED = frozenset(
-    {"recipe", "inputs", "approval", "approvers", "together", "then", "ask", "need", "expires", "timeout", "retries", "of", "true", "false", "null", "write", "model"}
+    {
+        "recipe",
+        "inputs",
+        "approval",
+        "approvers",
+        "together",
+        "then",
+        "ask",
+        "need",
+        "expires",
+        "timeout",
+        "retries",
+        "of",
+        "true",
+        "false",
+        "null",
+        "write",
+        "model",
+    }
     | {"preview", "check"}  # step options: an option left unindented must not become a step
 )
 

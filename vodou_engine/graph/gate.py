@@ -19,9 +19,7 @@ from ..policy import Hints, Policy
 ErrorAt = Callable[[str, "Where | None", str], RecipeError]
 
 
-def assess_tools(
-    nodes: list, policy: Policy, hints: Mapping[str, Hints | None] | None, error_at: ErrorAt
-) -> list:
+def assess_tools(nodes: list, policy: Policy, hints: Mapping[str, Hints | None] | None, error_at: ErrorAt) -> list:
     """Give every tool call its risk; refuse effectful previews/checks and unsafe opt-outs."""
     hints = hints or {}
     verdicts: dict[tuple[str, str], tuple] = {}  # without hints: a recipe calls the same few tools many times
@@ -36,7 +34,9 @@ def assess_tools(
                 risk, source = verdict
             else:
                 risk, source = policy.assess(node.server, node.tool, hint)
-            preview = _read_only(node.preview, "preview", node, policy, hints, error_at) if node.preview is not None else None
+            preview = (
+                _read_only(node.preview, "preview", node, policy, hints, error_at) if node.preview is not None else None
+            )
             check = _read_only(node.check, "check", node, policy, hints, error_at) if node.check is not None else None
             if node.retries and risk != "read":
                 raise error_at(
@@ -55,7 +55,9 @@ def assess_tools(
     return out
 
 
-def _read_only(ref: ToolRef | None, what: str, node: ToolNode, policy: Policy, hints, error_at: ErrorAt) -> ToolRef | None:
+def _read_only(
+    ref: ToolRef | None, what: str, node: ToolNode, policy: Policy, hints, error_at: ErrorAt
+) -> ToolRef | None:
     if ref is None:
         return None
     risk, source = policy.assess(ref.server, ref.tool, hints.get(ref.address))
@@ -80,7 +82,9 @@ def insert_approvals(nodes: list) -> list:
         if isinstance(n, ToolNode) and n.effectful and not n.without_asking and len(n.needs) == 1:
             q = by_id.get(n.needs[0])
             if isinstance(q, QuestionNode) and users.get(q.id) == 1:
-                converted[q.id] = ApprovalNode(id=f"approve:{n.id}", step=n.id, needs=list(q.needs), question=q.text, where=q.where)
+                converted[q.id] = ApprovalNode(
+                    id=f"approve:{n.id}", step=n.id, needs=list(q.needs), question=q.text, where=q.where
+                )
     out = []
     gate_of: dict[str, str] = {}  # effect step -> its approval node
     for n in nodes:

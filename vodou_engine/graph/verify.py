@@ -33,7 +33,9 @@ ROOT = "⊤"
 
 def _err(cls, message: str, node=None, hint: str | None = None, path: str | None = None):
     where = getattr(node, "where", None)
-    return cls(message, path=path, line=where.line if where else None, column=where.column if where else None, hint=hint)
+    return cls(
+        message, path=path, line=where.line if where else None, column=where.column if where else None, hint=hint
+    )
 
 
 def _index(plan: Plan, path: str | None) -> dict[str, object]:
@@ -45,7 +47,13 @@ def _index(plan: Plan, path: str | None) -> dict[str, object]:
     for node in plan.nodes:
         for need in node.needs:
             if need not in index:
-                raise _err(PlanError, f"`{node.id}` needs `{need}`, which is not in the plan", node, "recompile the recipe", path)
+                raise _err(
+                    PlanError,
+                    f"`{node.id}` needs `{need}`, which is not in the plan",
+                    node,
+                    "recompile the recipe",
+                    path,
+                )
     return index
 
 
@@ -79,7 +87,9 @@ def verify(plan: Plan, policy: Policy | None = None, *, path: str | None = None)
     return g
 
 
-def _check(plan: Plan, index: dict[str, object], graph: Callable[[], nx.DiGraph], policy: Policy | None, path: str | None) -> None:
+def _check(
+    plan: Plan, index: dict[str, object], graph: Callable[[], nx.DiGraph], policy: Policy | None, path: str | None
+) -> None:
     # Acyclic: the compiler emits nodes in an order where needs come first;
     # checking that is linear. Only a hand-made order needs the full search.
     seen: set[str] = set()
@@ -114,18 +124,42 @@ def _check(plan: Plan, index: dict[str, object], graph: Callable[[], nx.DiGraph]
                 path,
             )
         if len(node.members) != node.of:
-            raise _err(PlanError, f"join `{node.id}` lists members for {len(node.members)} of {node.of} items", node, "recompile the recipe", path)
+            raise _err(
+                PlanError,
+                f"join `{node.id}` lists members for {len(node.members)} of {node.of} items",
+                node,
+                "recompile the recipe",
+                path,
+            )
         for item, exit_node in zip(node.members, node.needs):
             for member in item:
                 if member not in index:
-                    raise _err(PlanError, f"join `{node.id}` lists `{member}` as a member, which is not in the plan", node, "recompile the recipe", path)
+                    raise _err(
+                        PlanError,
+                        f"join `{node.id}` lists `{member}` as a member, which is not in the plan",
+                        node,
+                        "recompile the recipe",
+                        path,
+                    )
             if exit_node not in item:
-                raise _err(PlanError, f"join `{node.id}` waits for `{exit_node}`, which is not among that item's members", node, "recompile the recipe", path)
+                raise _err(
+                    PlanError,
+                    f"join `{node.id}` waits for `{exit_node}`, which is not among that item's members",
+                    node,
+                    "recompile the recipe",
+                    path,
+                )
     gates: dict[str, list[ApprovalNode]] = {}
     for node in approvals:
         target = index.get(node.step)
         if not isinstance(target, ToolNode):
-            raise _err(PlanError, f"approval `{node.id}` guards `{node.step}`, which is not a tool step", node, "recompile the recipe", path)
+            raise _err(
+                PlanError,
+                f"approval `{node.id}` guards `{node.step}`, which is not a tool step",
+                node,
+                "recompile the recipe",
+                path,
+            )
         gates.setdefault(node.step, []).append(node)
     # A quorum drops an item whole: an approval must be dropped with the step it guards,
     # or a question could stay open (and be approved) for a step that will never run.
@@ -211,7 +245,11 @@ def _check(plan: Plan, index: dict[str, object], graph: Callable[[], nx.DiGraph]
                     "recompile the recipe",
                     path,
                 )
-            if node.without_asking and node.risk == "critical" and not policy.allows_without_asking(node.server, node.tool):
+            if (
+                node.without_asking
+                and node.risk == "critical"
+                and not policy.allows_without_asking(node.server, node.tool)
+            ):
                 raise _err(
                     UnguardedEffectError,
                     f"step `{node.id}` runs a critical tool without asking, which the policy does not allow",
