@@ -9,12 +9,16 @@ from __future__ import annotations
 import gc
 import hashlib
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING
 
 from ..errors import PlanEditedError, PlanError, RecipeError
 from ..plan import FORMAT, Plan, RecipeInfo, Where, compute_fingerprint, decode_plan, with_fingerprint
 from ..policy import Hints, Policy
+
+if TYPE_CHECKING:
+    from .source import Source
 
 __all__ = ["compile_recipe", "load_plan", "load_source", "read_recipe_file"]
 
@@ -91,7 +95,7 @@ def compile_recipe(
             gc.enable()
 
 
-def _compile(source, policy: Policy, hints: Mapping[str, Hints | None] | None) -> Plan:
+def _compile(source: Source, policy: Policy, hints: Mapping[str, Hints | None] | None) -> Plan:
     from ..graph.gate import assess_tools, insert_approvals
     from ..graph.verify import check
     from .lower import Lowerer

@@ -8,7 +8,7 @@ first, each gets its own message and caret.
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
 from . import ast
 from .literals import SURROGATE
@@ -79,19 +79,19 @@ def precheck(source: Source) -> None:
             ast.Pos(line, col),
             hint="replace each tab with spaces (two per level is the house style)",
         )
-    if not text.strip() or all(not l.strip() or l.lstrip().startswith("#") for l in _lines(text)):
+    if not text.strip() or all(not ln.strip() or ln.lstrip().startswith("#") for ln in _lines(text)):
         raise source.error(
             "the recipe is empty: it has no steps",
             ast.Pos(1, 1),
             hint='add a step, e.g. `now: time.get_current_time {"timezone": "UTC"}`',
         )
-    for n, line in enumerate(_lines(text), 1):
-        stripped = line.lstrip(" ")
+    for n, line_text in enumerate(_lines(text), 1):
+        stripped = line_text.lstrip(" ")
         if stripped and not stripped.startswith("#"):
-            if len(stripped) != len(line):
+            if len(stripped) != len(line_text):
                 raise source.error(
                     "the first line of a recipe cannot be indented",
-                    ast.Pos(n, 1, len(line) - len(stripped)),
+                    ast.Pos(n, 1, len(line_text) - len(stripped)),
                     hint="start top-level steps and blocks at column 1",
                 )
             break

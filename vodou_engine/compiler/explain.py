@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from typing import Any
 
 from lark import Token
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
@@ -19,7 +20,7 @@ from ..errors import RecipeError
 from ..limits import MAX_DEPTH
 from . import ast
 from .lexer import SHORTCUTS, BadDedent, TooDeep
-from .source import Source, token_pos
+from .source import Source, token_end, token_pos
 from .words import NAME, RESERVED
 
 
@@ -37,10 +38,7 @@ def unclosed(source: Source, tok: Token, before: int | None = None) -> RecipeErr
 def too_deep(source: Source, exc: TooDeep) -> RecipeError:
     """JSON nested too deep points at the bracket; blocks, at the line that opens one too many."""
     tok = exc.token
-    if exc.what == "JSON":
-        pos = token_pos(tok)
-    else:
-        pos = ast.Pos(tok.end_line or tok.line, tok.end_column or tok.column)
+    pos = token_pos(tok) if exc.what == "JSON" else token_end(tok)
     return source.error(
         f"{exc.what} nested more than {MAX_DEPTH} levels deep", pos, hint=f"flatten it: at most {MAX_DEPTH} levels"
     )
@@ -48,7 +46,7 @@ def too_deep(source: Source, exc: TooDeep) -> RecipeError:
 
 def bad_dedent(source: Source, exc: BadDedent) -> RecipeError:
     """A line that goes back to no indentation a block around it has."""
-    line = exc.token.line + exc.token.count("\n")
+    line = token_pos(exc.token).line + exc.token.count("\n")
     return source.error(
         f"this line is indented {exc.indent} spaces, which matches no enclosing block",
         ast.Pos(line, 1, max(1, exc.indent)),
@@ -88,6 +86,7 @@ _OPTIONS = {"PREVIEW", "CHECK", "EXPIRES", "TIMEOUT", "RETRIES", "WITHOUT_ASKING
 _JSON_START = {"STRING", "SIGNED_NUMBER", "LBRACE", "JSON_FLAT", "LSQB", "TRUE", "FALSE", "NULL"}
 _STEP_LINE = re.compile(r"[ ]*([a-z_][a-z0-9_-]*)[ ]*:")
 _ACTION = re.compile(r"[A-Za-z0-9_-]+\.|write\b")
+_TAIL = re.compile(r"[^ ]*$")  # the text since the last space
 
 
 def _expected_of(exc: UnexpectedInput) -> set[str]:
@@ -96,7 +95,7 @@ def _expected_of(exc: UnexpectedInput) -> set[str]:
     The contextual lexer reports only the terminals it can lex in that state,
     which leaves out _INDENT and _DEDENT; the parse table knows them.
     """
-    state = getattr(exc, "state", None)
+    state: Any = getattr(exc, "state", None)  # lark's parser state, where it has one
     try:
         expected = {t for t in state.parse_conf.parse_table.states[state.position] if t.isupper()}
     except (AttributeError, KeyError, TypeError):
@@ -123,7 +122,7 @@ def syntax_error(source: Source, exc: UnexpectedInput, opened: list[Token] | Non
             return source.error("the recipe ends in the middle of a step", header, hint="finish the last line")
         if tok.type in ("_INDENT", "_DEDENT"):
             # these borrow the newline's position; the line they open starts at its end
-            pos = ast.Pos(tok.end_line or tok.line, tok.end_column or tok.column)
+            pos = token_end(tok)
             return _explain(
                 source, expected, "indentation" if tok.type == "_INDENT" else "end of block", tok.type, pos, "", opened
             )
@@ -173,7 +172,7 @@ def _explain(
     step_line = _STEP_LINE.match(line_text)
 
     # A bracket left open on an earlier line swallows the next step.
-    if opened and opened[-1].line < pos.line and pos.column == indent + 1 and step_line:
+    if opened and token_pos(opened[-1]).line < pos.line and pos.column == indent + 1 and step_line:
         return unclosed(source, opened[-1], pos.line)
     if got_type == "_INDENT":
         return source.error(
@@ -206,12 +205,11 @@ def _explain(
             "a next step goes at the step's own indentation",
         )
     option = re.match(r"([ ]*)(preview|check|expires|timeout|retries|without[ ]+asking|don't[ ]+ask)\b", line_text)
-    misplaced = option and (
+    if option and (
         pos.column == len(option.group(1)) + 1
         or "WRITE_TEXT" in expected
         or ("COLON" in expected and option.group(2)[0] in "wd")
-    )
-    if misplaced:
+    ):  # a step option where no tool step is above it
         return source.error(
             f"`{option.group(2)}` is a step option, but no tool step is right above it",
             ast.Pos(pos.line, len(option.group(1)) + 1, len(option.group(2))),
@@ -341,7 +339,9 @@ def _explain(
             pos,
             hint="a step name is lower case ([a-z_][a-z0-9_-]*), then `:`; blocks start with `together:`, `then:` or `ask me:`",
         )
-    glued = re.compile(r"[^ ]*$").search(line_text, 0, pos.column - 1).group() + word
+    tail = _TAIL.search(line_text, 0, pos.column - 1)
+    assert tail is not None, "it matches, if only the empty string"
+    glued = tail.group() + word
     if step_line and "." in glued and pos.column > 1 and line_text[pos.column - 2] != " " and "_NL" in expected:
         return source.error(
             f"`{glued}` is not a tool address",
@@ -361,7 +361,15 @@ def _explain(
 
 
 def _explain_json(
-    source: Source, expected, got, got_type, pos: ast.Pos, text: str, word: str, wpos: ast.Pos, opened: list[Token]
+    source: Source,
+    expected: set[str],
+    got: str,
+    got_type: str,
+    pos: ast.Pos,
+    text: str,
+    word: str,
+    wpos: ast.Pos,
+    opened: list[Token],
 ) -> RecipeError:
     line_text = source.line(pos.line)
     before = line_text[: pos.column - 1].rstrip(" ")
