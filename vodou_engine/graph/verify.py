@@ -18,11 +18,12 @@ checks together, so the compiler only checks too.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from ..errors import PlanError, UnguardedEffectError
-from ..plan import ApprovalNode, JoinNode, Plan, ToolNode
+from ..plan import ApprovalNode, JoinNode, Node, Plan, Risk, ToolNode
 from ..policy import Policy, at_least
 
 if TYPE_CHECKING:
@@ -31,8 +32,10 @@ if TYPE_CHECKING:
 ROOT = "⊤"
 
 
-def _err(cls, message: str, node=None, hint: str | None = None, path: str | None = None):
-    where = getattr(node, "where", None)
+def _err(
+    cls: type[PlanError], message: str, node: Node | None = None, hint: str | None = None, path: str | None = None
+) -> PlanError:
+    where = node.where if node is not None else None
     return cls(
         message, path=path, line=where.line if where else None, column=where.column if where else None, hint=hint
     )
@@ -131,7 +134,7 @@ def _check(
                 "recompile the recipe",
                 path,
             )
-        for item, exit_node in zip(node.members, node.needs):
+        for item, exit_node in zip(node.members, node.needs, strict=True):  # both have `of` items, checked above
             for member in item:
                 if member not in index:
                     raise _err(
@@ -191,28 +194,28 @@ def _check(
                 "recompile the recipe: the compiler puts one approval before every effect",
                 path,
             )
-        gate = mine[0].id
-        if node.needs == [gate]:
+        gate_id = mine[0].id
+        if node.needs == [gate_id]:
             continue  # its only way in is the gate: dominated by definition
         if idom is None:
             import networkx as nx
 
             idom = nx.immediate_dominators(graph(), ROOT)
         dom = node.id
-        while dom != ROOT and dom != gate:
+        while dom != ROOT and dom != gate_id:
             dom = idom[dom]
-        if dom != gate:
+        if dom != gate_id:
             raise _err(
                 UnguardedEffectError,
-                f"step `{node.id}` ({node.address}) can be reached without passing its approval `{gate}`",
+                f"step `{node.id}` ({node.address}) can be reached without passing its approval `{gate_id}`",
                 node,
                 "recompile the recipe: an effect's only way in is through its own approval",
                 path,
             )
     if policy is not None:
-        floors: dict[tuple[str, str], str] = {}  # a plan calls the same few tools many times
+        floors: dict[tuple[str, str], Risk] = {}  # a plan calls the same few tools many times
 
-        def floor_of(server: str, tool: str) -> str:
+        def floor_of(server: str, tool: str) -> Risk:
             floor = floors.get((server, tool))
             if floor is None:
                 floor = floors[server, tool] = policy.floor(server, tool)
