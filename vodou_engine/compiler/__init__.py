@@ -9,12 +9,16 @@ from __future__ import annotations
 import gc
 import hashlib
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING
 
 from ..errors import PlanEditedError, PlanError, RecipeError
 from ..plan import FORMAT, Plan, RecipeInfo, Where, compute_fingerprint, decode_plan, with_fingerprint
 from ..policy import Hints, Policy
+
+if TYPE_CHECKING:
+    from .source import Source
 
 __all__ = ["compile_recipe", "load_plan", "load_source", "read_recipe_file"]
 
@@ -41,7 +45,9 @@ def _read(path: str) -> bytes:
         raise RecipeError(
             f"cannot read {path}: {exc.strerror}",
             path=path,
-            hint="give the path of a .recipe file or an actions.json" if not os.path.exists(path) else "check its permissions",
+            hint="give the path of a .recipe file or an actions.json"
+            if not os.path.exists(path)
+            else "check its permissions",
         ) from None
 
 
@@ -89,7 +95,7 @@ def compile_recipe(
             gc.enable()
 
 
-def _compile(source, policy: Policy, hints: Mapping[str, Hints | None] | None) -> Plan:
+def _compile(source: Source, policy: Policy, hints: Mapping[str, Hints | None] | None) -> Plan:
     from ..graph.gate import assess_tools, insert_approvals
     from ..graph.verify import check
     from .lower import Lowerer
@@ -116,7 +122,9 @@ def _compile(source, policy: Policy, hints: Mapping[str, Hints | None] | None) -
     return with_fingerprint(plan)
 
 
-def load_plan(data: bytes | str, path: str | None = None, *, policy: Policy | None = None, refresh: bool = False) -> Plan:
+def load_plan(
+    data: bytes | str, path: str | None = None, *, policy: Policy | None = None, refresh: bool = False
+) -> Plan:
     """Decode and verify an actions.json; the fingerprint must match unless refreshing."""
     from ..graph.verify import check
     from ..limits import TooDeep, check_json_depth
@@ -124,7 +132,9 @@ def load_plan(data: bytes | str, path: str | None = None, *, policy: Policy | No
     try:
         check_json_depth(data)
     except TooDeep as exc:
-        raise PlanError(f"not a valid actions.json: {exc}", path=path, hint="compile the recipe again to get a new actions.json") from None
+        raise PlanError(
+            f"not a valid actions.json: {exc}", path=path, hint="compile the recipe again to get a new actions.json"
+        ) from None
     plan = decode_plan(data, path=path)
     try:
         check(plan, policy or Policy(), path=path)

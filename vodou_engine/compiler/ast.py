@@ -38,7 +38,7 @@ class ToolCall:
     tool: str
     args: dict[str, Any]
     pos: Pos
-    flat: Any = None
+    flat: tuple[str, int, int] | None = None
 
 
 @dataclass(slots=True)

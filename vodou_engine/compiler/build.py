@@ -27,7 +27,9 @@ _WRITE_FROM = re.compile(r"^(?:(?P<prompt>.*?)\s+)?from\s*\{(?P<inputs>[^{}]*)\}
 _STEP_HEAD = re.compile(r"([a-z_][a-z0-9_-]*)[ ]*:[ ]*([^ {]+)[ ]*")
 
 
-def _token(type_: str, value: str, start_pos: int, line: int, column: int, end_line: int, end_column: int, end_pos: int) -> Token:
+def _token(
+    type_: str, value: str, start_pos: int, line: int, column: int, end_line: int, end_column: int, end_pos: int
+) -> Token:
     """``Token(...)``, without the two calls its ``__new__`` makes to get here."""
     token = str.__new__(Token, value)
     token.type = type_
@@ -41,19 +43,30 @@ def _token(type_: str, value: str, start_pos: int, line: int, column: int, end_l
     return token
 
 
-class _Seq(list):
+class _Seq(list[Any]):
     """A statement or item list being built by a left-recursive rule."""
 
 
-class Builder(Transformer):
-    """Builds the syntax tree while LALR parses (embedded transformer)."""
+_Header = tuple[str, Any, ast.Pos]
+"""A header line (title, inputs, approval expires, model, approvers): its kind, value and place."""
+
+
+class Builder(Transformer[Token, ast.Recipe]):
+    """Builds the syntax tree while LALR parses (embedded transformer).
+
+    Each method takes the children lark reduced for its rule of grammar.lark
+    (tokens, or what the methods of the rules below it returned).
+    """
+
+    json_flat: re.Pattern[str]
+    """The JSON_FLAT terminal's pattern, from the grammar, set when the parser is built (parser.py)."""
 
     def __init__(self, source: Source):
         super().__init__()
         self.source = source
 
     # --- JSON -------------------------------------------------------------
-    def json_string(self, children):
+    def json_string(self, children: list[Token]) -> ast.JStr:
         (tok,) = children
         if "\\" not in tok:
             # Nothing to decode: the text between the quotes is the value (a
@@ -64,9 +77,9 @@ class Builder(Transformer):
             return s
         try:
             value = json.loads(tok)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             raise self.source.error(
-                f"invalid JSON string: {exc.msg}", token_pos(tok), hint="escape a quote as \\\" and a backslash as \\\\"
+                f"invalid JSON string: {exc.msg}", token_pos(tok), hint='escape a quote as \\" and a backslash as \\\\'
             ) from None
         lone = SURROGATE.search(value)
         if lone:
@@ -80,13 +93,15 @@ class Builder(Transformer):
         s.raw = str(tok)
         return s
 
-    def json_number(self, children):
+    def json_number(self, children: list[Token]) -> int | float:
         (tok,) = children
         try:
-            value = json.loads(tok)
+            value: int | float = json.loads(tok)
         except ValueError:  # more digits than Python converts (sys.get_int_max_str_digits)
             raise self.source.error(
-                f"the number {tok[:20]}… ({len(tok)} characters) is too long", token_pos(tok), hint="write a smaller number, or quote it as text"
+                f"the number {tok[:20]}… ({len(tok)} characters) is too long",
+                token_pos(tok),
+                hint="write a smaller number, or quote it as text",
             ) from None
         if value in (float("inf"), float("-inf")):
             raise self.source.error(
@@ -94,67 +109,75 @@ class Builder(Transformer):
             )
         return value
 
-    def json_true(self, _):
+    def json_true(self, _: list[Token]) -> bool:
         return True
 
-    def json_false(self, _):
+    def json_false(self, _: list[Token]) -> bool:
         return False
 
-    def json_null(self, _):
+    def json_null(self, _: list[Token]) -> None:
         return None
 
-    def json_array(self, children):
+    def json_array(self, children: list[Any]) -> list[Any]:
         return list(children)
 
-    def json_pair(self, children):
+    def json_pair(self, children: list[Any]) -> tuple[ast.JStr, Any]:
         key, value = children
         return self.json_string([key]), value
 
-    def json_object(self, children):
+    def json_object(self, children: list[tuple[ast.JStr, Any]]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for key, value in children:
             if key in out:
                 raise self.source.error(
-                    f"duplicate key {str(key)!r} in JSON object", key.pos, hint="each key may appear once; remove one of them"
+                    f"duplicate key {str(key)!r} in JSON object",
+                    key.pos,
+                    hint="each key may appear once; remove one of them",
                 )
             out[str(key)] = value
         return out
 
     # --- header -----------------------------------------------------------
-    def title(self, children):
+    def title(self, children: list[Token]) -> _Header:
         (tok,) = children
         return ("title", str.__str__(self.json_string([tok])), token_pos(tok))
 
-    def input_decl(self, children):
+    def input_decl(self, children: list[Any]) -> ast.InputDecl:
         name, default = children
-        return ast.InputDecl(str(name), default, default is None and len(children) == 2 and children[1] is None, token_pos(name))
+        return ast.InputDecl(
+            str(name), default, default is None and len(children) == 2 and children[1] is None, token_pos(name)
+        )
 
-    def inputs(self, children):
-        return ("inputs", children, children[0].pos if children else None)
+    def inputs(self, children: list[ast.InputDecl]) -> _Header:
+        return ("inputs", children, children[0].pos)  # `input_decl+`: there is a first
 
-    def recipe_expires(self, children):
+    def recipe_expires(self, children: list[Token]) -> _Header:
         (tok,) = children
         return ("expires", self._duration(tok), token_pos(tok))
 
-    def recipe_model(self, children):
+    def recipe_model(self, children: list[Token]) -> _Header:
         (tok,) = children
         return ("model", str(tok), token_pos(tok))
 
-    def approvers(self, children):
+    def approvers(self, children: list[Token]) -> _Header:
         return ("approvers", [str(c) for c in children], token_pos(children[0]))
 
     def _duration(self, tok: Token) -> int:
         n = int(tok[:-1])
         if n <= 0:
-            raise self.source.error("a duration must be more than zero", token_pos(tok), hint="write e.g. 15m, 90s, 2h or 1d")
+            raise self.source.error(
+                "a duration must be more than zero", token_pos(tok), hint="write e.g. 15m, 90s, 2h or 1d"
+            )
         seconds = n * DURATION_UNITS[tok[-1]]
         if seconds > MAX_DURATION:
-            raise self.source.error("a duration longer than 365 days", token_pos(tok), hint="an approval lifetime is at most 365d")
+            raise self.source.error(
+                "a duration longer than 365 days", token_pos(tok), hint="an approval lifetime is at most 365d"
+            )
         return seconds
 
     # --- blocks -------------------------------------------------------------
     @staticmethod
-    def _append(children):
+    def _append(children: list[Any]) -> _Seq:
         if len(children) == 2 and type(children[0]) is _Seq:
             children[0].append(children[1])
             return children[0]
@@ -162,48 +185,49 @@ class Builder(Transformer):
 
     stmts = items = _append  # called once per item: no method in between
 
-    def together(self, children):
+    def together(self, children: list[Any]) -> ast.Block:
         name, items = children
         return self._block("together", name, list(items))
 
-    def then(self, children):
+    def then(self, children: list[Any]) -> ast.Block:
         name, items = children
         return self._block("then", name, list(items))
 
-    def _block(self, kind, name, items):
-        first = items[0]
-        pos = getattr(first, "pos", None)
+    def _block(self, kind: str, name: Token | None, items: list[Any]) -> ast.Block:
+        pos: ast.Pos = items[0].pos  # every kind of item (a step, a block, ask, need) has its place
         return ast.Block(kind, str(name) if name else None, items, pos, token_pos(name) if name else None)
 
-    def question(self, children):
+    def question(self, children: list[Token]) -> tuple[str, ast.Pos]:
         (tok,) = children
         text = tok[1:].strip()
-        return (text, ast.Pos(tok.line, tok.column, len(tok)))
+        return (text, token_pos(tok))  # a QUESTION is never empty: the caret is as wide as the token
 
-    def ask(self, children):
+    def ask(self, children: list[Any]) -> ast.Ask:
         head, *questions = children
         return ast.Ask(questions, token_pos(head))
 
-    def need(self, children):
+    def need(self, children: list[Token]) -> ast.Need:
         head, k, n = children
-        return ast.Need(int(k), int(n), ast.Pos(head.line, head.column, n.end_column - head.column if n.end_column else 1))
+        at = token_pos(head)
+        return ast.Need(int(k), int(n), ast.Pos(at.line, at.column, n.end_column - at.column if n.end_column else 1))
 
     # --- steps ----------------------------------------------------------------
-    def tool_call(self, children):
+    def tool_call(self, children: list[Any]) -> ast.ToolCall:
         addr, args = children
         server, tool = str(addr).split(".", 1)
         flat = None
         if args is None:
             args = {}
         elif isinstance(args, Token):  # JSON_FLAT or JSON_LINE (which the lexer made sure decodes)
-            flat = plain_json(str(args))
-            if flat is None:
+            plain = plain_json(str(args))
+            if plain is None:
                 args = self._flat_json(args)
             else:
-                args, flat = flat, (str(args), args.line, args.column)
+                at = token_pos(args)
+                args, flat = plain, (str(args), at.line, at.column)
         return ast.ToolCall(server, tool, args, token_pos(addr), flat)
 
-    def _flat_json(self, tok: Token) -> dict:
+    def _flat_json(self, tok: Token) -> dict[str, Any]:
         """Build a one-line JSON object from its token, through the same handlers.
 
         The JSON_FLAT regex has already checked the shape (an object of
@@ -212,9 +236,11 @@ class Builder(Transformer):
         ``json_number`` so errors and positions match the general rules.
         """
         raw = str(tok)
+        at = token_pos(tok)
         out: dict[str, Any] = {}
-        key = None
-        array: list | None = None
+        key: str | None = None
+        array: list[Any] | None = None
+        value: Any  # a JSON string (with its place) or scalar
         for m in FLAT_PART.finditer(raw):
             part = m.group()
             if part in "{}:,":
@@ -223,27 +249,30 @@ class Builder(Transformer):
                 array = []
                 continue
             if part == "]":
+                assert key is not None, "JSON_FLAT: an array is only ever a value"
                 out[key] = array
                 key, array = None, None
                 continue
             if part[0] == '"' and "\\" not in part:
                 value = ast.JStr(part[1:-1])  # no escapes: the text is the value
-                value.pos = ast.Pos(tok.line, tok.column + m.start(), len(part))
+                value.pos = ast.Pos(at.line, at.column + m.start(), len(part))
                 value.raw = part
             elif part[0] == '"':
-                value = self.json_string([Token("STRING", part, line=tok.line, column=tok.column + m.start())])
+                value = self.json_string([Token("STRING", part, line=at.line, column=at.column + m.start())])
             elif part.isdigit() and len(part) <= MAX_PLAIN_DIGITS:
                 value = int(part)
             elif part in LITERALS:
                 value = LITERALS[part]
             else:
-                value = self.json_number([Token("SIGNED_NUMBER", part, line=tok.line, column=tok.column + m.start())])
+                value = self.json_number([Token("SIGNED_NUMBER", part, line=at.line, column=at.column + m.start())])
             if array is not None:
                 array.append(value)
             elif key is None:
                 if value in out:
                     raise self.source.error(
-                        f"duplicate key {str(value)!r} in JSON object", value.pos, hint="each key may appear once; remove one of them"
+                        f"duplicate key {str(value)!r} in JSON object",
+                        value.pos,
+                        hint="each key may appear once; remove one of them",
                     )
                 key = value
             else:
@@ -251,7 +280,7 @@ class Builder(Transformer):
                 key = None
         return out
 
-    def STEP_NL(self, tok):
+    def STEP_NL(self, tok: Token) -> tuple[str, ast.Pos, ast.ToolCall]:  # noqa: N802 - lark calls a terminal's callback by the terminal's name
         """A STEP_NL token, read as the NAME, TOOL_ADDRESS and JSON_FLAT it starts with.
 
         Read as the parser takes it, before the indentation after it: that
@@ -259,28 +288,34 @@ class Builder(Transformer):
         in parts, so errors come in the same order.
         """
         m = _STEP_HEAD.match(tok)
+        line, column, start_pos = tok.line, tok.column, tok.start_pos
+        assert m is not None, "STEP_NL starts with a name, `:` and a tool address"
+        assert line is not None and column is not None and start_pos is not None, "the lexer places every token"
         name, addr = m.group(1, 2)
-        line, column = tok.line, tok.column
         server, tool = addr.split(".", 1)
         addr_pos = ast.Pos(line, column + m.start(2), len(addr))
         start = m.end()
         try:  # json finds where the object ends, as it decodes it
             args, end = PLAIN.raw_decode(tok, start)
         except (NotPlain, ValueError):
-            args, end = None, self.json_flat.match(tok, start).end()
+            flat = self.json_flat.match(tok, start)
+            assert flat is not None, "STEP_NL holds a JSON_FLAT after the tool address"
+            args, end = None, flat.end()
         raw = tok[start:end]
         if args is None or "\\" in raw:
-            json_tok = _token("JSON_FLAT", raw, tok.start_pos + start, line, column + start, line, column + end, tok.start_pos + end)
+            json_tok = _token(
+                "JSON_FLAT", raw, start_pos + start, line, column + start, line, column + end, start_pos + end
+            )
             call = ast.ToolCall(server, tool, self._flat_json(json_tok), addr_pos)
         else:
             call = ast.ToolCall(server, tool, args, addr_pos, (raw, line, column + start))
         return name, ast.Pos(line, column, len(name)), call
 
-    def flat_step(self, children):
+    def flat_step(self, children: list[Any]) -> ast.Step:
         (name, pos, call), *options = children
         return ast.Step(name, call, [o for o in options if o is not None] if options else options, pos)
 
-    def step(self, children):
+    def step(self, children: list[Any]) -> ast.Step:
         name, action, *options = children
         if isinstance(action, Token):  # WRITE_TEXT
             action = self._write(action)
@@ -290,6 +325,8 @@ class Builder(Transformer):
     def _write(self, tok: Token) -> ast.Write:
         text = str(tok)[len("write") :].rstrip()
         body = text.strip()
+        at = token_pos(tok)
+        inputs: list[tuple[str, ast.Pos]] = []
         m = _WRITE_FROM.match(body)
         if not m:
             if "from" in body.split() or "{" in body:
@@ -298,11 +335,10 @@ class Builder(Transformer):
                     token_pos(tok),
                     hint="write e.g. `briefing: write a morning briefing from {calendar, mail}`",
                 )
-            prompt, inputs = body, []
+            prompt = body
         else:
             prompt = (m.group("prompt") or "").strip()
-            start = tok.column + len("write") + (len(text) - len(text.lstrip())) + m.start("inputs")
-            inputs = []
+            start = at.column + len("write") + (len(text) - len(text.lstrip())) + m.start("inputs")
             offset = 0
             raw = m.group("inputs")
             for part in raw.split(","):
@@ -312,10 +348,10 @@ class Builder(Transformer):
                 if not NAME.match(name):
                     raise self.source.error(
                         f"{name!r} is not a step or input name" if name else "empty name in the `from {...}` list",
-                        ast.Pos(tok.line, col, max(1, len(name))),
+                        ast.Pos(at.line, col, max(1, len(name))),
                         hint="names are lower case: letters, digits, _ and -, separated by commas",
                     )
-                inputs.append((name, ast.Pos(tok.line, col, len(name))))
+                inputs.append((name, ast.Pos(at.line, col, len(name))))
         if not prompt:
             raise self.source.error(
                 "a write step needs a description of what to write",
@@ -324,38 +360,45 @@ class Builder(Transformer):
             )
         return ast.Write(prompt, inputs, token_pos(tok, 5))
 
-    def preview(self, children):
+    def preview(self, children: list[Any]) -> ast.Option:
         head, call = children
         return ast.Option("preview", call, token_pos(head))
 
-    def check(self, children):
+    def check(self, children: list[Any]) -> ast.Option:
         head, call = children
         return ast.Option("check", call, token_pos(head))
 
-    def expires(self, children):
+    def expires(self, children: list[Token]) -> ast.Option:
         (tok,) = children
         return ast.Option("expires", self._duration(tok), token_pos(tok))
 
-    def timeout(self, children):
+    def timeout(self, children: list[Token]) -> ast.Option:
         (tok,) = children
         seconds = self._duration(tok)
         if seconds > MAX_TIMEOUT:
-            raise self.source.error("a step's timeout is at most 1d", token_pos(tok), hint="write e.g. timeout: 30s or timeout: 5m")
+            raise self.source.error(
+                "a step's timeout is at most 1d", token_pos(tok), hint="write e.g. timeout: 30s or timeout: 5m"
+            )
         return ast.Option("timeout", seconds, token_pos(tok))
 
-    def retries(self, children):
+    def retries(self, children: list[Token]) -> ast.Option:
         (tok,) = children
+        at = token_pos(tok)
         n = int(tok)
         if not 1 <= n <= MAX_RETRIES:
-            raise self.source.error(f"retries must be from 1 to {MAX_RETRIES}", token_pos(tok), hint="write e.g. retries: 2 (tried again twice, after a pause that doubles each time)")
-        keyword = self.source.line(tok.line).find("retries")  # the option's own word, for the caret
-        return ast.Option("retries", n, ast.Pos(tok.line, keyword + 1, len("retries")) if keyword >= 0 else token_pos(tok))
+            raise self.source.error(
+                f"retries must be from 1 to {MAX_RETRIES}",
+                token_pos(tok),
+                hint="write e.g. retries: 2 (tried again twice, after a pause that doubles each time)",
+            )
+        keyword = self.source.line(at.line).find("retries")  # the option's own word, for the caret
+        return ast.Option("retries", n, ast.Pos(at.line, keyword + 1, len("retries")) if keyword >= 0 else at)
 
-    def without_asking(self, children):
+    def without_asking(self, children: list[Token]) -> ast.Option:
         (tok,) = children
         return ast.Option("without_asking", True, token_pos(tok))
 
-    def start(self, children):
+    def start(self, children: list[Any]) -> ast.Recipe:
         recipe = ast.Recipe()
         for child in (children[-1] or ()) if children else ():
             if isinstance(child, tuple):
@@ -379,7 +422,7 @@ class Builder(Transformer):
                 recipe.items.append(child)
         return recipe
 
-    def _once(self, existing, what: str, pos: ast.Pos) -> None:
+    def _once(self, existing: tuple[Any, ast.Pos] | None, what: str, pos: ast.Pos) -> None:
         if existing is not None:
             raise self.source.error(
                 f"`{what}` is given twice (first on line {existing[1].line})", pos, hint="keep one of them"

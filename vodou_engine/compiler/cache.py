@@ -77,8 +77,8 @@ def get(k: str) -> Plan | None:
     try:
         data = (d / f"{k}.json").read_bytes()
         plan = decode_plan(data)
-    except Exception:
-        return None  # a missing or damaged memo is only a miss
+    except Exception:  # noqa: BLE001 - a missing or damaged memo is only a miss
+        return None
     if compute_fingerprint(plan) != plan.fingerprint:
         return None
     return plan

@@ -8,7 +8,7 @@ first, each gets its own message and caret.
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
 from . import ast
 from .literals import SURROGATE
@@ -21,7 +21,11 @@ _ASCII_OK = bytes(b for b in range(128) if not re.match(_CONTROL.pattern, chr(b)
 
 def _clean_ascii(text: str) -> bool:
     """True if ASCII text has nothing _CONTROL would find (a regex search costs 10x more)."""
-    return text.isascii() and not text.encode("ascii").translate(None, _ASCII_OK) and ("\r" not in text or not _CONTROL.search(text))
+    return (
+        text.isascii()
+        and not text.encode("ascii").translate(None, _ASCII_OK)
+        and ("\r" not in text or not _CONTROL.search(text))
+    )
 
 
 def _lines(text: str) -> Iterator[str]:
@@ -45,9 +49,15 @@ def precheck(source: Source) -> None:
         if ch == "\ufeff":
             message, hint = "a byte-order mark (U+FEFF)", "save the file as UTF-8 without a byte-order mark"
         elif "\ud800" <= ch <= "\udfff":
-            message, hint = f"a lone surrogate (U+{ord(ch):04X}), which is not text", "the text was decoded wrongly; read the file as UTF-8"
+            message, hint = (
+                f"a lone surrogate (U+{ord(ch):04X}), which is not text",
+                "the text was decoded wrongly; read the file as UTF-8",
+            )
         elif ch == "\r":
-            message, hint = "a carriage return that does not end a line", "save the file with \\n (or \\r\\n) line endings"
+            message, hint = (
+                "a carriage return that does not end a line",
+                "save the file with \\n (or \\r\\n) line endings",
+            )
         else:
             message, hint = f"a control character (U+{ord(ch):04X})", "remove it; a recipe is plain text"
         err = source.error(message, ast.Pos(line, col), hint=hint)
@@ -69,19 +79,19 @@ def precheck(source: Source) -> None:
             ast.Pos(line, col),
             hint="replace each tab with spaces (two per level is the house style)",
         )
-    if not text.strip() or all(not l.strip() or l.lstrip().startswith("#") for l in _lines(text)):
+    if not text.strip() or all(not ln.strip() or ln.lstrip().startswith("#") for ln in _lines(text)):
         raise source.error(
             "the recipe is empty: it has no steps",
             ast.Pos(1, 1),
-            hint="add a step, e.g. `now: time.get_current_time {\"timezone\": \"UTC\"}`",
+            hint='add a step, e.g. `now: time.get_current_time {"timezone": "UTC"}`',
         )
-    for n, line in enumerate(_lines(text), 1):
-        stripped = line.lstrip(" ")
+    for n, line_text in enumerate(_lines(text), 1):
+        stripped = line_text.lstrip(" ")
         if stripped and not stripped.startswith("#"):
-            if len(stripped) != len(line):
+            if len(stripped) != len(line_text):
                 raise source.error(
                     "the first line of a recipe cannot be indented",
-                    ast.Pos(n, 1, len(line) - len(stripped)),
+                    ast.Pos(n, 1, len(line_text) - len(stripped)),
                     hint="start top-level steps and blocks at column 1",
                 )
             break

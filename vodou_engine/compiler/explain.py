@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from typing import Any
 
 from lark import Token
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
@@ -19,7 +20,7 @@ from ..errors import RecipeError
 from ..limits import MAX_DEPTH
 from . import ast
 from .lexer import SHORTCUTS, BadDedent, TooDeep
-from .source import Source, token_pos
+from .source import Source, token_end, token_pos
 from .words import NAME, RESERVED
 
 
@@ -37,16 +38,15 @@ def unclosed(source: Source, tok: Token, before: int | None = None) -> RecipeErr
 def too_deep(source: Source, exc: TooDeep) -> RecipeError:
     """JSON nested too deep points at the bracket; blocks, at the line that opens one too many."""
     tok = exc.token
-    if exc.what == "JSON":
-        pos = token_pos(tok)
-    else:
-        pos = ast.Pos(tok.end_line or tok.line, tok.end_column or tok.column)
-    return source.error(f"{exc.what} nested more than {MAX_DEPTH} levels deep", pos, hint=f"flatten it: at most {MAX_DEPTH} levels")
+    pos = token_pos(tok) if exc.what == "JSON" else token_end(tok)
+    return source.error(
+        f"{exc.what} nested more than {MAX_DEPTH} levels deep", pos, hint=f"flatten it: at most {MAX_DEPTH} levels"
+    )
 
 
 def bad_dedent(source: Source, exc: BadDedent) -> RecipeError:
     """A line that goes back to no indentation a block around it has."""
-    line = exc.token.line + exc.token.count("\n")
+    line = token_pos(exc.token).line + exc.token.count("\n")
     return source.error(
         f"this line is indented {exc.indent} spaces, which matches no enclosing block",
         ast.Pos(line, 1, max(1, exc.indent)),
@@ -86,6 +86,7 @@ _OPTIONS = {"PREVIEW", "CHECK", "EXPIRES", "TIMEOUT", "RETRIES", "WITHOUT_ASKING
 _JSON_START = {"STRING", "SIGNED_NUMBER", "LBRACE", "JSON_FLAT", "LSQB", "TRUE", "FALSE", "NULL"}
 _STEP_LINE = re.compile(r"[ ]*([a-z_][a-z0-9_-]*)[ ]*:")
 _ACTION = re.compile(r"[A-Za-z0-9_-]+\.|write\b")
+_TAIL = re.compile(r"[^ ]*$")  # the text since the last space
 
 
 def _expected_of(exc: UnexpectedInput) -> set[str]:
@@ -94,7 +95,7 @@ def _expected_of(exc: UnexpectedInput) -> set[str]:
     The contextual lexer reports only the terminals it can lex in that state,
     which leaves out _INDENT and _DEDENT; the parse table knows them.
     """
-    state = getattr(exc, "state", None)
+    state: Any = getattr(exc, "state", None)  # lark's parser state, where it has one
     try:
         expected = {t for t in state.parse_conf.parse_table.states[state.position] if t.isupper()}
     except (AttributeError, KeyError, TypeError):
@@ -113,23 +114,31 @@ def syntax_error(source: Source, exc: UnexpectedInput, opened: list[Token] | Non
         if tok.type == "$END":
             header = _previous_line(source, len(source.text.split("\n")) + 1)
             if "QUESTION" in expected:
-                return source.error("`ask me:` has no questions", header, hint="add lines like `- post to #daily?` under it")
+                return source.error(
+                    "`ask me:` has no questions", header, hint="add lines like `- post to #daily?` under it"
+                )
             if "_INDENT" in expected:
                 return source.error("this block is empty", header, hint="indent at least one item under it")
             return source.error("the recipe ends in the middle of a step", header, hint="finish the last line")
         if tok.type in ("_INDENT", "_DEDENT"):
             # these borrow the newline's position; the line they open starts at its end
-            pos = ast.Pos(tok.end_line or tok.line, tok.end_column or tok.column)
-            return _explain(source, expected, "indentation" if tok.type == "_INDENT" else "end of block", tok.type, pos, "", opened)
+            pos = token_end(tok)
+            return _explain(
+                source, expected, "indentation" if tok.type == "_INDENT" else "end of block", tok.type, pos, "", opened
+            )
         if tok.type == "_NL":
             return _explain(source, expected, "end of line", "_NL", ast.Pos(line, column), "", opened)
-        return _explain(source, expected, f"`{tok}`", tok.type, ast.Pos(line, column, max(1, len(str(tok)))), str(tok), opened)
+        return _explain(
+            source, expected, f"`{tok}`", tok.type, ast.Pos(line, column, max(1, len(str(tok)))), str(tok), opened
+        )
     if isinstance(exc, UnexpectedCharacters):
         ch = source.line(line)[column - 1 : column] or "?"
         return _explain(source, expected, f"`{ch}`", "CHAR", ast.Pos(line, column), ch, opened)
     if isinstance(exc, UnexpectedEOF):
         return source.error("the recipe ends too early", None, hint="finish the last block or step")
-    return source.error("this line cannot be read", ast.Pos(line, column), hint="check it against docs/recipe-language.md")
+    return source.error(
+        "this line cannot be read", ast.Pos(line, column), hint="check it against docs/recipe-language.md"
+    )
 
 
 def _previous_line(source: Source, before: int) -> ast.Pos | None:
@@ -163,7 +172,7 @@ def _explain(
     step_line = _STEP_LINE.match(line_text)
 
     # A bracket left open on an earlier line swallows the next step.
-    if opened and opened[-1].line < pos.line and pos.column == indent + 1 and step_line:
+    if opened and token_pos(opened[-1]).line < pos.line and pos.column == indent + 1 and step_line:
         return unclosed(source, opened[-1], pos.line)
     if got_type == "_INDENT":
         return source.error(
@@ -196,12 +205,11 @@ def _explain(
             "a next step goes at the step's own indentation",
         )
     option = re.match(r"([ ]*)(preview|check|expires|timeout|retries|without[ ]+asking|don't[ ]+ask)\b", line_text)
-    misplaced = option and (
+    if option and (
         pos.column == len(option.group(1)) + 1
         or "WRITE_TEXT" in expected
         or ("COLON" in expected and option.group(2)[0] in "wd")
-    )
-    if misplaced:
+    ):  # a step option where no tool step is above it
         return source.error(
             f"`{option.group(2)}` is a step option, but no tool step is right above it",
             ast.Pos(pos.line, len(option.group(1)) + 1, len(option.group(2))),
@@ -228,7 +236,11 @@ def _explain(
         )
     if expected == {"_INDENT"}:
         header = _previous_line(source, pos.line) or pos
-        what = "`inputs:` lists no inputs" if source.line(header.line).lstrip().startswith("inputs") else "this block is empty"
+        what = (
+            "`inputs:` lists no inputs"
+            if source.line(header.line).lstrip().startswith("inputs")
+            else "this block is empty"
+        )
         return source.error(what, header, hint="indent at least one item under it")
     # a reserved word used as a step name: `then: slack.post {...}`
     if step_line and step_line.start(1) < pos.column <= len(line_text):
@@ -238,13 +250,19 @@ def _explain(
             return source.error(
                 f"`{name}` is a reserved word and cannot name a step",
                 ast.Pos(pos.line, step_line.start(1) + 1, len(name)),
-                hint="choose another name" + (f"; `{name}:` alone on a line starts a block" if name in ("together", "then") else ""),
+                hint="choose another name"
+                + (f"; `{name}:` alone on a line starts a block" if name in ("together", "then") else ""),
             )
     # a name that is not a name: `Post:`, `café:`
     first = re.match(r"([ ]*)([^ :={\"#]+)[ ]*(?:[:=]|$|#)", line_text) or re.match(
         r"([ ]*(?:together|then)[ ]+)([^ :={\"#]+)[ ]*:", line_text
     )
-    if first and not NAME.match(first.group(2)) and pos.column <= first.end(2) + 1 and expected & {"NAME", "COLON", "EQUAL", "_NL"}:
+    if (
+        first
+        and not NAME.match(first.group(2))
+        and pos.column <= first.end(2) + 1
+        and expected & {"NAME", "COLON", "EQUAL", "_NL"}
+    ):
         name = first.group(2)
         lower = name.lower()
         return source.error(
@@ -269,7 +287,9 @@ def _explain(
         if got_type == "_NL":
             return source.error("a duration is missing", pos, hint="write e.g. 15m, 90s, 2h or 1d")
         return source.error(
-            f"`{word}` is not a duration", wpos, hint="write a whole number and a unit, s, m, h or d: e.g. 90s, 15m, 2h, 1d"
+            f"`{word}` is not a duration",
+            wpos,
+            hint="write a whole number and a unit, s, m, h or d: e.g. 90s, 15m, 2h, 1d",
         )
     if "TOOL_ADDRESS" in expected:
         if word == "write":
@@ -285,16 +305,16 @@ def _explain(
                 hint="write `name: server.tool {...}` or `name: write ... from {...}`; blocks start with `together:` or `then:`",
             )
         if got_type in ("LBRACE", "JSON_FLAT"):
-            return source.error("the tool address is missing before the arguments", pos, hint="write `name: server.tool {...}`")
+            return source.error(
+                "the tool address is missing before the arguments", pos, hint="write `name: server.tool {...}`"
+            )
         return source.error(
             f"`{word}` is not a tool address",
             wpos,
             hint="a tool is addressed as `server.tool` (lower-case server; tool may use - and _), e.g. `slack.slack_post_message`",
         )
     if "LBRACE" in expected and got_type in _JSON_START:
-        return source.error(
-            "tool arguments are one JSON object in braces", pos, hint='write e.g. {"query": "x"}'
-        )
+        return source.error("tool arguments are one JSON object in braces", pos, hint='write e.g. {"query": "x"}')
     if "STRING" in expected and (expected & _JSON_START) != {"STRING"}:
         return source.error(
             f"expected a JSON value, not {got}",
@@ -308,7 +328,9 @@ def _explain(
     if "COLON" in expected and got_type != "COLON":
         if re.match(r"[ ]*(together|then)\b", line_text):
             return source.error(
-                f"expected `:` here, not {got}", pos, hint="a block starts with `together:` or `then:`, optionally named: `together sources:`"
+                f"expected `:` here, not {got}",
+                pos,
+                hint="a block starts with `together:` or `then:`, optionally named: `together sources:`",
             )
         return source.error(f"expected `:` here, not {got}", pos, hint="a step is written `name: server.tool {...}`")
     if "NAME" in expected and got_type == "CHAR":
@@ -317,7 +339,9 @@ def _explain(
             pos,
             hint="a step name is lower case ([a-z_][a-z0-9_-]*), then `:`; blocks start with `together:`, `then:` or `ask me:`",
         )
-    glued = re.compile(r"[^ ]*$").search(line_text, 0, pos.column - 1).group() + word
+    tail = _TAIL.search(line_text, 0, pos.column - 1)
+    assert tail is not None, "it matches, if only the empty string"
+    glued = tail.group() + word
     if step_line and "." in glued and pos.column > 1 and line_text[pos.column - 2] != " " and "_NL" in expected:
         return source.error(
             f"`{glued}` is not a tool address",
@@ -337,13 +361,21 @@ def _explain(
 
 
 def _explain_json(
-    source: Source, expected, got, got_type, pos: ast.Pos, text: str, word: str, wpos: ast.Pos, opened: list[Token]
+    source: Source,
+    expected: set[str],
+    got: str,
+    got_type: str,
+    pos: ast.Pos,
+    text: str,
+    word: str,
+    wpos: ast.Pos,
+    opened: list[Token],
 ) -> RecipeError:
     line_text = source.line(pos.line)
     before = line_text[: pos.column - 1].rstrip(" ")
     prev = before[-1:] if before else ""
     if text == "'":
-        return source.error("malformed JSON: strings use double quotes", pos, hint='write "text", not \'text\'')
+        return source.error("malformed JSON: strings use double quotes", pos, hint="write \"text\", not 'text'")
     if text == '"':
         return source.error(
             "malformed JSON: this string is never closed",
@@ -371,10 +403,14 @@ def _explain_json(
             f"malformed JSON: a key must be a quoted string, not {got}", wpos, hint='write "key": value'
         )
     if got_type == "SIGNED_NUMBER" and prev.isdigit() and before.endswith("0"):
-        return source.error("malformed JSON: a number cannot start with 0", pos, hint="write 1, not 01 (or quote it as text)")
+        return source.error(
+            "malformed JSON: a number cannot start with 0", pos, hint="write 1, not 01 (or quote it as text)"
+        )
     if "COMMA" in expected and got_type in _JSON_START:
         return source.error(
-            f"malformed JSON: a `,` is missing before {got}", pos, hint="separate the items of an object or a list with commas"
+            f"malformed JSON: a `,` is missing before {got}",
+            pos,
+            hint="separate the items of an object or a list with commas",
         )
     if word and (word[:1].isalpha() or word[:1] == "_"):
         if word.lower() in ("true", "false", "null", "none"):
@@ -385,7 +421,9 @@ def _explain_json(
             hint = 'JSON keys and text values are quoted: "key": "value"'
         return source.error(f"malformed JSON: unexpected `{word}`", wpos, hint=hint)
     return source.error(
-        f"malformed JSON: unexpected {got}", pos, hint="expected " + _expected_text(expected) + "; check commas and quotes"
+        f"malformed JSON: unexpected {got}",
+        pos,
+        hint="expected " + _expected_text(expected) + "; check commas and quotes",
     )
 
 

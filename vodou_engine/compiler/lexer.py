@@ -9,15 +9,22 @@ instead of asserting.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection, Iterator
 from copy import copy
-from typing import Iterator
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from lark import Token
 from lark.indenter import Indenter
-from lark.lexer import ContextualLexer, PatternStr, UnlessCallback
+from lark.lexer import AbstractBasicLexer, BasicLexer, ContextualLexer, PatternStr, UnlessCallback
 
 from ..limits import MAX_DEPTH  # nesting of JSON brackets, and of indented blocks
 from .literals import plain_json
+
+if TYPE_CHECKING:
+    from lark.common import LexerConf
+    from lark.lexer import LexerState
+    from lark.parsers.lalr_analysis import ParseTableBase
+    from lark.parsers.lalr_parser_state import ParserState
 
 
 class BlockIndenter(Indenter):
@@ -28,8 +35,8 @@ class BlockIndenter(Indenter):
     """
 
     NL_type = "_NL"
-    OPEN_PAREN_types = ["LBRACE", "LSQB"]
-    CLOSE_PAREN_types = ["RBRACE", "RSQB"]
+    OPEN_PAREN_types: ClassVar[list[str]] = ["LBRACE", "LSQB"]
+    CLOSE_PAREN_types: ClassVar[list[str]] = ["RBRACE", "RSQB"]
     INDENT_type = "_INDENT"
     DEDENT_type = "_DEDENT"
     tab_len = 8
@@ -87,6 +94,37 @@ SHORTCUTS = frozenset({"STEP_NL", "JSON_LINE"})
 _NEWLINES = frozenset({"_NL", "STEP_NL"})  # tokens that end a line: the indentation after them counts
 
 
+class _Match(Protocol):
+    """What the lexer reads off a match of a scanner's pattern.
+
+    Every alternative in the pattern lark builds for a scanner is a named
+    group, one per terminal, so a match always names its terminal.
+    """
+
+    lastgroup: str
+
+    def group(self) -> str: ...
+
+    def end(self) -> int: ...
+
+
+_Scan = Callable[[str, int, int], _Match | None]
+"""A scanner's compiled pattern's ``match``: the text, where to start, where the text ends."""
+_Table = tuple[
+    _Scan | None, dict[str, dict[str, str]], frozenset[str], frozenset[str], Callable[[str, int, int], _Match] | None
+]
+"""Per parser state: the one pattern (None: lark's own loop), keywords per terminal, the
+newline and ignored terminals, and the pattern without the vetoed terminals (which
+always matches where a vetoed one did)."""
+
+
+def _basic(lexer: AbstractBasicLexer) -> BasicLexer:
+    """The lexers a ContextualLexer builds are its ``BasicLexer`` class (lark's own): their scanner is what is reused."""
+    if not isinstance(lexer, BasicLexer):
+        raise RuntimeError(f"grammar.lark: a {type(lexer).__name__} where lark's BasicLexer was expected")
+    return lexer
+
+
 class RecipeLexer(ContextualLexer):
     """lark's contextual lexer, with the work around each match done in one loop.
 
@@ -104,15 +142,15 @@ class RecipeLexer(ContextualLexer):
 
     __future_interface__ = 2
 
-    def __init__(self, conf):
+    def __init__(self, conf: LexerConf):
         # lark gives a custom lexer only its configuration; the per-state
         # lexers need the parse table, which comes with the first parse.
         self._conf = conf
-        self._tables: dict[int, tuple] | None = None
+        self._tables: dict[int, _Table] | None = None
 
-    def _setup(self, parse_table) -> None:
-        states = {idx: list(t.keys()) for idx, t in parse_table.states.items()}
-        always = self._conf.postlex.always_accept if self._conf.postlex else ()
+    def _setup(self, parse_table: ParseTableBase[int]) -> dict[int, _Table]:
+        states: dict[int, Collection[str]] = {idx: list(t.keys()) for idx, t in parse_table.states.items()}
+        always = tuple(self._conf.postlex.always_accept) if self._conf.postlex else ()
         ContextualLexer.__init__(self, self._conf, states, always_accept=always)
         # The root lexer only names what was found where nothing fits, for
         # the error: it reads lines in parts, as the rules do.
@@ -120,12 +158,14 @@ class RecipeLexer(ContextualLexer):
         root.terminals = [t for t in self._conf.terminals if t.name not in SHORTCUTS]
         root.skip_validation = True
         self.root_lexer = self.BasicLexer(root, None)
-        self._tables = {}
+        tables: dict[int, _Table] = {}
+        self._tables = tables
+        return tables
 
-    def _table(self, state: int) -> tuple:
-        lexer = self.lexers[state]
+    def _table(self, tables: dict[int, _Table], state: int) -> _Table:
+        lexer = _basic(self.lexers[state])
         mres = lexer.scanner._mres  # builds lexer.callback too
-        keywords = {}
+        keywords: dict[str, dict[str, str]] = {}
         simple = len(mres) == 1
         for type_, callback in lexer.callback.items():
             terms = callback.scanner.terminals if isinstance(callback, UnlessCallback) else ()
@@ -140,20 +180,20 @@ class RecipeLexer(ContextualLexer):
             conf = copy(self._conf)
             conf.terminals = [t for t in lexer.terminals if t.name not in _VETO]
             conf.skip_validation = True
-            other = self.BasicLexer(conf, None)
+            other = _basic(self.BasicLexer(conf, None))
             fallbacks = {_VETO[t.name][1] for t in lexer.terminals if t.name in _VETO}
             same = simple and len(other.scanner._mres) == 1 and other.callback.keys() == lexer.callback.keys()
             if not same or not fallbacks <= {t.name for t in conf.terminals}:
                 raise RuntimeError(f"grammar.lark: state {state} cannot veto {sorted(_VETO)} here")
             instead = other.scanner._mres[0].match
-        table = (mres[0].match if simple else None, keywords, lexer.newline_types, lexer.ignore_types, instead)
-        self._tables[state] = table
+        table: _Table = (mres[0].match if simple else None, keywords, lexer.newline_types, lexer.ignore_types, instead)
+        tables[state] = table
         return table
 
-    def lex(self, lexer_state, parser_state):
-        if self._tables is None:
-            self._setup(parser_state.parse_conf.parse_table)
+    def lex(self, lexer_state: LexerState, parser_state: ParserState[int]) -> Iterator[Token]:
         tables = self._tables
+        if tables is None:
+            tables = self._setup(parser_state.parse_conf.parse_table)
         stack = parser_state.state_stack
         text = lexer_state.text.text
         end = lexer_state.text.end
@@ -163,12 +203,13 @@ class RecipeLexer(ContextualLexer):
         new_str = str.__new__
         while pos < end:
             state = stack[-1]
-            match, keywords, newline_types, ignore_types, instead = tables.get(state) or self._table(state)
+            match, keywords, newline_types, ignore_types, instead = tables.get(state) or self._table(tables, state)
             m = match(text, pos, end) if match is not None else None
             if m is None:
                 break  # lark's own loop below lexes it, or raises its error
             type_ = m.lastgroup
             if type_ in _VETO and not _VETO[type_][0](m.group()):
+                assert instead is not None, "a state with a vetoed terminal has a pattern without it"
                 m = instead(text, pos, end)  # never None: the fallback terminal matches here
                 type_ = m.lastgroup
             value = m.group()
@@ -207,14 +248,14 @@ class RecipeLexer(ContextualLexer):
 class Unclosed(Exception):
     """A bracket still open at the end of the text."""
 
-    def __init__(self, token: Token):
+    def __init__(self, token: Token) -> None:
         self.token = token
 
 
 class TooDeep(Exception):
     """Brackets or blocks nested deeper than MAX_DEPTH; ``what`` says which."""
 
-    def __init__(self, token: Token, what: str):
+    def __init__(self, token: Token, what: str) -> None:
         self.token = token
         self.what = what
 
@@ -222,7 +263,7 @@ class TooDeep(Exception):
 class BadDedent(Exception):
     """A line indented to no level of the blocks around it."""
 
-    def __init__(self, token: Token, indent: int, expected: int):
+    def __init__(self, token: Token, indent: int, expected: int) -> None:
         self.token = token
         self.indent = indent
         self.expected = expected
@@ -233,6 +274,9 @@ class BadDedent(Exception):
 # do: what it turns away only takes the long way). Each vetoed terminal comes
 # with one that matches wherever it does (its first token), so the lexer
 # always has something to take instead.
-_VETO = {
-    "JSON_LINE": (lambda text: text.count("{") + text.count("[") <= MAX_DEPTH and plain_json(text) is not None, "LBRACE"),
+_VETO: dict[str, tuple[Callable[[str], bool], str]] = {
+    "JSON_LINE": (
+        lambda text: text.count("{") + text.count("[") <= MAX_DEPTH and plain_json(text) is not None,
+        "LBRACE",
+    ),
 }

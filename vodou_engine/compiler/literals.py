@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any, NoReturn
 
 from . import ast
 
@@ -24,7 +25,7 @@ class NotPlain(Exception):
     """The text needs the positioned rules: they find the mistake and say where it is."""
 
 
-def _pairs(pairs: list) -> dict:
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out = dict(pairs)
     if len(out) != len(pairs):
         raise NotPlain  # a duplicate key: the positioned scan reports it
@@ -42,14 +43,14 @@ def _finite(text: str) -> float:
     return value
 
 
-def _no_constant(text: str):
+def _no_constant(text: str) -> NoReturn:
     raise NotPlain  # NaN and Infinity are not JSON, whatever json.loads says
 
 
 PLAIN = json.JSONDecoder(object_pairs_hook=_pairs, parse_float=_finite, parse_constant=_no_constant, strict=False)
 
 
-def plain_json(raw: str) -> dict | None:
+def plain_json(raw: str) -> dict[str, Any] | None:
     """A one-line JSON object decoded by ``json`` alone, or None if it needs the rules.
 
     Most tool arguments are a one-line object of plain strings, and most of
@@ -65,7 +66,7 @@ def plain_json(raw: str) -> dict | None:
         value, end = PLAIN.raw_decode(raw)
     except (NotPlain, ValueError):
         return None
-    return value if end == len(raw) else None
+    return value if end == len(raw) and type(value) is dict else None
 
 
 # The parts of a JSON text without backslashes: a string, a number or word,
@@ -73,25 +74,26 @@ def plain_json(raw: str) -> dict | None:
 _JSON_PART = re.compile(r'"[^"]*"|[^ {}\[\]:,"]+|[{}\[\]]')
 
 
-def positioned_args(call: ast.ToolCall) -> dict:
+def positioned_args(call: ast.ToolCall) -> dict[str, Any]:
     """The arguments of a call decoded by ``plain_json``, again, each string with its position.
 
     json took the token without complaint, so this only has to say where
     each string was, as the JSON rules would have for its STRING token.
     """
+    assert call.flat is not None, "only a call read from one-line JSON has positions to find"
     text, line, column = call.flat
     parts = iter(_JSON_PART.finditer(text))
 
-    def value(m):
+    def value(m: re.Match[str]) -> Any:
         part = m.group()
         if part == "{":
-            out = {}
+            out: dict[str, Any] = {}
             for k in parts:
                 if k.group() == "}":
                     return out
                 out[k.group()[1:-1]] = value(next(parts))
         if part == "[":
-            items = []
+            items: list[Any] = []
             for v in parts:
                 if v.group() == "]":
                     return items
@@ -103,4 +105,5 @@ def positioned_args(call: ast.ToolCall) -> dict:
             return s
         return LITERALS[part] if part in LITERALS else json.loads(part)  # JSON_LINE: decoded cleanly already
 
-    return value(next(parts))
+    args: dict[str, Any] = value(next(parts))  # the text is one object: plain_json took it
+    return args

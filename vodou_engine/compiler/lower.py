@@ -58,7 +58,7 @@ class Lowerer:
         self._joins = 0
         self._order = 0
 
-    def error(self, message: str, pos: ast.Pos | None, hint: str | None = None):
+    def error(self, message: str, pos: ast.Pos | None, hint: str | None = None) -> RecipeError:
         return self.source.error(message, pos, hint)
 
     # --- names ---------------------------------------------------------------
@@ -67,7 +67,7 @@ class Lowerer:
             self._declare(decl.name, "input", decl.pos)
         self._declare_items(recipe.items)
 
-    def _declare_items(self, items: list) -> None:
+    def _declare_items(self, items: list[Any]) -> None:
         # A method, not a nested function: a recursive closure is a reference
         # cycle, and it would keep the whole lowering alive until the cyclic
         # collector runs, which a compile switches off.
@@ -76,7 +76,7 @@ class Lowerer:
                 self._declare(item.name, "step", item.pos)
             elif isinstance(item, ast.Block):
                 if item.name:
-                    self._declare(item.name, "block", item.name_pos)
+                    self._declare(item.name, "block", item.name_pos or item.pos)  # a named block has both
                 self._declare_items(item.items)
 
     def _declare(self, name: str, kind: str, pos: ast.Pos) -> None:
@@ -128,7 +128,11 @@ class Lowerer:
             )
         theirs = info.path
         depth = 0
-        while depth < min(len(theirs), len(here)) and theirs[depth].uid == here[depth].uid and theirs[depth].index == here[depth].index:
+        while (
+            depth < min(len(theirs), len(here))
+            and theirs[depth].uid == here[depth].uid
+            and theirs[depth].index == here[depth].index
+        ):
             depth += 1
         a, b = theirs[depth], here[depth]
         if self.block_kind[a.uid] == "together":
@@ -151,12 +155,21 @@ class Lowerer:
                 )
         return None
 
-    def _check_template_refs(self, value: Any, here, me: str, *, fallback: ast.Pos) -> list[str]:
+    def _check_template_refs(
+        self, value: dict[str, Any], here: tuple[_Frame, ...], me: str, *, fallback: ast.Pos
+    ) -> list[str]:
         names: list[str] = []
         self._walk_json(value, here, me, fallback, names)
         return sorted(set(names))
 
-    def _walk_json(self, value, here, me, fallback, names):
+    def _walk_json(
+        self,
+        value: dict[str, Any] | list[Any],
+        here: tuple[_Frame, ...],
+        me: str,
+        fallback: ast.Pos,
+        names: list[str],
+    ) -> None:
         # Strings are checked here, containers walked: a call per scalar
         # would be most of the walk, as most values are plain text.
         for v in value.values() if isinstance(value, dict) else value:
@@ -166,7 +179,7 @@ class Lowerer:
             elif isinstance(v, (dict, list)):
                 self._walk_json(v, here, me, fallback, names)
 
-    def _walk_string(self, value: str, here, me, fallback, names):
+    def _walk_string(self, value: str, here: tuple[_Frame, ...], me: str, fallback: ast.Pos, names: list[str]) -> None:
         try:
             refs = template.ref_names(value)
         except template.TemplateSyntaxError as exc:
@@ -199,11 +212,11 @@ class Lowerer:
         self.block_kind[self._uid] = kind
         return self._uid
 
-    def _sequence(self, items: list, uid: int, needs: list[str], path: tuple[_Frame, ...]) -> list[str]:
+    def _sequence(self, items: list[Any], uid: int, needs: list[str], path: tuple[_Frame, ...]) -> list[str]:
         index = 0
         for i, item in enumerate(items):
             if type(item) is ast.Step:  # most items, straight to the point
-                needs = [self._step(item, needs, path + (_Frame(uid, index),))]
+                needs = [self._step(item, needs, (*path, _Frame(uid, index)))]
                 index += 1
                 continue
             if isinstance(item, ast.Need):
@@ -215,10 +228,17 @@ class Lowerer:
             follow = items[i + 1] if i + 1 < len(items) else None
             if isinstance(item, ast.Block) and item.kind == "together":
                 after = follow.items[0] if isinstance(follow, ast.Block) and follow.kind == "then" else None
-                needs = self._together(item, needs, path + (_Frame(uid, index),), after if isinstance(after, ast.Need) else None)
+                needs = self._together(
+                    item, needs, (*path, _Frame(uid, index)), after if isinstance(after, ast.Need) else None
+                )
             elif isinstance(item, ast.Block):
                 body = item.items
-                consumed = isinstance(body[0], ast.Need) and i > 0 and isinstance(items[i - 1], ast.Block) and items[i - 1].kind == "together"
+                consumed = (
+                    isinstance(body[0], ast.Need)
+                    and i > 0
+                    and isinstance(items[i - 1], ast.Block)
+                    and items[i - 1].kind == "together"
+                )
                 if consumed:
                     body = body[1:]
                     if not body:
@@ -228,25 +248,29 @@ class Lowerer:
                             hint="put the steps that use the join's results under it",
                         )
                 uid2 = self._new_uid("then")
-                needs = self._sequence(body, uid2, needs, path + (_Frame(uid, index),))
+                needs = self._sequence(body, uid2, needs, (*path, _Frame(uid, index)))
             else:
-                needs = self._leaf(item, needs, path + (_Frame(uid, index),))
+                needs = self._leaf(item, needs, (*path, _Frame(uid, index)))
             index += 1
         if index == 0:
             raise self.error("this block has no steps", None, hint="indent at least one step under it")
         return needs
 
-    def _together(self, block: ast.Block, needs: list[str], path, need_after: ast.Need | None) -> list[str]:
+    def _together(
+        self, block: ast.Block, needs: list[str], path: tuple[_Frame, ...], need_after: ast.Need | None
+    ) -> list[str]:
         uid = self._new_uid("together")
         items = [i for i in block.items if not isinstance(i, ast.Need)]
         inner = [i for i in block.items if isinstance(i, ast.Need)]
-        if len(inner) > 1 or (inner and need_after):
-            second = inner[1] if len(inner) > 1 else need_after
+        second = inner[1] if len(inner) > 1 else need_after if inner else None
+        if second is not None:
             raise self.error("this together has two `need:` lines", second.pos, hint="keep one join rule per together")
         need = inner[0] if inner else need_after
         n = len(items)
         if not items:
-            raise self.error("this together has no steps", need.pos if need else block.pos, hint="indent its steps under it")
+            raise self.error(
+                "this together has no steps", need.pos if need else block.pos, hint="indent its steps under it"
+            )
         if need is not None:
             if need.n != n:
                 raise self.error(
@@ -256,7 +280,9 @@ class Lowerer:
                 )
             if not 1 <= need.k <= need.n:
                 raise self.error(
-                    f"`need: {need.k} of {need.n}` cannot be met" if need.k > need.n else f"`need: 0 of {need.n}` would wait for nothing",
+                    f"`need: {need.k} of {need.n}` cannot be met"
+                    if need.k > need.n
+                    else f"`need: 0 of {need.n}` would wait for nothing",
                     need.pos,
                     hint=f"K must be between 1 and {n}",
                 )
@@ -266,7 +292,7 @@ class Lowerer:
         members: list[list[str]] = []
         for index, item in enumerate(items):
             start = len(self.nodes)
-            frame = path + (_Frame(uid, index),)
+            frame = (*path, _Frame(uid, index))
             if isinstance(item, ast.Block) and item.kind == "together":
                 out = self._together(item, needs, frame, None)
             elif isinstance(item, ast.Block):
@@ -295,7 +321,7 @@ class Lowerer:
         )
         return [join_id]
 
-    def _leaf(self, item, needs: list[str], path) -> list[str]:
+    def _leaf(self, item: ast.Ask | ast.Step, needs: list[str], path: tuple[_Frame, ...]) -> list[str]:
         if isinstance(item, ast.Ask):
             if not item.questions:
                 raise self.error("`ask me:` has no questions", item.pos, hint="add lines like `- post to #daily?`")
@@ -310,11 +336,12 @@ class Lowerer:
         assert isinstance(item, ast.Step)
         return [self._step(item, needs, path)]
 
-    def _step(self, step: ast.Step, needs: list[str], path) -> str:
+    def _step(self, step: ast.Step, needs: list[str], path: tuple[_Frame, ...]) -> str:
         self._order += 1
         info = self.names[step.name]
         where = Where(step.pos.line, step.pos.column)
         action = step.action
+        node: WriteNode | ToolNode
         if isinstance(action, ast.Write):
             for opt in step.options:
                 raise self.error(
@@ -383,7 +410,7 @@ class Lowerer:
         self.nodes.append(node)
         return step.name
 
-    def _call_args(self, call: ast.ToolCall, path, me: str) -> tuple[dict, list[str]]:
+    def _call_args(self, call: ast.ToolCall, path: tuple[_Frame, ...], me: str) -> tuple[dict[str, Any], list[str]]:
         if not isinstance(call.args, dict):
             raise self.error("tool arguments must be a JSON object `{...}`", call.pos, hint='write e.g. {"query": "x"}')
         if call.flat is None:
@@ -419,7 +446,11 @@ def _raw_column(raw: str, offset: int) -> int | None:
             i += 1
         elif raw[i + 1] != "u":
             i += 2
-        elif 0xD800 <= int(raw[i + 2 : i + 6], 16) < 0xDC00 and 0xDC00 <= int(raw[i + 8 : i + 12] or "0", 16) < 0xE000 and raw[i + 6 : i + 8] == "\\u":
+        elif (
+            0xD800 <= int(raw[i + 2 : i + 6], 16) < 0xDC00
+            and 0xDC00 <= int(raw[i + 8 : i + 12] or "0", 16) < 0xE000
+            and raw[i + 6 : i + 8] == "\\u"
+        ):
             i += 12  # a surrogate pair decodes to one character
         else:
             i += 6

@@ -19,6 +19,7 @@ import re
 import threading
 from functools import lru_cache
 from importlib import resources
+from typing import cast
 
 from lark import Lark
 from lark.exceptions import UnexpectedInput
@@ -62,7 +63,8 @@ def parse(source: Source) -> ast.Recipe:
     with _lock:  # the embedded transformer holds the current source
         builder.source = source
         try:
-            return parser.parse(source.text + "\n")
+            # lark types parse() as returning a tree; with the transformer embedded it is what `start` built
+            return cast(ast.Recipe, parser.parse(source.text + "\n"))
         except RecipeError:
             raise
         except Unclosed as exc:

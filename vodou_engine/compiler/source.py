@@ -29,7 +29,9 @@ class Source:
             self._lines = self.text.split("\n")
         return self._lines[n - 1] if 0 < n <= len(self._lines) else ""
 
-    def error(self, message: str, pos: ast.Pos | None, hint: str | None = None, cls=RecipeError) -> RecipeError:
+    def error(
+        self, message: str, pos: ast.Pos | None, hint: str | None = None, cls: type[RecipeError] = RecipeError
+    ) -> RecipeError:
         if pos is None:
             return cls(message, path=self.path, hint=hint)
         return cls(
@@ -45,4 +47,13 @@ class Source:
 
 def token_pos(tok: Token, width: int | None = None) -> ast.Pos:
     """Where a lark token was written; its own length is the caret's width unless ``width`` says otherwise."""
-    return ast.Pos(tok.line, tok.column, width if width is not None else max(1, len(tok)))
+    line, column = tok.line, tok.column
+    assert line is not None and column is not None, "every token the lexer makes has its place"
+    return ast.Pos(line, column, width if width is not None else max(1, len(tok)))
+
+
+def token_end(tok: Token) -> ast.Pos:
+    """Where a token ends (after a newline: where the next line starts), or where it starts if lark did not say."""
+    line, column = tok.end_line or tok.line, tok.end_column or tok.column
+    assert line is not None and column is not None, "every token the lexer makes has its place"
+    return ast.Pos(line, column)

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 _REF = re.compile(r"\{([a-z_][a-z0-9_-]*)((?:\.[A-Za-z0-9_-]+)*)\}")
 # A doubled brace, a reference, or a brace that is neither (a mistake).
@@ -119,7 +120,7 @@ def lookup_path(value: Any, ref: Ref) -> Any:
         elif isinstance(value, list) and key.isdigit() and int(key) < len(value):
             value = value[int(key)]
         else:
-            dotted = ".".join((ref.name,) + ref.path)
+            dotted = ".".join((ref.name, *ref.path))
             raise MissingValue(f"{{{dotted}}}: {key!r} is not in the value of {ref.name}")
     return value
 

@@ -8,24 +8,26 @@ effect becomes that effect's approval (one question, not two).
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 import msgspec
 
 from ..errors import RecipeError
-from ..plan import ApprovalNode, JoinNode, QuestionNode, ToolNode, ToolRef, Where
+from ..plan import ApprovalNode, JoinNode, Node, QuestionNode, Risk, ToolNode, ToolRef, Where
 from ..policy import Hints, Policy
 
 ErrorAt = Callable[[str, "Where | None", str], RecipeError]
 
 
 def assess_tools(
-    nodes: list, policy: Policy, hints: Mapping[str, Hints | None] | None, error_at: ErrorAt
-) -> list:
+    nodes: list[Node], policy: Policy, hints: Mapping[str, Hints | None] | None, error_at: ErrorAt
+) -> list[Node]:
     """Give every tool call its risk; refuse effectful previews/checks and unsafe opt-outs."""
     hints = hints or {}
-    verdicts: dict[tuple[str, str], tuple] = {}  # without hints: a recipe calls the same few tools many times
-    out = []
+    verdicts: dict[
+        tuple[str, str], tuple[Risk, str]
+    ] = {}  # without hints: a recipe calls the same few tools many times
+    out: list[Node] = []
     for node in nodes:
         if isinstance(node, ToolNode):
             hint = hints.get(node.address) if hints else None
@@ -36,7 +38,9 @@ def assess_tools(
                 risk, source = verdict
             else:
                 risk, source = policy.assess(node.server, node.tool, hint)
-            preview = _read_only(node.preview, "preview", node, policy, hints, error_at) if node.preview is not None else None
+            preview = (
+                _read_only(node.preview, "preview", node, policy, hints, error_at) if node.preview is not None else None
+            )
             check = _read_only(node.check, "check", node, policy, hints, error_at) if node.check is not None else None
             if node.retries and risk != "read":
                 raise error_at(
@@ -55,7 +59,14 @@ def assess_tools(
     return out
 
 
-def _read_only(ref: ToolRef | None, what: str, node: ToolNode, policy: Policy, hints, error_at: ErrorAt) -> ToolRef | None:
+def _read_only(
+    ref: ToolRef | None,
+    what: str,
+    node: ToolNode,
+    policy: Policy,
+    hints: Mapping[str, Hints | None],
+    error_at: ErrorAt,
+) -> ToolRef | None:
     if ref is None:
         return None
     risk, source = policy.assess(ref.server, ref.tool, hints.get(ref.address))
@@ -68,7 +79,7 @@ def _read_only(ref: ToolRef | None, what: str, node: ToolNode, policy: Policy, h
     return msgspec.structs.replace(ref, risk=risk, risk_source=source)
 
 
-def insert_approvals(nodes: list) -> list:
+def insert_approvals(nodes: list[Node]) -> list[Node]:
     """Put an approval node right before each effectful step that asks."""
     by_id = {n.id: n for n in nodes}
     users: dict[str, int] = {}
@@ -80,8 +91,10 @@ def insert_approvals(nodes: list) -> list:
         if isinstance(n, ToolNode) and n.effectful and not n.without_asking and len(n.needs) == 1:
             q = by_id.get(n.needs[0])
             if isinstance(q, QuestionNode) and users.get(q.id) == 1:
-                converted[q.id] = ApprovalNode(id=f"approve:{n.id}", step=n.id, needs=list(q.needs), question=q.text, where=q.where)
-    out = []
+                converted[q.id] = ApprovalNode(
+                    id=f"approve:{n.id}", step=n.id, needs=list(q.needs), question=q.text, where=q.where
+                )
+    out: list[Node] = []
     gate_of: dict[str, str] = {}  # effect step -> its approval node
     for n in nodes:
         if n.id in converted:
@@ -103,9 +116,9 @@ def insert_approvals(nodes: list) -> list:
     question_of = {q: a.id for q, a in converted.items()}
     for i, n in enumerate(out):
         if isinstance(n, JoinNode):
-            members = []
+            members: list[list[str]] = []
             for item in n.members:
-                new_item = []
+                new_item: list[str] = []
                 for m in item:
                     if m in question_of:
                         continue

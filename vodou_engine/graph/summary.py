@@ -15,6 +15,7 @@ def summary(plan: Plan) -> dict[str, Any]:
     kinds: dict[str, int] = {}
     for n in plan.nodes:
         kind = type(n).__struct_config__.tag
+        assert isinstance(kind, str), "every kind of node has its tag (plan.py)"
         kinds[kind] = kinds.get(kind, 0) + 1
     return {
         "nodes": len(plan.nodes),

@@ -20,12 +20,13 @@ checks together, so the compiler only checks too.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from ..bounds import check_plan
 from ..errors import PlanError, UnguardedEffectError
-from ..plan import ApprovalNode, JoinNode, Plan, ToolNode
+from ..plan import ApprovalNode, JoinNode, Node, Plan, Risk, ToolNode
 from ..policy import Policy, at_least
 
 if TYPE_CHECKING:
@@ -34,9 +35,13 @@ if TYPE_CHECKING:
 ROOT = "⊤"
 
 
-def _err(cls, message: str, node=None, hint: str | None = None, path: str | None = None):
-    where = getattr(node, "where", None)
-    return cls(message, path=path, line=where.line if where else None, column=where.column if where else None, hint=hint)
+def _err(
+    cls: type[PlanError], message: str, node: Node | None = None, hint: str | None = None, path: str | None = None
+) -> PlanError:
+    where = node.where if node is not None else None
+    return cls(
+        message, path=path, line=where.line if where else None, column=where.column if where else None, hint=hint
+    )
 
 
 def _index(plan: Plan, path: str | None) -> dict[str, object]:
@@ -48,7 +53,13 @@ def _index(plan: Plan, path: str | None) -> dict[str, object]:
     for node in plan.nodes:
         for need in node.needs:
             if need not in index:
-                raise _err(PlanError, f"`{node.id}` needs `{need}`, which is not in the plan", node, "recompile the recipe", path)
+                raise _err(
+                    PlanError,
+                    f"`{node.id}` needs `{need}`, which is not in the plan",
+                    node,
+                    "recompile the recipe",
+                    path,
+                )
     return index
 
 
@@ -84,7 +95,9 @@ def verify(plan: Plan, policy: Policy | None = None, *, path: str | None = None)
     return g
 
 
-def _check(plan: Plan, index: dict[str, object], graph: Callable[[], nx.DiGraph], policy: Policy | None, path: str | None) -> None:
+def _check(
+    plan: Plan, index: dict[str, object], graph: Callable[[], nx.DiGraph], policy: Policy | None, path: str | None
+) -> None:
     # Acyclic: the compiler emits nodes in an order where needs come first;
     # checking that is linear. Only a hand-made order needs the full search.
     seen: set[str] = set()
@@ -119,18 +132,42 @@ def _check(plan: Plan, index: dict[str, object], graph: Callable[[], nx.DiGraph]
                 path,
             )
         if len(node.members) != node.of:
-            raise _err(PlanError, f"join `{node.id}` lists members for {len(node.members)} of {node.of} items", node, "recompile the recipe", path)
-        for item, exit_node in zip(node.members, node.needs):
+            raise _err(
+                PlanError,
+                f"join `{node.id}` lists members for {len(node.members)} of {node.of} items",
+                node,
+                "recompile the recipe",
+                path,
+            )
+        for item, exit_node in zip(node.members, node.needs, strict=True):  # both have `of` items, checked above
             for member in item:
                 if member not in index:
-                    raise _err(PlanError, f"join `{node.id}` lists `{member}` as a member, which is not in the plan", node, "recompile the recipe", path)
+                    raise _err(
+                        PlanError,
+                        f"join `{node.id}` lists `{member}` as a member, which is not in the plan",
+                        node,
+                        "recompile the recipe",
+                        path,
+                    )
             if exit_node not in item:
-                raise _err(PlanError, f"join `{node.id}` waits for `{exit_node}`, which is not among that item's members", node, "recompile the recipe", path)
+                raise _err(
+                    PlanError,
+                    f"join `{node.id}` waits for `{exit_node}`, which is not among that item's members",
+                    node,
+                    "recompile the recipe",
+                    path,
+                )
     gates: dict[str, list[ApprovalNode]] = {}
     for node in approvals:
         target = index.get(node.step)
         if not isinstance(target, ToolNode):
-            raise _err(PlanError, f"approval `{node.id}` guards `{node.step}`, which is not a tool step", node, "recompile the recipe", path)
+            raise _err(
+                PlanError,
+                f"approval `{node.id}` guards `{node.step}`, which is not a tool step",
+                node,
+                "recompile the recipe",
+                path,
+            )
         gates.setdefault(node.step, []).append(node)
     # A quorum drops an item whole: an approval must be dropped with the step it guards,
     # or a question could stay open (and be approved) for a step that will never run.
@@ -162,28 +199,28 @@ def _check(plan: Plan, index: dict[str, object], graph: Callable[[], nx.DiGraph]
                 "recompile the recipe: the compiler puts one approval before every effect",
                 path,
             )
-        gate = mine[0].id
-        if node.needs == [gate]:
+        gate_id = mine[0].id
+        if node.needs == [gate_id]:
             continue  # its only way in is the gate: dominated by definition
         if idom is None:
             import networkx as nx
 
             idom = nx.immediate_dominators(graph(), ROOT)
         dom = node.id
-        while dom != ROOT and dom != gate:
+        while dom != ROOT and dom != gate_id:
             dom = idom[dom]
-        if dom != gate:
+        if dom != gate_id:
             raise _err(
                 UnguardedEffectError,
-                f"step `{node.id}` ({node.address}) can be reached without passing its approval `{gate}`",
+                f"step `{node.id}` ({node.address}) can be reached without passing its approval `{gate_id}`",
                 node,
                 "recompile the recipe: an effect's only way in is through its own approval",
                 path,
             )
     if policy is not None:
-        floors: dict[tuple[str, str], str] = {}  # a plan calls the same few tools many times
+        floors: dict[tuple[str, str], Risk] = {}  # a plan calls the same few tools many times
 
-        def floor_of(server: str, tool: str) -> str:
+        def floor_of(server: str, tool: str) -> Risk:
             floor = floors.get((server, tool))
             if floor is None:
                 floor = floors[server, tool] = policy.floor(server, tool)
@@ -216,7 +253,11 @@ def _check(plan: Plan, index: dict[str, object], graph: Callable[[], nx.DiGraph]
                     "recompile the recipe",
                     path,
                 )
-            if node.without_asking and node.risk == "critical" and not policy.allows_without_asking(node.server, node.tool):
+            if (
+                node.without_asking
+                and node.risk == "critical"
+                and not policy.allows_without_asking(node.server, node.tool)
+            ):
                 raise _err(
                     UnguardedEffectError,
                     f"step `{node.id}` runs a critical tool without asking, which the policy does not allow",
