@@ -179,7 +179,8 @@ def approval_card_text(
     if step is not None:
         lines.append(f"⚠ {step.id}: {step.server}·{step.tool}  ({step.risk}: {step.risk_source})")
         if server is not None:
-            lines.append(f"server {step.server}: {server.command_line()}" + (f"  (from {server.source})" if server.source else ""))
+            where = getattr(server, "workdir", None)
+            lines.append(f"server {step.server}: {server.command_line()}" + (f"  in {where}" if where else "") + (f"  (from {server.source})" if server.source else ""))
     if question:
         lines.append(f"question: {question}")
     if step is not None:
