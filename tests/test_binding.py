@@ -327,6 +327,134 @@ def test_a_run_stored_before_start_directories_is_approvable_only_if_its_servers
     assert posted(absolute) == 1
 
 
+# --- recipe serve and workers: warm servers are the run's own ----------------------------------------
+
+SAFETY = 60  # a broken service fails the test instead of hanging it
+
+
+def approve_in_service(svc, run: str, fp: str, *, then=None) -> None:
+    """``svc`` serving; the run's question approved through it (as the inbox does), and waited
+    for until the run ends; then ``then(svc)`` (async) while it still serves."""
+    import trio
+
+    from vodou_engine.runs import os_user
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            await nursery.start(svc.serve)
+            try:
+                await svc.approve(run, "post", actor=os_user(), fingerprint=fp, proof="test")
+                runs = svc.runs()
+                try:
+                    with trio.fail_after(SAFETY):
+                        while runs.show(run).state not in ("succeeded", "failed"):
+                            await trio.sleep(0.02)
+                    if then is not None:
+                        await then(svc, runs)
+                finally:
+                    runs.close()
+            finally:
+                svc.stop()
+
+    trio.run(main)
+
+
+def test_serve_started_in_another_directory_drives_a_run_on_the_servers_of_its_own(cli, tmp_path, monkeypatch):
+    from vodou_engine.servers import load_servers
+    from vodou_engine.service import Service
+
+    entry = {"command": sys.executable, "args": ["chat.py"]}
+    a, b = place(tmp_path, "a", entry), place(tmp_path, "b", entry)
+    run, fp = park(cli, a)
+    monkeypatch.chdir(b)  # recipe serve started in b/, with b/'s server file
+    svc = Service(store=cli.location, servers=load_servers(b / "mcp.json"), schedule=False)
+    approve_in_service(svc, run, fp)
+    assert posted(a) == 1 and server_log(b) == []
+
+
+def test_serve_refuses_a_run_whose_script_changed_and_restarts_a_warm_server_whose_script_changed(cli, tmp_path, monkeypatch):
+    import trio
+
+    from vodou_engine.errors import ServerMismatchError
+    from vodou_engine.servers import load_servers
+    from vodou_engine.service import Service
+
+    a = place(tmp_path, "a", {"command": sys.executable, "args": ["chat.py"]})
+    monkeypatch.chdir(a)
+    svc = Service(store=cli.location, servers=load_servers(a / "mcp.json"), schedule=False)
+    svc.runs().save("post.recipe", text=OPS, by="ana")
+    v2 = a / "v2"
+    v2.mkdir()
+
+    async def main():
+        from vodou_engine.runs import os_user
+
+        async with trio.open_nursery() as nursery:
+            await nursery.start(svc.serve)
+            runs = svc.runs()
+
+            async def parked(run_id):
+                with trio.fail_after(SAFETY):
+                    while True:
+                        try:
+                            view = runs.show(run_id)
+                        except Exception:  # noqa: BLE001 - not stored yet
+                            view = None
+                        if view is not None and view.state == "parked" and view.approvals:
+                            return view.approvals[0].fingerprint
+                        await trio.sleep(0.02)
+
+            first = svc.start_saved("post", inputs=None, actor=os_user())
+            fp1 = await parked(first)  # its server is warm now
+            # chat.py edited: it now logs to v2/calls.log
+            (a / "chat.py").write_text((a / "chat.py").read_text().replace('os.path.abspath(__file__)), "calls.log"', 'os.path.abspath(__file__)), "v2", "calls.log"'))
+            with pytest.raises(ServerMismatchError, match="changed since the run started"):
+                await svc.approve(first, "post", actor=os_user(), fingerprint=fp1, proof="test")
+            second = svc.start_saved("post", inputs=None, actor=os_user())  # bound to the edited script
+            fp2 = await parked(second)
+            await svc.approve(second, "post", actor=os_user(), fingerprint=fp2, proof="test")
+            with trio.fail_after(SAFETY):
+                while runs.show(second).state != "succeeded":
+                    await trio.sleep(0.02)
+            assert runs.show(first).state == "parked"
+            runs.close()
+            svc.stop()
+
+    trio.run(main)
+    # the second run's post reached a server running the edited script, not the warm one
+    assert posted(v2) == 1 and posted(a) == 0
+
+
+@pytest.mark.postgres
+def test_a_worker_started_in_another_directory_drives_a_run_on_the_servers_of_its_own(tmp_path):
+    import trio
+
+    from conftest import Cli
+    from vodou_engine.runs import Runs, os_user
+    from workers_helpers import Workers, fresh_schema, run_states, wait_for
+
+    entry = {"command": sys.executable, "args": ["chat.py"]}
+    a, b = place(tmp_path, "a", entry), place(tmp_path, "b", entry)
+    with fresh_schema() as url, Workers(url, b / "mcp.json", b) as workers:  # the worker runs in b/
+        cli = Cli(tmp_path, url)
+        run, fp = park(cli, a)
+        workers.start(1, concurrency=2, recipe=True)
+        workers.wait_ready(1)
+
+        async def approve():
+            runs = Runs(store=url, servers=str(b / "mcp.json"))
+            try:
+                report = await runs.approve(run, "post", actor=os_user(), fingerprint=fp, proof="test")
+                assert report.queued
+            finally:
+                runs.close()
+
+        trio.run(approve)
+        wait_for(lambda: run_states(url, [run])[run] == "succeeded", "the worker to drive the run", timeout=120)
+        assert workers.stop() == [0], workers.logs()
+    assert posted(a) == 1 and server_log(b) == []
+
+
 def test_warm_servers_handed_to_the_run_api_from_another_directory_are_refused_before_the_decision(cli, tmp_path, monkeypatch):
     import trio
 
