@@ -85,7 +85,7 @@ def test_a_server_that_died_is_started_again_when_next_needed(tmp_path):
         async with trio.open_nursery() as nursery:
             await nursery.start(svc.serve)
             hub = await svc.pool.hub(["slack"])
-            srv = svc.pool._hubs["slack"]._servers["slack"]
+            srv = hub._hubs["slack"]._servers["slack"]
             first = await hub.call("slack", "slack_get_channel", {"channel": "#daily"})
             assert not first.is_error
             pid = demo_calls(tmp_path / "demo.db", tool="slack_get_channel")[-1]["pid"]
@@ -96,7 +96,7 @@ def test_a_server_that_died_is_started_again_when_next_needed(tmp_path):
             hub = await svc.pool.hub(["slack"])  # noticed dead: started again
             again = await hub.call("slack", "slack_get_channel", {"channel": "#daily"})
             assert not again.is_error and svc.pool.restarts == {"slack": 1}
-            assert srv is not svc.pool._hubs["slack"]._servers["slack"]
+            assert srv is not hub._hubs["slack"]._servers["slack"]
             svc.stop()
 
     trio.run(main)

@@ -268,7 +268,7 @@ post: rogue.post_message {"channel": "#team", "text": "from the inbox"}
 """
 
 
-def test_on_postgresql_the_cli_and_the_inbox_queue_work_and_a_worker_does_it(tmp_path, cli):
+def test_on_postgresql_the_cli_and_the_inbox_queue_work_and_a_worker_does_it(tmp_path, cli, monkeypatch):
     """On a PostgreSQL store, `recipe run --queue` queues a start; `recipe approve` and the
     inbox's approve button record the decision and queue the resume, driving nothing;
     `--here` drives here; the inbox's service defers the schedules' tick and starts no
@@ -288,6 +288,7 @@ def test_on_postgresql_the_cli_and_the_inbox_queue_work_and_a_worker_does_it(tmp
     log, servers, recipe = setup_files(tmp_path)
     team = tmp_path / "team.recipe"
     team.write_text(TEAM)
+    monkeypatch.chdir(tmp_path)  # where the worker runs: a run started here is bound to the servers it keeps warm
     with fresh_schema() as url, Workers(url, servers, tmp_path) as workers:
         store = ("--store", url)
         runs = Runs(store=url, servers=servers)

@@ -12,6 +12,18 @@ each approval's fingerprint covers the binding of the server it calls, and
 every later process that drives the run checks that the servers it is about
 to start resolve the same way.
 
+What runs is also where it runs from: ``python3 chat.py`` or ``python3 -m
+chat`` is another program in another directory. So a stdio server's binding
+records the directory it starts in (``workdir``, links followed), the files
+its command line reaches from there (``files``: real paths, and code by
+content; see ``launch.py``), and the variables every server inherits from
+the caller's environment (``inherited``: ``PATH`` decides which programs
+it runs, ``HOME`` which configuration and credentials it reads). A stored
+run's servers are always started in its recorded directory, whoever drives
+it from wherever (:func:`servers_for_run` hands back the configurations to
+start, with that directory), and refused when what would start there now
+differs.
+
 ``${VAR}`` in a configuration: the binding keeps the text as written (the
 ``${VAR}``, never its value) and a salted digest of each value it took, so a
 variable that now holds something else (another token, another URL) is a
@@ -25,15 +37,43 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import msgspec
 
 from .errors import ServerMismatchError
+from .launch import content_id, reached, which
 from .servers import EMBEDDED_SOURCE, ENV_VAR, HTTP, PROJECT_FILE, STDIO, ServerConfig, ServerSet, load_servers, template_vars
 
-__all__ = ["ServerBinding", "bind", "bind_all", "decode_bindings", "digest", "differences", "encode_bindings", "servers_for_run", "verify_bindings"]
+__all__ = [
+    "BoundFile",
+    "ServerBinding",
+    "bind",
+    "bind_all",
+    "decode_bindings",
+    "digest",
+    "differences",
+    "encode_bindings",
+    "servers_for_run",
+    "started_where",
+    "verify_bindings",
+]
+
+BOUND_INHERITED = ("HOME", "LOGNAME", "PATH", "SHELL", "USER")
+"""The variables every started server inherits from the caller (``tools.process``) that
+decide what it runs and as whom; ``TERM`` is left out: a server speaks JSON over pipes,
+and a run started at a terminal may be approved from a web inbox that has none."""
+
+
+class BoundFile(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
+    """A file or directory a server's command line reaches from its start directory.
+    (Fields in alphabetical order: encoded like the same dict, whichever was built.)"""
+
+    content: str | None = None
+    """For code only (``launch.py``): a salted sha256 of what identifies its content."""
+    path: str
+    """Its real path (links followed); a salted sha256 of it when the argument holds ``${VAR}``."""
 
 
 class ServerBinding(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -59,6 +99,14 @@ class ServerBinding(msgspec.Struct, frozen=True, omit_defaults=True):
     """Header name -> salted sha256 of its value."""
     vars: dict[str, str] = {}
     """Each ``${VAR}`` of command, args and url -> salted sha256 of the value it took."""
+    workdir: str | None = None
+    """The directory the server starts in, absolute with links followed (None: a binding
+    stored before it was recorded, or an HTTP server)."""
+    files: dict[str, BoundFile] = {}
+    """What the command line reaches from ``workdir``, by where it is named
+    (``command``, ``args[0]``, ``-m chat: chat.py``)."""
+    inherited: dict[str, str] = {}
+    """Each of BOUND_INHERITED the server gets from the caller -> salted sha256 of its value."""
 
     def command_line(self) -> str:
         """What a person is shown: the command line, or the URL of an HTTP server."""
@@ -77,28 +125,34 @@ def _value_digest(salt: str, name: str, value: str) -> str:
     return "sha256:" + hashlib.sha256(f"{salt}\0{name}\0{value}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
-def _executable(config: ServerConfig) -> str | None:
-    """``config`` is a resolved one: its env holds the values the server gets."""
+def _base_environment() -> dict[str, str]:
     from .tools.process import default_environment
 
-    path = (default_environment() | dict(config.env)).get("PATH")
-    command = config.command or ""
-    if os.sep in command and config.cwd and not os.path.isabs(command):
-        command = os.path.join(config.cwd, command)
-    found = shutil.which(command, path=path)
-    # abspath, not realpath: two virtualenvs' `python` links resolve to one interpreter,
-    # but run different code.
-    return os.path.abspath(found) if found else None
+    return default_environment()
+
+
+def _executable(config: ServerConfig, start: str, base: Mapping[str, str]) -> tuple[str | None, bool]:
+    """``config`` is a resolved one: its env holds the values the server gets. Where the
+    command is found when started in ``start``, and whether that depended on ``start``."""
+    path = (dict(base) | dict(config.env)).get("PATH")
+    return which(config.command or "", path, start)
 
 
 def bind(
-    config: ServerConfig, *, source: str, salt: str, name: str = "", environ: Mapping[str, str] | None = None
+    config: ServerConfig,
+    *,
+    source: str,
+    salt: str,
+    name: str = "",
+    environ: Mapping[str, str] | None = None,
+    start: str | None = None,
 ) -> ServerBinding:
     """``salt`` (the run id) keeps a value's digest from being looked up in a table.
 
     ``${VAR}`` are resolved from ``environ`` (default: this process's environment)
     as the server would be started: ServerConfigError (exit 2) naming ``name`` and the
-    variable if one is not set."""
+    variable if one is not set. ``start``: the directory the server starts in
+    (default: its ``cwd``, else this process's working directory)."""
     resolved = config.resolve(name, environ)
     here = resolved.config
     used = {var: _value_digest(salt, "$" + var, value) for var, value in sorted(resolved.used.items())}
@@ -110,7 +164,10 @@ def bind(
             vars=used,
             source=source,
         )
-    executable = _executable(here)
+    workdir = os.path.realpath(start or config.cwd or os.getcwd())
+    base = _base_environment()
+    executable, _ = _executable(here, workdir, base)
+    files = _files(config, here, executable, workdir, salt)
     if executable is not None and template_vars(config.command or ""):
         # A path that came from the environment is kept like any value from there.
         executable = _value_digest(salt, "executable", executable)
@@ -122,7 +179,40 @@ def bind(
         env={key: _value_digest(salt, key, value) for key, value in sorted(here.env.items())},
         source=source,
         vars=used,
+        workdir=workdir,
+        files=files,
+        inherited={key: _value_digest(salt, key, base[key]) for key in BOUND_INHERITED if key in base and key not in here.env},
     )
+
+
+def _files(written: ServerConfig, here: ServerConfig, executable: str | None, workdir: str, salt: str) -> dict[str, BoundFile]:
+    """What the command line reaches from ``workdir``; a path named through ``${VAR}`` is
+    kept as a digest, like any value from the environment."""
+    files = {}
+    for item in reached(executable, list(here.args), workdir):
+        written_as = (written.command or "") if item.arg is None else written.args[item.arg]
+        label, path = item.label, item.path
+        if template_vars(written_as):
+            path = _value_digest(salt, "path", path)
+            if label.startswith("-m "):  # the module's name came from the environment too
+                label = f"-m args[{item.arg}]: " + _value_digest(salt, "module", label)
+        content = _value_digest(salt, "content", content_id(item.path)) if item.code else None
+        files[label] = BoundFile(path=path, content=content)
+    return files
+
+
+def depends_on_directory(config: ServerConfig, *, name: str = "", start: str | None = None) -> list[str]:
+    """What of ``config``'s command line is found from the directory it starts in (a
+    relative path, a relative ``PATH`` entry, a ``-m`` module there): a binding stored
+    before start directories were recorded can be trusted only when this is empty."""
+    here = config.resolve(name).config
+    workdir = os.path.realpath(start or config.cwd or os.getcwd())
+    executable, relative = _executable(here, workdir, _base_environment())
+    out = [f"command {config.command!r}"] if relative else []
+    for item in reached(executable, list(here.args), workdir):
+        if item.relative:
+            out.append(item.label if item.label.startswith("-m ") else f"{item.label} {config.args[item.arg]!r}")
+    return out
 
 
 def bind_all(servers: ServerSet, names: Iterable[str], *, salt: str) -> dict[str, ServerBinding]:
@@ -145,8 +235,16 @@ def decode_bindings(data: str | bytes | None) -> dict[str, ServerBinding]:
     return _bindings_decoder.decode(data) if data else {}
 
 
+_CONFIGURED = ("transport:", "url:", "command:", "args:", "cwd:", "env ", "header ", "${")
+"""How the differences in what the server file says (or its ``${VAR}`` take) begin; the rest
+(executable, inherited variables, directory, files) are in what the same text reaches here."""
+
+
 def differences(stored: ServerBinding, here: ServerBinding) -> list[str]:
-    """What differs, in words a person can check (never a value of the environment)."""
+    """What differs, in words a person can check (never a value of the environment).
+
+    The start directory, the files and the inherited variables are compared only when
+    the run recorded them (a binding stored before them has no ``workdir``)."""
     out = []
     for field in ("transport", "url", "command", "args", "cwd", "executable"):
         a, b = getattr(stored, field), getattr(here, field)
@@ -156,7 +254,9 @@ def differences(stored: ServerBinding, here: ServerBinding) -> list[str]:
             out.append("executable: the command resolves to another file here")
         else:
             out.append(f"{field}: the run has {a!r}, here it is {b!r}")
-    for kind, a, b in (("env", stored.env, here.env), ("header", stored.headers, here.headers)):
+    for kind, a, b in (("env", stored.env, here.env), ("header", stored.headers, here.headers)) + (
+        (("inherited", stored.inherited, here.inherited),) if stored.workdir is not None else ()
+    ):
         for name in sorted(set(a) | set(b)):
             if name not in b:
                 out.append(f"{kind} {name}: set for the run, not set here")
@@ -167,12 +267,66 @@ def differences(stored: ServerBinding, here: ServerBinding) -> list[str]:
     for name in sorted(set(stored.vars) & set(here.vars)):
         if stored.vars[name] != here.vars[name]:
             out.append(f"${{{name}}}: a different value here")
+    if stored.workdir is not None:
+        if stored.workdir != here.workdir:
+            out.append(f"directory: the run's servers start in {stored.workdir!r}, here it is {here.workdir!r}")
+        out.extend(_file_differences(stored, here))
     return out
 
 
-def verify_bindings(run_id: str, stored: Mapping[str, ServerBinding], servers: ServerSet, names: Iterable[str]) -> None:
-    """Refuse (ServerMismatchError, exit 5) unless every server in ``names`` resolves as the run's binding says."""
+def _file_differences(stored: ServerBinding, here: ServerBinding) -> list[str]:
+    out = []
+    for label in sorted(set(stored.files) | set(here.files), key=_label_order):
+        a, b = stored.files.get(label), here.files.get(label)
+        if label == "command" and stored.executable != here.executable:
+            continue  # said already: the command resolves elsewhere
+        shown = _shown(label, stored)
+        if b is None:
+            out.append(f"{shown}: reached {_path(a)} when the run started, nothing here")
+        elif a is None:
+            out.append(f"{shown}: reaches {_path(b)} here, nothing when the run started")
+        elif a.path != b.path:
+            if a.path.startswith("sha256:") or b.path.startswith("sha256:"):
+                out.append(f"{shown}: resolves to another file here")
+            else:
+                out.append(f"{shown}: the run had {a.path}, here it is {b.path}")
+        elif a.content != b.content:
+            out.append(f"{shown}: {_path(b)} changed since the run started")
+    return out
+
+
+def _label_order(label: str) -> tuple[int, int, str]:
+    if label == "command":
+        return (0, 0, label)
+    if label.startswith("args["):
+        return (1, int(label[5:-1]), label)
+    return (2, 0, label)
+
+
+def _shown(label: str, binding: ServerBinding) -> str:
+    """``args[0] 'chat.py'``: where a file is named, with the text as written."""
+    if label == "command":
+        return f"command {binding.command!r}"
+    if label.startswith("args["):
+        i = int(label[5:-1])
+        if i < len(binding.args):
+            return f"{label} {binding.args[i]!r}"
+    return label
+
+
+def _path(f: BoundFile | None) -> str:
+    if f is None:
+        return "nothing"
+    return "a file named through ${VAR}" if f.path.startswith("sha256:") else f.path
+
+
+def verify_bindings(run_id: str, stored: Mapping[str, ServerBinding], servers: ServerSet, names: Iterable[str]) -> ServerSet:
+    """Refuse (ServerMismatchError, exit 5) unless every server in ``names`` resolves as the
+    run's binding says. Returns the servers to start: those of ``servers``, each one the run
+    recorded a start directory for set to start there (whatever this process's directory)."""
     problems: dict[str, list[str]] = {}
+    configured = False  # a difference in what the server file says (else only in what it reaches here)
+    configs = dict(servers.servers)
     for name in names:
         bound = stored.get(name)
         if bound is None:
@@ -180,25 +334,42 @@ def verify_bindings(run_id: str, stored: Mapping[str, ServerBinding], servers: S
         config = servers.servers.get(name)
         if config is None:
             problems[name] = [f"not configured in {servers.source}"]
+            configured = True
             continue
-        diff = differences(bound, bind(config, source=servers.source, salt=run_id, name=name))
+        if bound.workdir is None:
+            diff = differences(bound, bind(config, source=servers.source, salt=run_id, name=name))
+            if config.transport != HTTP and config.cwd is None:
+                diff += [
+                    f"{what} is found from the directory the server starts in, which the run did not record"
+                    for what in depends_on_directory(config, name=name)
+                ]
+        elif not os.path.isdir(bound.workdir):
+            diff = [f"directory {bound.workdir!r}, where the run's server starts, no longer exists"]
+        else:
+            diff = differences(bound, bind(config, source=servers.source, salt=run_id, name=name, start=bound.workdir))
+            configs[name] = msgspec.structs.replace(config, cwd=bound.workdir)
         if diff:
             problems[name] = diff
+            configured = configured or any(d.startswith(_CONFIGURED) for d in diff)
     if problems:
         lines = [f"server {name!r}: " + "; ".join(diff) for name, diff in problems.items()]
         sources = sorted({stored[n].source for n in problems if stored[n].source})
         raise ServerMismatchError(
             f"run {run_id} was started against other servers than the ones configured here "
             f"({servers.source}); nothing was run:\n  " + "\n  ".join(lines),
-            hint="use the server file the run was started with"
-            + (f" ({', '.join(sources)})" if sources else "")
-            + ", or start a new run against these servers",
+            hint=(
+                "use the server file the run was started with" + (f" ({', '.join(sources)})" if sources else "") + ", or start a new run against these servers"
+                if configured
+                else "the server file says the same, but what it starts differs here: put back the files, directory and environment the run started with (named above), or start a new run"
+            ),
             run=run_id,
             servers=sorted(problems),
             differences=problems,
             here=servers.source,
             bound=sources,
+            configured=configured,
         )
+    return ServerSet(configs, servers.source)
 
 
 def servers_for_run(
@@ -210,7 +381,8 @@ def servers_for_run(
     cwd: str | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> ServerSet:
-    """The servers to drive a stored run with, checked against its bindings.
+    """The servers to drive a stored run with, checked against its bindings, each set to
+    start in the directory the run recorded for it.
 
     A configuration chosen on purpose here (``explicit``, ``$VODOU_SERVERS``,
     or a ``./mcp.json``) is used and must agree with the run. Otherwise the
@@ -231,5 +403,31 @@ def servers_for_run(
             servers = load_servers(source, cwd=cwd, environ=environ)
         else:
             servers = load_servers(None, cwd=cwd, environ=environ)
-    verify_bindings(run_id, stored, servers, names)
-    return servers
+    return verify_bindings(run_id, stored, servers, names)
+
+
+def started_where(run_id: str, servers: ServerSet, hub: Any) -> None:
+    """Refuse (ServerMismatchError) a hub of warm servers, handed in by a long-lived process,
+    whose server was started in another directory than the one ``servers`` (checked by
+    :func:`verify_bindings`) says it starts in. A server the hub does not hold is the
+    drive's to report. Blocking (it resolves paths): call it off the trio thread."""
+    problems = {}
+    for name, config in servers.servers.items():
+        if config.transport != STDIO or config.cwd is None:
+            continue
+        try:
+            warm = hub.config(name)
+        except Exception:  # noqa: BLE001, S112 - not started in this hub: the drive reports it
+            continue
+        there = os.path.realpath(warm.cwd or os.getcwd())
+        if there != os.path.realpath(config.cwd):
+            problems[name] = [f"directory: the run's server starts in {config.cwd!r}, the warm one was started in {there!r}"]
+    if problems:
+        raise ServerMismatchError(
+            f"run {run_id}: the servers handed in for it were started elsewhere than the run's; nothing was run:\n  "
+            + "\n  ".join(f"server {n!r}: " + "; ".join(d) for n, d in problems.items()),
+            hint="start the run's servers with the configurations servers_for_run gives",
+            run=run_id,
+            servers=sorted(problems),
+            differences=problems,
+        )

@@ -195,7 +195,12 @@ def approval_card_text(
     if step is not None:
         lines.append(f"⚠ {visible(step.id)}: {visible(step.server)}·{visible(step.tool)}  ({step.risk}: {visible(step.risk_source)})")
         if server is not None:
-            lines.append(f"server {visible(step.server)}: {visible(server.command_line())}" + (f"  (from {visible(server.source)})" if server.source else ""))
+            where = getattr(server, "workdir", None)
+            lines.append(
+                f"server {visible(step.server)}: {visible(server.command_line())}"
+                + (f"  in {visible(where)}" if where else "")
+                + (f"  (from {visible(server.source)})" if server.source else "")
+            )
     if question:
         lines.append(f"question: {visible(question)}")
     if step is not None:

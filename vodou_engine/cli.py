@@ -410,7 +410,9 @@ _CLI_HINTS: dict[str, Callable[[dict], str]] = {
     "approval.decided": lambda f: f"`recipe show {f.get('run')}` lists the run's approvals" + ("; `recipe resume RUN` asks again" if f.get("state") == "expired" else ""),
     "servers.mismatch": lambda f: "run it with --servers naming the server file the run was started with"
     + (f" ({', '.join(f['bound'])})" if f.get("bound") else "")
-    + ", or start a new run against these servers",
+    + ", or start a new run against these servers"
+    if f.get("configured", True)
+    else "the server file says the same, but what it starts differs here: put back the files, directory and environment the run started with (named above), or start a new run",
     "recipe.changed": lambda f: f"restore {f.get('path')} (the run executes the plan it started with), or `recipe reject {f.get('run')}` and start a new run",
     "identity.refused": lambda f: f"act as yourself (drop --as), or put {f.get('claimed')}'s secret in ${TOKEN_ENV} (`recipe approver add NAME` makes one)",
 }

@@ -31,7 +31,7 @@ from typing import Any, AsyncIterator, Callable, Mapping
 
 import msgspec
 
-from .binding import bind_all, decode_bindings, encode_bindings, servers_for_run
+from .binding import bind_all, decode_bindings, encode_bindings, servers_for_run, started_where
 from .errors import (
     VodouError,
     AlreadyDecidedError,
@@ -358,11 +358,11 @@ class Runs:
         actor = actor or os_user()
         model = model or plan.options.model or os.environ.get("VODOU_MODEL")
         policy = self.policy()
-        bindings = bind_all(prepared.servers, servers_needed(plan), salt=run_id)
         store = self.store()
         started = {"pid": os.getpid(), "model": model, "policy": policy.digest, "policy_path": policy.source, "servers": prepared.servers.source}
 
         def create() -> Any:
+            bindings = bind_all(prepared.servers, servers_needed(plan), salt=run_id)  # reads files: off the trio thread
             with store.transaction():
                 store.create_run(
                     run_id,
@@ -436,6 +436,8 @@ class Runs:
                 raise _stale_fingerprint(store, run_id, approval, fingerprint)
             plan, servers, policy = self._ready_to_drive(store, run)
             _check_card(run, approval)
+            if hub is not None and drive and not queue:  # warm servers handed in: started where the run's start?
+                started_where(run_id, servers, hub)
             if not queue:
                 _decide(store, approval, ApprovalState.APPROVED, actor, None, proof)
                 return run, plan, servers, policy
@@ -504,6 +506,8 @@ class Runs:
             if not _takeable(run):
                 raise _busy(run)
             plan, servers, policy = self._ready_to_drive(store, run)
+            if hub is not None:  # warm servers handed in: started where the run's start?
+                started_where(run_id, servers, hub)
             return run, plan, servers, policy
 
         checked = await _in_thread(check)
@@ -911,6 +915,18 @@ class Runs:
         recipe_unchanged(run, plan, policy)
         return plan, servers, policy
 
+    def bound_servers(self, run_id: str) -> tuple[list[str], ServerSet]:
+        """The servers a stored run still needs, and their configurations checked against
+        its bindings, each set to start in the directory the run recorded: what a
+        long-lived process starts (or finds warm) for it. ServerMismatchError (exit 5)
+        when what would start differs."""
+        from .runtime.plans import check_stored_plan
+
+        store = self.store(create=False)
+        run = store.get_run(run_id)
+        needed = servers_to_finish(check_stored_plan(run.plan_json, run.plan_fingerprint), store.get_nodes(run_id))
+        return needed, servers_for_run(run.id, decode_bindings(run.servers_json), needed, self._explicit_servers())
+
     def _policy_for_run(self, store: Any, run: Any) -> Policy:
         """The policy the run was started under: the one in effect here if it is the same,
         else the run's own policy file if it still says the same; otherwise refused."""
@@ -1244,6 +1260,6 @@ def _view(store: Any, run: Any, now: float) -> RunView:
         ],  # fmt: skip
         effects=[_effect_view(e, by_id, plan, bindings) for e in effects],
         together=together_stats(plan, times, states),
-        servers={name: {"command": b.command_line(), "source": b.source, "executable": b.executable} for name, b in bindings.items()},
+        servers={name: {"command": b.command_line(), "source": b.source, "executable": b.executable, "workdir": b.workdir} for name, b in bindings.items()},
         driven_by=describe(run.owner) if run.state == RunState.RUNNING else None,
     )

@@ -165,8 +165,11 @@ async def fetch_warm(pool: Any, servers: Any, policy: Any) -> Catalogue:
     async def one(name: str) -> None:
         try:
             hub = await pool.hub([name])
-            await hub.wait_ready()
-            listed[name] = hub.tools(name)
+            try:
+                await hub.wait_ready()
+                listed[name] = hub.tools(name)
+            finally:
+                hub.release()
         except BaseExceptionGroup as group:
             leaf = plain_error(group)
             unavailable[name] = _why(leaf if leaf is not None else group)

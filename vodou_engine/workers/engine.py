@@ -25,7 +25,7 @@ import msgspec
 from ..errors import RefusedError, ToolError, UnknownRunError
 from ..policy import Policy
 from ..runs import Runs
-from ..servers import ServerSet, servers_needed, servers_to_finish
+from ..servers import ServerSet, servers_needed
 
 logger = logging.getLogger("vodou_engine.workers")
 
@@ -127,6 +127,9 @@ class Engine:
                 raise
             run = await trio.to_thread.run_sync(store.get_run, run_id)
             return Outcome(run=run_id, state=str(run.state), busy_until=run.lease_expires_at or (time.time() + 1.0), owner=run.owner)
+        finally:
+            if hub is not None:
+                hub.release()
         return Outcome(run=run_id, state=report.state)
 
     async def _start(self, runs: Runs, run_id: str, spec: dict[str, Any]) -> Any:
@@ -134,6 +137,7 @@ class Engine:
         import trio
 
         store = runs.store()
+        hub = None
         try:
             if "start" in spec:
                 s = spec["start"]
@@ -155,11 +159,15 @@ class Engine:
                 f = msgspec.convert(spec["firing"], FiringRecord)
                 saved = await trio.to_thread.run_sync(lambda: store.get_recipe(store.get_schedule(f.schedule).recipe))
                 plan, _, _ = runs.load(f"{saved.name}.recipe", text=saved.source)
-                return await runs.start_firing(f, hub=await self._hub_for(servers_needed(plan)))
+                hub = await self._hub_for(servers_needed(plan))
+                return await runs.start_firing(f, hub=hub)
         except RefusedError as exc:
             if "already exists" in exc.message:
                 return None  # started meanwhile by a process that is no worker (a person's retry)
             raise
+        finally:
+            if hub is not None:
+                hub.release()
         raise UnknownRunError(f"there is no run {run_id} and the job does not say how to start it; nothing was done", run=run_id)
 
     async def _hub_for(self, names: list[str]) -> Any:
@@ -167,18 +175,12 @@ class Engine:
         return await self.pool.hub(known) if known else None
 
     async def _hub_for_run(self, runs: Runs, run_id: str) -> Any:
+        """Warm servers for a stored run: the ones it is bound to, started in the directory
+        it recorded (ServerMismatchError, before any is started, when what would start differs)."""
         import trio
 
-        from ..runtime.plans import check_stored_plan
-
-        store = runs.store()
-
-        def needed() -> list[str]:
-            run = store.get_run(run_id)
-            plan = check_stored_plan(run.plan_json, run.plan_fingerprint)
-            return servers_to_finish(plan, store.get_nodes(run_id))
-
-        return await self._hub_for(await trio.to_thread.run_sync(needed))
+        needed, servers = await trio.to_thread.run_sync(runs.bound_servers, run_id)
+        return await self.pool.hub(needed, servers) if needed else None
 
     async def due(self, by: str) -> list[dict[str, Any]]:
         """Decide every due schedule time (each once, whoever else is deciding); the firings
