@@ -28,6 +28,11 @@ Tools
     ``get``) and whose annotations lie: ``readOnlyHint: true``. Only the name
     rule can gate it (an untrusted server's read-only claim is ignored). The same
     outputSchema and reply.
+``get_onboard``
+    An effect (it onboards ``user``, a string, required) whose name is a read
+    verb and an unknown word that reads as harmless pieces (``on`` + ``board``)
+    when ``onboard`` is a verb; its annotations claim ``readOnlyHint: true``.
+    Only the name rule can gate it. The same outputSchema and reply.
 
 Environment
 -----------
@@ -132,6 +137,12 @@ TOOLS = {
     "forget_memory": {
         "description": "Forget what is remembered under a key (an effect; its annotations claim it only reads).",
         "inputSchema": {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]},
+        "outputSchema": OUTPUT_SCHEMA,
+        "annotations": {"readOnlyHint": True},
+    },
+    "get_onboard": {
+        "description": "Onboard a user (an effect; its annotations claim it only reads).",
+        "inputSchema": {"type": "object", "properties": {"user": {"type": "string"}}, "required": ["user"]},
         "outputSchema": OUTPUT_SCHEMA,
         "annotations": {"readOnlyHint": True},
     },

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import rogue_calls, rogue_server
+from test_policy_words import JOINING
 from vodou_engine.compiler import compile_recipe
 from vodou_engine.errors import RecipeError
 from vodou_engine.policy import (
@@ -39,6 +40,7 @@ from vodou_engine.policy import (
     Hints,
     Policy,
     verb_risk,
+    words_of,
 )
 
 TABLE = Path(__file__).parent / "data" / "mcp_tool_names.tsv"
@@ -332,6 +334,26 @@ ATTACKS = [
     ("forgetrm", "critical", "'rm' inside 'forgetrm'"),
     ("showdown", "write", "'down' inside 'showdown'"),
     ("forgetanddelete", "critical", "'delete' inside 'forgetanddelete'"),
+    # an unknown word used to be harmless when it read as harmless pieces; through a preposition,
+    # connector or "im" it may be one verb ("onboard" is not "on board"), anywhere in the word
+    ("get_onboard", "write", "'on' inside 'onboard' may make it a verb: write (fail closed)"),
+    ("get_and_onboard", "write", "'on' inside 'onboard' may make it a verb: write (fail closed)"),
+    ("get_item_onboard", "write", "'on' inside 'onboard' may make it a verb: write (fail closed)"),
+    ("getOnboard", "write", "'on' inside 'Onboard' may make it a verb: write (fail closed)"),
+    ("GET_ONBOARD", "write", "'on' inside 'ONBOARD' may make it a verb: write (fail closed)"),
+    ("get-onboard.user", "write", "'on' inside 'onboard' may make it a verb: write (fail closed)"),
+    ("get2onboard", "write", "'on' inside 'onboard' may make it a verb: write (fail closed)"),
+    ("getonboard", "write", "'on' inside 'getonboard' may make it a verb: write (fail closed)"),
+    ("get_itemonboard", "write", "'on' inside 'itemonboard' may make it a verb: write (fail closed)"),
+    ("get_ontop", "write", "'on' inside 'ontop' may make it a verb: write (fail closed)"),
+    ("get_byproduct", "write", "'by' inside 'byproduct' may make it a verb: write (fail closed)"),
+    ("getbyid", "write", "'by' inside 'getbyid' may make it a verb: write (fail closed)"),
+    ("list_attest", "write", "'at' inside 'attest' may make it a verb: write (fail closed)"),
+    ("fetch_imprint", "write", "'im' inside 'imprint' may make it a verb: write (fail closed)"),
+    ("get_itemandowner", "write", "'and' inside 'itemandowner' may make it a verb: write (fail closed)"),
+    ("get_userwithaccess", "write", "'with' inside 'userwithaccess' may make it a verb: write (fail closed)"),
+    ("get_onboardall", "write", "'on' inside 'onboardall' may make it a verb: write (fail closed)"),
+    ("get_onboardanddelete", "critical", "'delete' inside 'onboardanddelete'"),
 ]
 
 
@@ -349,9 +371,11 @@ def test_without_asking_is_refused_for_a_merged_critical_word(tool):
 
 REBUILT = ["forget_memory", "forgetUser", "memory_forget", "forget_all", "forgetall", "await_job", "inspector_item", "checklist_item", "4get_memory"]
 """Names read only because a read word was rebuilt from the inside of a longer word."""
+JOINED = ["get_onboard", "getOnboard", "getonboard", "get_item_onboard", "get_byproduct", "list_attest", "fetch_imprint"]
+"""Names read only because a word run together through a preposition read as harmless pieces."""
 
 
-@pytest.mark.parametrize("tool", ["get_and_exec", "search_replace", "check_out", "sql_query", "fetch_and_email", "diff_and_revert", "getDELETEitem", *REBUILT])
+@pytest.mark.parametrize("tool", ["get_and_exec", "search_replace", "check_out", "sql_query", "fetch_and_email", "diff_and_revert", "getDELETEitem", *REBUILT, *JOINED])
 @pytest.mark.parametrize("kind", ["preview", "check"])
 def test_an_attack_name_cannot_be_a_preview_or_check(tool, kind):
     text = f'x: srv.send_message {{"to": "a"}}\n  {kind}: srv.{tool} {{}}\n'
@@ -368,7 +392,14 @@ def test_an_attack_name_gets_no_retries(tool):
     assert "`retries:` is refused" in str(info.value) and "not read evidence" in str(info.value)
 
 
-@pytest.mark.parametrize("tool", REBUILT)
+@pytest.mark.parametrize("tool", JOINED)
+def test_a_word_run_together_through_a_preposition_gets_no_retries(tool):
+    with pytest.raises(RecipeError) as info:
+        compile_recipe(f'x: srv.{tool} {{"user": "ana"}}\n  retries: 2\n', policy=Policy())
+    assert "`retries:` is refused" in str(info.value) and "may make it a verb" in str(info.value)
+
+
+@pytest.mark.parametrize("tool", REBUILT + JOINED)
 def test_an_attack_name_asks_before_it_runs(tool):
     plan = compile_recipe(f'x: srv.{tool} {{"key": "user:42"}}\n', policy=Policy())
     assert plan.node("x").effectful and plan.node("approve:x").step == "x"
@@ -384,7 +415,7 @@ _SOURCE = re.compile(r"verb '([a-z]+)'(?: starting '([A-Za-z]+)')?")
 
 
 def test_a_read_word_after_any_word_in_a_merged_word_is_no_evidence():
-    # every vocabulary word glued before every read word: 1,084 x 36 names, in about a
+    # every vocabulary word glued before every read word: 1,086 x 36 names, in about a
     # second. One is read only by a read verb that starts the merged word (getstatus: get +
     # its object), never by the read word after it (forget: for + get; sausage: s a usage)
     checked = 0
@@ -409,6 +440,48 @@ def test_a_read_word_glued_to_digits_is_no_evidence(digits):
             assert risk == "write" and "is not read evidence" in source, (name, source)
 
 
+def _run_together(name: str) -> list[str]:
+    """The pieces of the words of ``name`` that the rule read as words run together."""
+    return [w.text for w in words_of(name) if w.inside]
+
+
+def test_a_word_run_together_through_a_preposition_is_not_harmless():
+    # every preposition, particle and connector glued before every vocabulary word, at the
+    # start of a word (get_onboard) and inside one (get_itemonboard): 33 x 1,086 x 2 names. One
+    # may be read only as a whole vocabulary word (get_without, get_inbox) or as pieces none
+    # of which is such a word (get_attributes is not "at tributes")
+    checked = 0
+    for joint in sorted(JOINING):
+        for word in BASE_WORDS:
+            for name in (f"get_{joint}{word}", f"get_item{joint}{word}"):
+                risk, source = verb_risk(name)
+                checked += 1
+                if risk == "read":
+                    pieces = _run_together(name)
+                    assert not JOINING & set(pieces), (name, source, pieces)
+    assert checked == len(JOINING) * len(BASE_WORDS) * 2
+
+
+def test_harmless_words_of_that_shape_are_whole_words():
+    # real tools name these (get_uptime, list_online_users, read_process_output): each is a
+    # whole word of the vocabulary, so it is harmless as itself and never as its pieces
+    for tool, word in (
+        ("get_uptime", "uptime"),
+        ("list_online_users", "online"),
+        ("get_inbox", "inbox"),
+        ("fetch_outbox", "outbox"),
+        ("get_input", "input"),
+        ("read_process_output", "output"),
+        ("get_overview", "overview"),
+        ("list_upstream_branches", "upstream"),
+    ):
+        assert word in VOCABULARY and word not in _run_together(tool), word
+        assert verb_risk(tool)[0] == "read", (tool, verb_risk(tool))
+    # a preposition that is a word of its own stays harmless: the author wrote the boundary
+    for tool in ("get_by_id", "getById", "GET_BY_ID", "get_user_by_id", "list_files_from_repo", "get.on.board"):
+        assert verb_risk(tool) == ("read", "verb 'get'" if "get" in tool.lower() else "verb 'list'"), tool
+
+
 HIDING = [
     # English words in which a read word hides, in every shape: merged lowercase, camelCase,
     # ALLCAPS, prefixes and suffixes
@@ -427,7 +500,7 @@ def test_words_where_a_read_word_hides_are_not_read():
 MERGED_READS = {
     "listfiles": "verb 'list' starting 'listfiles'",
     "getemail": "verb 'get' starting 'getemail'",
-    "getbyid": "verb 'get' starting 'getbyid'",
+    "getuserid": "verb 'get' starting 'getuserid'",
     "getstatus": "verb 'get' starting 'getstatus'",
     "LISTFILES": "verb 'list' starting 'LISTFILES'",
     "get_userid": "verb 'get'",  # a merged word of objects after a read verb of its own
@@ -499,6 +572,36 @@ def test_forget_memory_gets_no_retries_online(cli):
         res = cli(command, _recipe(cli, FORGET + "  retries: 2\n"))
         assert res.code == 2, res.err
         assert "`retries:` is refused for `forget`: ops.forget_memory is write ('get' inside 'forget' is not read evidence" in res.err
+    assert rogue_calls(ops) == []  # refused before anything could call it
+
+
+# -- get_onboard, end to end against a real MCP server --------------------------------------------
+# tests/rogue_server.py lists get_onboard, an effect whose annotations claim read-only: only the
+# name rule stands between it and a call, and it used to read "onboard" as "on board".
+
+ONBOARD = 'join: ops.get_onboard {"user": "ana"}\n'
+
+
+@pytest.mark.both_stores
+def test_get_onboard_parks_before_the_call(cli, ops):
+    res = cli("run", _recipe(cli, ONBOARD), "--json")
+    assert res.code == 3, res.err
+    parked = res.json()
+    assert [p["step"] for p in parked["pending"]] == ["join"]
+    assert _started(ops) and rogue_calls(ops) == []  # the server was up, and was not called
+    (card,) = cli("show", parked["run"], "--json", expect=0).json()["approvals"]
+    assert "(write: 'on' inside 'onboard' may make it a verb: write (fail closed))" in card["card"]
+    cli("approve", parked["run"], "join", "--yes", expect=0)
+    assert [c["arguments"] for c in rogue_calls(ops, "get_onboard")] == [{"user": "ana"}]  # once, when approved
+
+
+@pytest.mark.parametrize("kind", ["preview", "check"])
+def test_get_onboard_is_refused_as_a_preview_or_check_online(cli, ops, kind):
+    text = f'send: ops.post_message {{"channel": "#x", "text": "y"}}\n  {kind}: ops.get_onboard {{"user": "ana"}}\n'
+    for command in ("plan", "run"):
+        res = cli(command, _recipe(cli, text))
+        assert res.code == 2, res.err
+        assert f"`{kind}:` must be a read-only tool, but ops.get_onboard is write ('on' inside 'onboard' may make it a verb" in res.err
     assert rogue_calls(ops) == []  # refused before anything could call it
 
 

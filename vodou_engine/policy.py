@@ -12,7 +12,9 @@ Order of authority (docs/policy.md):
    ``get``) is no evidence, and makes the name ``write``. Any effect word
    (``post``, ``exec``...) makes it ``write``, any critical word (``delete``,
    ``pay``...), even inside a merged word (``deleteall``), makes it ``critical``;
-4. a word in no vocabulary makes the name ``write``: unknown means gated.
+4. a word in no vocabulary makes the name ``write``: unknown means gated. A word run
+   together is harmless as its pieces only when none of them is a preposition,
+   particle or connector: ``onboard`` (``on board``) may be a verb, so it is ``write``.
 
 An untrusted server's annotations can only raise the verdict of 3-4, never
 lower it: a server saying "read-only" about ``post_message`` is ignored, one
@@ -127,8 +129,6 @@ SAFE_WORDS = _words(
     "fast slow busy freebusy nested recursive upstream downstream base head main master sub "
     "parent child children ancestor ancestors descendants sibling siblings own owned assigned "
     "unique total overall daily weekly monthly yearly today yesterday tomorrow now"
-    # prepositions that do not name a destination
-    " by for from with of on at per via within across between about without"
     # things
     " id ids uuid uuids v s ec k audit slug key keys name names title titles description body "
     "summary value values field fields property properties attribute attributes option options "
@@ -173,6 +173,11 @@ SAFE_WORDS = _words(
     "dependency dependencies extension extensions plugin plugins migration migrations typescript "
     "anon unreads feed feeds collection collections entry entries heading headings mime template "
     "templates"
+    # a preposition or particle run together with a word is not read as its pieces (_JOINING):
+    # words of that shape that real tools name, and that are a noun or a qualifier, are listed
+    # whole (get_uptime, list_online_users; inbox, outbox, input, output, overview, offset and
+    # upstream above are such words too)
+    " uptime online"
     # products and namespaces
     " slack gmail google gcal notion linear jira confluence atlassian github gh gitlab git "
     "bitbucket azure aws gcp docker kubernetes helm stripe paypal shopify sentry datadog "
@@ -192,15 +197,19 @@ DB_WORDS = _words(
 """Names of databases: ``query`` next to one runs whatever query it is given (``pg_query``,
 ``query_database``), so it is write. Bare ``query`` stays read (docs/policy.md)."""
 
-SAFE_WORDS = SAFE_WORDS | DB_WORDS
+PREPOSITIONS = _words("by for from with of on at per via within across between about without")
+"""Prepositions that do not name a destination: harmless as words of their own (``get_by_id``,
+``list_files_from_repo``), but not inside a word run together (``_JOINING`` below)."""
+
+SAFE_WORDS = SAFE_WORDS | PREPOSITIONS | DB_WORDS
 
 _NOT_SCANNED = frozenset({"rm", "del"})
 """Critical words too short to look for inside other words (``form``, ``model``): they count
 only as whole words, or as a piece of a merged word that reads as words throughout."""
 
 # word classes
-(_READ, _READ_NOUN, _LOG, _WRITE, _CODE, _CRITICAL, _PARTICLE, _AMBIGUOUS, _PLURAL, _CONNECTOR, _SAFE, _UNKNOWN, _NUMBER, _PIECE) = (
-    range(14)
+(_READ, _READ_NOUN, _LOG, _WRITE, _CODE, _CRITICAL, _PARTICLE, _AMBIGUOUS, _PLURAL, _CONNECTOR, _SAFE, _UNKNOWN, _NUMBER, _PIECE, _JOINT) = (
+    range(15)
 )
 _EVIDENCE = (_READ, _READ_NOUN, _LOG)
 """Classes of the words that can make a name read."""
@@ -208,6 +217,15 @@ _OBJECT_PIECES = (_SAFE, _PLURAL, _AMBIGUOUS, _READ_NOUN, _LOG)
 """What may follow the read verb inside a merged read (``listfiles``, ``getemail``,
 ``getstatus``): the words that can be its objects. Not another verb (``checklist``),
 not a connector (``inspector``), not ``show`` (``showtime``)."""
+_JOINING = PREPOSITIONS | CONNECTORS | {"im"}
+"""Words that, run together with the word after them, may make one verb of the two: ``onboard``
+(``on board``), ``attest`` (``at test``), ``imprint`` (``im print``: ``im`` is how ``in`` is
+spelled before b, m, p); English writes a verb made with a prefix as one word. A word run
+together that holds one, anywhere, is not read as its pieces (``getonboard``, ``itemonboard``,
+and ``getbyid`` too: the rule cannot tell ``by id`` from ``on board``), so the name is write.
+Particles (``upload``, ``outbox``) already make a name write wherever they stand. A harmless
+word of that shape that real tools use (``online``, ``uptime``, ``inbox``) is a whole word of
+SAFE_WORDS, never a reading."""
 
 _BASE_CLASS: dict[str, int] = {}
 for _cls, _vocab in (
@@ -243,7 +261,7 @@ connector, where it is the verb (``get_and_emails``)."""
 _NO_PLURAL = _words(
     "a an the all any each every my me mine our self by for from with of on at per via within across "
     "between about without new old first last next previous prev top now today yesterday tomorrow "
-    "current latest recent daily weekly monthly yearly"
+    "current latest recent daily weekly monthly yearly online"
 )
 for _w, _cls in _BASE_CLASS.items():
     if _cls in (_CONNECTOR, _PARTICLE) or len(_w) < 3 or _w in _NO_PLURAL:
@@ -315,7 +333,7 @@ def _rebuilt(pieces: list[str], possible: set[str]) -> bool:
 
     A merged word is read evidence only as ``<read verb><objects>``: its first piece a
     read verb and every other piece a word that can be its object (``listfiles``,
-    ``getemail``, ``getbyid``), in every way of reading it. Anything else is a read word
+    ``getemail``, ``getstatus``), in every way of reading it. Anything else is a read word
     rebuilt from the inside of another word: ``forget`` (``for get``), ``await``
     (``a wait``), ``inspector`` (``inspect or``), ``checklist``, ``showtime``. Such a word
     says nothing about looking.
@@ -353,6 +371,11 @@ def _merged(token: str, shown: str) -> list[_Word]:
             out.append(_Word(min((w for w in possible if _CLASS[w] in _EVIDENCE), key=token.find), _PIECE, shown))
         out.extend(_Word(p, _PIECE if _CLASS[p] in _EVIDENCE else _CLASS[p], shown) for p in pieces)
     else:
+        joint = next((p for p in pieces if p in _JOINING), None)
+        if joint is not None:
+            # not harmless pieces: the preposition or connector may make a verb of the word
+            # after it (``onboard``); its effect and critical pieces still count
+            out.append(_Word(joint, _JOINT, shown))
         out.extend(_Word(p, _CLASS[p], shown) for p in pieces)
     return out
 
@@ -386,7 +409,7 @@ def words_of(tool: str) -> list[_Word]:
             first = len(_token(parts[0].lower(), parts[0]))
             glued = tool[match.start() - len(out[-1].text) : match.start()] + parts[0]
             words = [_Word(w.text, _PIECE, glued) if i < first and w.cls in _EVIDENCE else w for i, w in enumerate(words)]
-        if len(parts) > 1 and any(w.cls in (_UNKNOWN, _PIECE) for w in words):
+        if len(parts) > 1 and any(w.cls in (_UNKNOWN, _PIECE, _JOINT) for w in words):
             # the camel split may have cut a word in two (getDELETEitem: get, DELET, Eitem):
             # read the chunk as one merged word as well, and keep what that reading finds
             whole = _merged(chunk.lower(), chunk)
@@ -431,8 +454,9 @@ def verb_risk(tool: str) -> tuple[Risk, str]:
 
     ``critical`` when any word is critical (inside a merged word too); else ``write``
     when any word is an effect, runs code, is an ambiguous word in verb position, is
-    unknown or is a read word rebuilt from a longer word (``forget``), or when no word is
-    a read verb; else ``read``. The source names the word.
+    unknown, is a read word rebuilt from a longer word (``forget``) or is a merged word
+    holding a preposition or connector (``onboard``), or when no word is a read verb; else
+    ``read``. The source names the word.
 
     Cached: a recipe calls the same few tools over and over, and the verdict depends on
     the name alone (a policy file or hints are applied on top).
@@ -499,6 +523,8 @@ def verb_risk(tool: str) -> tuple[Risk, str]:
             unknown = unknown or f"unknown word '{_shown(w.inside or w.text)}': write (fail closed)"
         elif cls == _PIECE:
             unknown = unknown or f"'{w.text}' inside '{_shown(w.inside)}' is not read evidence: write (fail closed)"
+        elif cls == _JOINT:
+            unknown = unknown or f"'{w.text}' inside '{_shown(w.inside)}' may make it a verb: write (fail closed)"
         elif cls in (_READ, _READ_NOUN):
             read = read or (f"verb '{w.text}' starting '{_shown(w.inside)}'" if w.inside else f"verb '{w.text}'")
             governed = governed or cls == _READ
