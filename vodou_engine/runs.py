@@ -479,6 +479,7 @@ class Runs:
                     store.save_nodes(run_id, [NodeRecord(node_id=approval.node_id, state=NodeState.REJECTED, error=why, ended_at=self.clock())])
                     store.set_run_state(run_id, RunState.DECLINED, expected=(RunState.RUNNING,), owner=self.owner)
                     store.append_event(run_id, RunState.DECLINED, actor=actor)
+                    _close_nodes(store, run, f"the run was {why}", self.clock())
                 elif run.state == RunState.RUNNING:
                     driven_by = run.owner  # its driver sees the rejection when it next stops
             return self._report(run_id, driven_by=driven_by)
@@ -519,10 +520,12 @@ class Runs:
             run = store.get_run(run_id)
             if run.state in TERMINAL_RUN_STATES:
                 raise RefusedError(f"run {run_id} already ended {run.state}; nothing was changed", run=run_id, state=run.state)
+            why = f"cancelled by {actor}" + (f": {reason}" if reason else "")
             with store.transaction():
-                if not store.set_run_state(run_id, RunState.CANCELLED, expected=(RunState.RUNNING, RunState.PARKED, RunState.INTERRUPTED), error=f"cancelled by {actor}" + (f": {reason}" if reason else "")):
+                if not store.set_run_state(run_id, RunState.CANCELLED, expected=(RunState.RUNNING, RunState.PARKED, RunState.INTERRUPTED), error=why):
                     raise RefusedError(f"run {run_id} ended while it was being cancelled; nothing was changed", run=run_id)
                 store.append_event(run_id, RunState.CANCELLED, actor=actor, data_json=msgspec.json.encode({"reason": reason}).decode())
+                _close_nodes(store, run, f"the run was {why}", self.clock())
             return self._report(run_id)
 
         return await _in_thread(cancel_now)
@@ -1078,6 +1081,30 @@ def _refuse_agent_opt_out(plan: Plan) -> None:
 # --- helpers over the store (called on a worker thread) ---------------------------------
 
 
+CANCELLED_MID_CALL = (
+    "the run was cancelled while this effect was executing; the process driving it records how it ended "
+    "when the call returns; if it never does, check the target, then settle it (reconcile the step as executed or not executed)"
+)
+
+
+def _close_nodes(store: Any, run: Any, why: str, now: float) -> None:
+    """Inside the transaction that ends ``run`` by a person's word (cancel, reject): no node
+    is left pending, running or waiting. An effect still executing becomes ``unknown`` (its
+    driver, if alive, records the real outcome over it when the call returns; if it died,
+    a person settles it); a step with an effect says what the effect's record says."""
+    from .plan import decode_plan
+    from .runtime.journal import ending_records
+
+    live = run.state == RunState.RUNNING and not _takeable(run)  # its driver may still be calling
+    store.mark_unknown(run.id, reason=CANCELLED_MID_CALL if live else None)
+    try:
+        node_ids = [n.id for n in decode_plan(run.plan_json).nodes]
+    except VodouError:
+        node_ids = []  # a plan edited in the store: close the nodes it has records for
+    effects = {e.step: e for e in store.effects(run.id)}
+    store.save_nodes(run.id, ending_records(node_ids, store.get_nodes(run.id), effects, why=why, now=now))
+
+
 def _takeable(run: Any) -> bool:
     return run.state in (RunState.PARKED, RunState.INTERRUPTED) or (run.state == RunState.RUNNING and (is_gone(run.owner) or (run.lease_expires_at or 0) < time.time()))
 
@@ -1168,6 +1195,9 @@ def _effect_view(eff: Any, approvals: Mapping[str, Any]) -> EffectView:
     )
 
 
+_EFFECT_STEP = {EffectState.EXECUTED: NodeState.SUCCEEDED, EffectState.FAILED: NodeState.FAILED}
+
+
 def _view(store: Any, run: Any, now: float) -> RunView:
     from .runtime.plans import check_stored_plan
 
@@ -1180,10 +1210,12 @@ def _view(store: Any, run: Any, now: float) -> RunView:
     node_views = []
     states: dict[str, str] = {}
     times = {}
-    unknown = {e.step for e in effects if e.state in (EffectState.UNKNOWN, EffectState.EXECUTING)}
+    # An effect's own record is the truth about its step (its driver may have lost the run
+    # before it could write the step, or a person settled it since).
+    by_effect = {e.step: _EFFECT_STEP.get(e.state, NodeState.UNKNOWN) for e in effects}
     for n in plan.nodes:
         rec = nodes.get(n.id)
-        st = NodeState.UNKNOWN if n.id in unknown else (rec.state if rec else NodeState.PENDING)
+        st = by_effect.get(n.id) or (rec.state if rec else NodeState.PENDING)
         states[n.id] = st
         if rec is not None:
             times[n.id] = (rec.ready_at, rec.started_at, rec.ended_at)
