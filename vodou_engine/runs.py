@@ -700,9 +700,14 @@ class Runs:
         catch_up_s: float | None = None,
         by: str,
         origin: str = "person",
+        version: int | None = None,
     ) -> Any:
-        """Run the saved recipe ``recipe`` on a cron schedule. A schedule an agent proposes
-        starts paused: only a person enables it (``resume_schedule``)."""
+        """Run the saved recipe ``recipe`` on a cron schedule: its latest version at each
+        firing, or ``version`` only. A schedule an agent proposes starts paused (only a
+        person enables it: ``resume_schedule``) and runs one version, the one it was
+        proposed with (``version``, else the latest now), never a later one: a version
+        saved after the proposal was never seen by the person who enables it. That version
+        may not opt out of asking."""
         from .scheduler import DEFAULT_CATCH_UP_S, check, next_after
         from .store import ScheduleRecord
 
@@ -712,16 +717,20 @@ class Runs:
         if not catch_up >= 0:
             raise UsageError("the catch-up window must be 0 seconds or more", catch_up_s=catch_up_s)
         store = self.store()
-        saved = store.get_recipe(recipe)
+        saved = store.get_recipe(recipe, version)
         from .runtime.plans import check_stored_plan
 
-        resolve_inputs(check_stored_plan(saved.plan_json, saved.plan_fingerprint), inputs or {})  # a run it could never start is refused now
+        plan = check_stored_plan(saved.plan_json, saved.plan_fingerprint)
+        resolve_inputs(plan, inputs or {})  # a run it could never start is refused now
+        if origin == "agent":
+            _refuse_agent_opt_out(plan, what="schedule")
         now = self.clock()
         active = origin != "agent"
         record = ScheduleRecord(
             name=name, recipe=recipe, cron=cron, tz=tz, inputs_json=msgspec.json.encode(dict(inputs or {})).decode(),
             state="active" if active else "paused", catch_up_s=catch_up, next_due=next_after(cron, tz, now) if active else None,
             created_at=now, created_by=by, origin=origin, updated_at=now,
+            recipe_version=saved.version if origin == "agent" or version is not None else None,
         )  # fmt: skip
         store.add_schedule(record)
         return record
@@ -782,10 +791,9 @@ class Runs:
         started it first. A firing whose run cannot even be created is marked failed."""
         store = self.store()
         try:
-            s = store.get_schedule(f.schedule)
-            saved = store.get_recipe(s.recipe)
+            s, saved = await _in_thread(self.firing_recipe, f)
             inputs = msgspec.json.decode(s.inputs_json)
-            return await self.start_saved(saved, inputs=inputs, actor=s.created_by, run_id=f.run_id, schedule=s.name, on_change=on_change, hub=hub)
+            return await self.start_saved(saved, inputs=inputs, actor=s.created_by, run_id=f.run_id, schedule=s.name, on_change=on_change, hub=hub, origin=s.origin)
         except RefusedError as exc:
             if "already exists" in exc.message:
                 return None  # the same firing was started by another process
@@ -795,17 +803,30 @@ class Runs:
             await _in_thread(store.firing_failed, f.schedule, f.due_at, exc.message)
             raise
 
+    def firing_recipe(self, f: Any) -> tuple[Any, Any]:
+        """(schedule, saved recipe version) a firing runs: the version the schedule names,
+        else the latest."""
+        store = self.store()
+        s = store.get_schedule(f.schedule)
+        return s, store.get_recipe(s.recipe, s.recipe_version)
+
     @_plain
-    async def start_saved(self, saved: Any, *, inputs: Mapping[str, Any] | None = None, actor: str | None = None, run_id: str | None = None, schedule: str | None = None, model: str | None = None, on_change: Callable[[str, str], None] | None = None, hub: Any = None) -> RunReport:
+    async def start_saved(self, saved: Any, *, inputs: Mapping[str, Any] | None = None, actor: str | None = None, run_id: str | None = None, schedule: str | None = None, model: str | None = None, on_change: Callable[[str, str], None] | None = None, hub: Any = None, origin: str = "person") -> RunReport:
         """Start a run of a saved recipe version (a RecipeRecord, or a name for the latest),
-        compiled again from its text under the policy and servers in effect."""
+        compiled again from its text under the policy and servers in effect. ``origin="agent"``
+        (a schedule an agent proposed): the plan that would run, as compiled now, may not
+        opt out of asking."""
         if isinstance(saved, str):
             saved = self.store().get_recipe(saved)
         path = f"{saved.name}.recipe"
         plan, _, _ = self.load(path, text=saved.source)
+        if origin == "agent":
+            _refuse_agent_opt_out(plan, what="schedule")
         resolve_inputs(plan, inputs or {})
         async with self.prepare(path, text=saved.source, hub=hub) as prepared:
             prepared.path = None  # the text lives in the store, not in a file to compare with
+            if origin == "agent":
+                _refuse_agent_opt_out(prepared.plan, what="schedule")
             return await self._start(prepared, inputs, actor, model, on_change, run_id, saved=saved, schedule=schedule)
 
     # --- looking before running ----------------------------------------------------------
@@ -1063,15 +1084,22 @@ def _check_name(name: str, what: str) -> None:
         raise UsageError(f"{name!r} is not a usable {what} name", hint="letters, digits, spaces, '.', '_' and '-', starting with a letter or digit, at most 100", name=name)
 
 
-def _refuse_agent_opt_out(plan: Plan) -> None:
-    """An agent proposes; it never decides, so it cannot remove a gate either."""
+def _refuse_agent_opt_out(plan: Plan, what: str = "recipe") -> None:
+    """An agent proposes; it never decides, so it cannot remove a gate either: not in a
+    recipe it sends, nor through a schedule it proposed (``what="schedule"``: whichever
+    version the schedule would run)."""
     from .errors import RecipeError
 
     opted = [n for n in plan.nodes if isinstance(n, ToolNode) and n.without_asking]
     if opted:
         where = opted[0].where
+        how = f"`without asking` / `don't ask` under `{opted[0].id}`"
+        if what == "recipe":
+            message = f"a recipe from an agent may not opt out of asking ({how}); nothing was saved or run"
+        else:
+            message = f"a schedule an agent proposed never runs a recipe that opts out of asking, and this version of {plan.recipe.name!r} does ({how}); nothing was scheduled or run"
         raise RecipeError(
-            f"a recipe from an agent may not opt out of asking (`without asking` / `don't ask` under `{opted[0].id}`); nothing was saved or run",
+            message,
             line=where.line if where else None,
             column=where.column if where else None,
             hint="only a person's recipe file, or the policy file, can let an effect run without asking",

@@ -287,12 +287,14 @@ def recipes(runs: Any, now: float) -> list[dict[str, Any]]:
     return out
 
 
-def recipe(runs: Any, name: str, now: float) -> dict[str, Any]:
-    rec = runs.saved(name)
+def recipe(runs: Any, name: str, now: float, version: int | None = None) -> dict[str, Any]:
+    """A saved recipe: its latest version, or ``version`` (what a schedule pinned to it runs)."""
+    rec = runs.saved(name, version)
     plan = stored_plan(rec)
     versions = runs.store(create=False, readonly=True).recipe_versions(name)
     return {
-        "name": rec.name, "version": rec.version, "saved_by": rec.saved_by, "saved": clock(rec.saved_at), "origin": rec.origin,
+        "name": rec.name, "version": rec.version, "latest": versions[-1].version if versions else rec.version,
+        "saved_by": rec.saved_by, "saved": clock(rec.saved_at), "origin": rec.origin,
         "card": card_text(plan), "source": rec.source, "inputs": [{"name": i.name, "required": i.required, "default": None if i.required else json.dumps(i.default, ensure_ascii=False)} for i in plan.inputs],
         "versions": [{"version": v.version, "saved_by": v.saved_by, "saved": clock(v.saved_at), "fingerprint": v.plan_fingerprint} for v in reversed(versions)],
         "schedules": [s.name for s in runs.schedules() if s.recipe == name],
@@ -314,7 +316,7 @@ def schedules(runs: Any, now: float) -> list[dict[str, Any]]:
                 local = clock(s.next_due)
             due = f"{local} ({ago(s.next_due, now)})"
         out.append({
-            "name": s.name, "recipe": s.recipe, "cron": s.cron, "tz": s.tz, "state": s.state, "origin": s.origin,
+            "name": s.name, "recipe": s.recipe, "version": s.recipe_version, "cron": s.cron, "tz": s.tz, "state": s.state, "origin": s.origin,
             "created_by": s.created_by, "catch_up": span(s.catch_up_s) if s.catch_up_s else "none",
             "inputs": _decode(s.inputs_json) or {}, "due": due,
             "firings": [{"due": clock(f.due_at), "outcome": f.outcome, "run": f.run_id, "note": f.note} for f in firings],

@@ -153,7 +153,7 @@ class Engine:
                 from ..store import FiringRecord
 
                 f = msgspec.convert(spec["firing"], FiringRecord)
-                saved = await trio.to_thread.run_sync(lambda: store.get_recipe(store.get_schedule(f.schedule).recipe))
+                _, saved = await trio.to_thread.run_sync(runs.firing_recipe, f)
                 plan, _, _ = runs.load(f"{saved.name}.recipe", text=saved.source)
                 return await runs.start_firing(f, hub=await self._hub_for(servers_needed(plan)))
         except RefusedError as exc:
