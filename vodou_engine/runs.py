@@ -34,6 +34,7 @@ import msgspec
 
 from .binding import bind_all, decode_bindings, encode_bindings, servers_for_run
 from .errors import (
+    PolicyMismatchError,
     VodouError,
     AlreadyDecidedError,
     BusyError,
@@ -938,7 +939,7 @@ class Runs:
             theirs = load_policy(path)
             if theirs.digest == digest:
                 return theirs
-        raise RefusedError(
+        raise PolicyMismatchError(
             f"run {run.id} was started under another tool policy ({path or 'none'}) than the one in effect here "
             f"({here.source or 'none'}); a decision taken under one set of rules is never spent under another, so nothing was done",
             hint="use the policy file the run was started with, or start a new run",

@@ -117,8 +117,46 @@ def inbox(runs: Any, me: str, now: float) -> dict[str, Any]:
         (mine if not approvers or me in approvers else others).append(item)
     mine.reverse()  # newest first
     others.reverse()
-    lapsed = [{"run": r, "recipe": name, "started_by": by, "since": ago(at, now)} for r, name, by, at in runs.store(create=False, readonly=True).parked_unasked()]
-    return {"mine": mine, "others": others, "lapsed": lapsed}
+    store = runs.store(create=False, readonly=True)
+    lapsed, waiting = [], []
+    for r, name, by, at in store.parked_unasked():
+        why = parked_why(store, r, now)
+        item = {"run": r, "recipe": name, "started_by": by, "since": ago(at, now), "why": why}
+        (lapsed if why["kind"] == "expired" else waiting).append(item)
+    return {"mine": mine, "others": others, "lapsed": lapsed, "waiting": waiting}
+
+
+def parked_why(store: Any, run_id: str, now: float) -> dict[str, Any]:
+    """Why a parked run has no open question, from what its record says (never a guess):
+    ``approved`` (decided, and waiting for a process to drive it on: on a PostgreSQL store
+    a worker, with what each worker that could not drive it said), ``unknown`` (an effect
+    to settle), ``expired`` (nobody decided in time), else ``other``."""
+    latest: dict[str, Any] = {}
+    for a in store.approvals(run_id):
+        if a.node_id not in latest or a.asked_at > latest[a.node_id].asked_at:
+            latest[a.node_id] = a
+    doubt = sorted(e.step for e in store.effects(run_id) if e.state in ("unknown", "executing"))
+    approved = [a for a in latest.values() if a.state == "approved"]
+    if doubt:
+        return {"kind": "unknown", "text": f"The outcome of {', '.join(doubt)} is unknown: check the target, then settle it (recipe reconcile) before the run goes on.", "detail": []}
+    if approved:
+        since = max(a.decided_at or 0 for a in approved)
+        who = ", ".join(sorted({a.decided_by for a in approved if a.decided_by}))
+        workers = getattr(store, "kind", None) == "postgresql"
+        tried = [e for e in store.events(run_id) if e.kind == "handed_back" and e.ts >= since]
+        detail = []
+        for e in tried:
+            data = _decode(e.data_json) or {}
+            detail.append(f"{e.actor or 'a worker'} could not drive it ({ago(e.ts, now)}): {data.get('reason', '')}")
+        text = f"Approved by {who or 'a person'} {ago(since, now)}; " + (
+            "waiting for a worker that can drive it on." if workers else "waiting to be driven on: resume it."
+        )
+        if tried:
+            text = f"Approved by {who or 'a person'} {ago(since, now)}; waiting for a worker whose servers and policy are the ones this run was started with (the decision stands)."
+        return {"kind": "approved", "text": text, "detail": detail}
+    if any(a.state == "expired" for a in latest.values()):
+        return {"kind": "expired", "text": "The question expired before anyone decided it.", "detail": []}
+    return {"kind": "other", "text": "No question is open.", "detail": []}
 
 
 # --- a run ------------------------------------------------------------------------------------------
@@ -197,6 +235,7 @@ def run_page(runs: Any, run_id: str, me: str, now: float) -> dict[str, Any]:
         "effects": effects,
         "timeline": timeline(view),
         "together": [together_chart(t) for t in view.together],
+        "why": parked_why(store, run_id, now) if str(view.state) == "parked" and not pending else None,
         "resumable": str(view.state) == "interrupted" or (str(view.state) == "parked" and (not pending or any(p["expired"] for p in pending))),
         "finished": str(view.state) in ("succeeded", "failed", "declined", "cancelled"),
     }
