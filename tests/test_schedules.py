@@ -237,3 +237,26 @@ def test_an_agent_cannot_pin_a_version_that_opts_out_of_asking(poster):
     with pytest.raises(RecipeError, match="opts out of asking"):
         runs.add_schedule("daily", recipe="poster", cron="0 8 * * *", by="agent:claude", origin="agent", version=2)
     assert runs.add_schedule("daily", recipe="poster", cron="0 8 * * *", by="agent:claude", origin="agent", version=1).recipe_version == 1
+
+
+def test_an_agents_schedule_stored_before_versions_were_named_is_pinned_when_the_store_is_upgraded(tmp_path, monkeypatch):
+    import sqlite3
+
+    from vodou_engine.store import base as store_base
+    from vodou_engine.store import open_store
+
+    real = store_base.migrations()
+    monkeypatch.setattr(store_base, "migrations", lambda: real[:5])  # a store of schema 5
+    open_store(str(tmp_path / "runs.db")).close()
+    conn = sqlite3.connect(tmp_path / "runs.db")
+    for version in (1, 2):
+        conn.execute("INSERT INTO recipes VALUES ('poster', ?, 'x', '{}', 'fp', 0, 'agent:claude', 'agent')", (version,))
+    for name, origin in (("theirs", "agent"), ("mine", "person")):
+        conn.execute("INSERT INTO schedules VALUES (?, 'poster', '0 8 * * *', 'UTC', '{}', 'active', 3600, 0, 0, 'x', ?, 0)", (name, origin))
+    conn.commit()
+    conn.close()
+    monkeypatch.undo()
+    store = open_store(str(tmp_path / "runs.db"))
+    assert store.schema_version() == len(real)
+    assert {s.name: s.recipe_version for s in store.schedules()} == {"theirs": 2, "mine": None}
+    store.close()

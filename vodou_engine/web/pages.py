@@ -143,7 +143,9 @@ def parked_why(store: Any, run_id: str, now: float) -> dict[str, Any]:
         since = max(a.decided_at or 0 for a in approved)
         who = ", ".join(sorted({a.decided_by for a in approved if a.decided_by}))
         workers = getattr(store, "kind", None) == "postgresql"
-        tried = [e for e in store.events(run_id) if e.kind == "handed_back" and e.ts >= since]
+        events = store.events(run_id)
+        decided = max((i for i, e in enumerate(events) if e.kind == "approval.decided"), default=-1)
+        tried = [e for e in events[decided + 1 :] if e.kind == "handed_back"]  # since the last decision, in the log's order
         detail = []
         for e in tried:
             data = _decode(e.data_json) or {}
