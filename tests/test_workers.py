@@ -694,3 +694,37 @@ def test_a_worker_hands_back_a_run_for_anything_only_it_gets_wrong(tmp_path, wha
         assert out.state == "succeeded" and out.cannot is None
         runs.close()
     assert len(rogue_calls(log, "post_message")) == 1
+
+
+def test_a_start_no_live_worker_can_do_fails_saying_why_and_a_due_time_is_recorded_failed(tmp_path):
+    """The only worker has no server `extra`: a queued start that needs it, and a schedule's due
+    time that needs it, are not handed back to nobody: the start's job fails and its run is
+    never created; the due time is recorded failed with the reason. Nothing is called."""
+    from vodou_engine.runs import Runs
+
+    log = tmp_path / "rogue.log"
+    servers = tmp_path / "mcp.json"
+    servers.write_text(json.dumps({"mcpServers": {"rogue": rogue_server(log)}}))
+    needs = tmp_path / "needs.recipe"
+    needs.write_text(NEEDS_EXTRA)
+    t0 = datetime(2026, 3, 2, 8, 0, 0, tzinfo=timezone.utc).timestamp()
+    start, speed = time.time(), 40.0
+    fast = {"VODOU_TEST_CLOCK_T0": str(t0), "VODOU_TEST_CLOCK_START": str(start), "VODOU_TEST_CLOCK_SPEED": str(speed)}
+    with fresh_schema() as url, Workers(url, servers, tmp_path, env=fast) as workers:
+        runs = Runs(store=url, servers=servers, clock=lambda: t0 + (time.time() - start) * speed)
+        workers.start(1, concurrency=2)
+        workers.wait_ready(1)
+        queued = runs.queue(needs, actor="ana")
+        runs.save(needs, by="ana")
+        runs.add_schedule("extra", recipe="needs extra", cron="* * * * *", by="ana")
+
+        def failed_jobs() -> list:
+            return [j for j in leftover_jobs(url) if j["job"][1] == "vodou.drive" and j["job"][2] == "failed"]
+
+        wait_for(lambda: len(failed_jobs()) >= 2, "the start and the due time to fail")
+        (firing,) = [f for f in runs.firings("extra") if f.outcome == "failed"][:1]
+        assert "no live worker can start run" in firing.note and "no server 'extra'" in firing.note
+        assert queued not in run_states(url) and run_states(url) == {}  # no run was created
+        assert "no live worker can start run " + queued in workers.logs()
+        runs.close()
+    assert rogue_calls(log) == []

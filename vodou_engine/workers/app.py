@@ -255,10 +255,14 @@ async def _drive(app: Any, context: Any, run_id: str, spec: dict[str, Any]) -> d
     if out.cannot is not None:
         declined = [*spec.get("declined", []), {"worker": engine.owner, "reason": out.cannot}]
         if out.state is None and not await _another_may(app, declined):
-            # A start no live worker can do: it fails, and its run is never created.
+            # A start no live worker can do: it fails, and its run is never created (a
+            # schedule's due time is recorded failed, as when its start fails anywhere).
             from ..errors import VodouError
 
-            raise VodouError(f"no live worker can start run {run_id}: " + "; ".join(f"{d['worker']}: {d['reason']}" for d in declined), run=run_id)
+            why = f"no live worker can start run {run_id}: " + "; ".join(f"{d['worker']}: {d['reason']}" for d in declined)
+            if "firing" in spec:
+                await host.call(engine.firing_failed, spec["firing"], why)
+            raise VodouError(why, run=run_id)
         await hand_back(app, run_id, {**spec, "declined": declined})
     elif out.busy_until is not None:
         # Driven by a live process elsewhere (or one whose lease has not run out yet):

@@ -243,6 +243,16 @@ class Engine:
         found = await trio.to_thread.run_sync(needed)
         return None if found is None else await self._hub_here(*found)
 
+    async def firing_failed(self, firing: Mapping[str, Any], why: str) -> None:
+        """Record that a schedule's due time could not be started (no worker can)."""
+        import trio
+
+        async def record(runs: Runs) -> None:
+            store = await trio.to_thread.run_sync(runs.store)
+            await trio.to_thread.run_sync(store.firing_failed, firing["schedule"], firing["due_at"], why)
+
+        await self._with_runs(record)
+
     async def due(self, by: str) -> list[dict[str, Any]]:
         """Decide every due schedule time (each once, whoever else is deciding); the firings
         whose runs must be started, as plain data for the jobs that start them."""
