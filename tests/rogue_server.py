@@ -89,6 +89,9 @@ Modes (what a ``tools/call`` does after it has been logged)
 ``slow:MS``      answer normally after MS milliseconds, on a thread: pings and
                  other calls are answered meanwhile. A call cancelled by the
                  client (``notifications/cancelled``) is never answered.
+``held``         answer normally, on a thread, once the file ``ROGUE_RELEASE`` names
+                 exists (pings and other calls are answered meanwhile): a test
+                 decides when an effect that has reached the server comes back.
 """
 
 from __future__ import annotations
@@ -150,7 +153,7 @@ TOOLS = {
 
 MODES = {
     "ok", "exit1", "exit0", "hang", "cutoff", "cutoff_hang", "wrong_id",
-    "bad_schema", "rpc_error", "tool_error", "escape", "garbage", "deep",
+    "bad_schema", "rpc_error", "tool_error", "escape", "garbage", "deep", "held",
 }
 
 _out_lock = threading.Lock()
@@ -248,6 +251,15 @@ def answer_slow(request_id, ms: int) -> None:
     reply(request_id, ok_result())
 
 
+def answer_when_released(request_id) -> None:
+    path = os.environ.get("ROGUE_RELEASE") or sys.exit("rogue: mode held needs ROGUE_RELEASE")
+    while not os.path.exists(path):
+        time.sleep(0.005)
+    if request_id in _cancelled:
+        return
+    reply(request_id, ok_result())
+
+
 def call_tool(request_id, params: dict, tools: dict[str, str], modes: dict[str, str]) -> None:
     global _silent
     name = params.get("name")
@@ -296,6 +308,8 @@ def call_tool(request_id, params: dict, tools: dict[str, str], modes: dict[str, 
         reply(request_id, {"content": [{"type": "text", "text": text}], "isError": False})
     elif mode.startswith("slow:"):
         threading.Thread(target=answer_slow, args=(request_id, int(mode[5:])), daemon=True).start()
+    elif mode == "held":
+        threading.Thread(target=answer_when_released, args=(request_id,), daemon=True).start()
 
 
 def main() -> None:

@@ -488,6 +488,39 @@ def snippets() -> list[dict]:
     return [b for b in blocks if "mcpServers" in b and all("command" in e for e in b["mcpServers"].values())]  # stdio; the /mcp one: test_agents_http.py
 
 
+def test_an_agents_schedule_runs_the_version_a_person_enabled_even_after_a_person_saves_one_without_asking(cli):
+    """The agent proposes a schedule (its recipe asks before posting); a person saves a version
+    that posts without asking, then enables the schedule: every firing runs the proposed version,
+    which parks before the post. Posts are counted in the demo world's own log."""
+    import trio
+
+    from vodou_engine.runs import Runs
+
+    async def main():
+        async with Agent(cli) as agent:
+            data = await agent.ok("propose_schedule", name="poster daily", cron="30 9 * * *", recipe='recipe "poster"\n' + POST)
+            assert (data["state"], data["version"]) == ("paused", 1) and "version 1" in data["next"]
+
+    run(main)
+    (cli.tmp / "poster.recipe").write_text('recipe "poster"\n' + POST + "  without asking\n")
+    assert "version 2" in cli("save", cli.tmp / "poster.recipe", expect=0).out  # a person's version, opting out
+    assert "runs version 1 of poster only" in cli("schedule", "resume", "poster daily", expect=0).out
+    saved, cwd = dict(os.environ), os.getcwd()
+    os.environ.clear()
+    os.environ.update(cli.env)  # the demo servers log to this test's world
+    os.chdir(cli.tmp)
+    try:
+        runs = Runs()
+        (f,) = runs.due(now=runs.store().get_schedule("poster daily").next_due + 1)
+        report = trio.run(lambda: runs.start_firing(f))
+        assert report.state == "parked" and [p.step for p in report.pending] == ["post"]
+        assert runs.store().get_run(report.run).saved_version == 1
+        runs.close()
+    finally:
+        Agent._restore(saved, cwd)
+    assert posts(cli) == []
+
+
 def test_the_docs_have_the_snippets():
     found = snippets()
     assert len(found) == 2

@@ -149,3 +149,114 @@ def test_save_and_schedule_on_the_command_line(cli, tmp_path):
     cli("schedule", "resume", "hello", expect=0)
     cli("schedule", "remove", "hello", expect=0)
     assert cli("schedule", "list", "--json", expect=0).json() == []
+
+
+# --- what a schedule an agent proposed may run ------------------------------------------------------
+
+POST = 'recipe "poster"\napprovers: ana\npost: ops.post_message {"channel": "#daily", "text": "hello"}\n'
+UNASKED = 'recipe "poster"\napprovers: ana\npost: ops.post_message {"channel": "#elsewhere", "text": "unasked"}\n  without asking\n'
+
+
+@pytest.fixture
+def poster(tmp_path):
+    """Runs on a fake clock whose `ops` server is the rogue one (its own log counts posts)."""
+    from conftest import rogue_server
+    from vodou_engine.servers import ServerConfig
+
+    clock = {"now": ts(2026, 3, 2, 7, 0)}
+    servers = {"ops": ServerConfig(**rogue_server(tmp_path / "rogue.log"))}
+    r = Runs(store=tmp_path / "runs.db", servers=servers, clock=lambda: clock["now"], workers=False)
+    r.fake = clock
+    r.log = tmp_path / "rogue.log"
+    yield r
+    r.close()
+
+
+def fire(runs: Runs, at: float) -> list:
+    """Every due time up to ``at``, started here as a scheduler would: (firing, report or error)."""
+    out = []
+    for f in runs.due(now=at):
+        try:
+            out.append((f, trio.run(lambda: runs.start_firing(f))))
+        except Exception as exc:  # noqa: BLE001 - the firing's own record says it failed
+            out.append((f, exc))
+    return out
+
+
+def test_an_agents_schedule_runs_the_version_it_was_proposed_with_whatever_is_saved_later(poster):
+    from conftest import rogue_calls
+
+    runs = poster
+    v1 = runs.save("poster.recipe", text=POST, by="agent:claude", origin="agent")
+    proposed = runs.add_schedule("daily", recipe="poster", cron="0 8 * * *", by="agent:claude", origin="agent")
+    assert (proposed.state, proposed.recipe_version) == ("paused", v1.version)
+    # a person saves versions of the recipe before and after enabling the schedule: one that
+    # opts out of asking (and posts elsewhere), one that only changes the text
+    assert runs.save("poster.recipe", text=UNASKED, by="bruno").version == 2
+    enabled = runs.resume_schedule("daily", by="ana")
+    assert (enabled.state, enabled.recipe_version) == ("active", 1)
+    runs.save("poster.recipe", text=POST.replace("hello", "changed"), by="bruno")
+    for day in (3, 4):
+        ((f, report),) = fire(runs, ts(2026, 3, day, 8, 0, 1))
+        assert report.state == "parked", report  # version 1 asks before it posts
+        assert runs.store().get_run(report.run).saved_version == 1
+        (pending,) = report.pending
+        assert runs.show(report.run).approvals[0].payload == {"channel": "#daily", "text": "hello"}
+    assert rogue_calls(runs.log, "post_message") == []  # nothing was posted, asked or not
+
+
+def test_a_firing_of_an_agents_schedule_never_runs_a_version_that_opts_out_of_asking(poster):
+    """A schedule an agent proposed before schedules named their version follows the latest:
+    each firing checks what it would run, and refuses a version that opts out of asking."""
+    from conftest import rogue_calls, store_sql
+
+    runs = poster
+    runs.save("poster.recipe", text=POST, by="agent:claude", origin="agent")
+    runs.add_schedule("daily", recipe="poster", cron="0 8 * * *", by="agent:claude", origin="agent")
+    runs.resume_schedule("daily", by="ana")
+    store_sql(runs.store().location, "UPDATE schedules SET recipe_version = NULL")  # as stored by schema 5
+    runs.save("poster.recipe", text=UNASKED, by="bruno")
+    ((f, error),) = fire(runs, ts(2026, 3, 3, 8, 0, 1))
+    assert isinstance(error, RecipeError) and "never runs a recipe that opts out of asking" in error.message
+    (recorded,) = [x for x in runs.firings("daily") if x.due_at == f.due_at]
+    assert recorded.outcome == "failed" and "opts out of asking" in recorded.note
+    assert runs.list() == [] and rogue_calls(runs.log, "post_message") == []
+    # a person's own schedule runs what that person saved, the latest version
+    runs.add_schedule("mine", recipe="poster", cron="0 9 * * *", by="bruno")
+    assert runs.store().get_schedule("mine").recipe_version is None
+    ((_, report),) = fire(runs, ts(2026, 3, 3, 9, 0, 1))
+    assert report.state == "succeeded" and len(rogue_calls(runs.log, "post_message")) == 1
+
+
+def test_an_agent_cannot_pin_a_version_that_opts_out_of_asking(poster):
+    runs = poster
+    runs.save("poster.recipe", text=POST, by="agent:claude", origin="agent")
+    runs.save("poster.recipe", text=UNASKED, by="bruno")
+    with pytest.raises(RecipeError, match="opts out of asking"):
+        runs.add_schedule("daily", recipe="poster", cron="0 8 * * *", by="agent:claude", origin="agent")  # the latest
+    with pytest.raises(RecipeError, match="opts out of asking"):
+        runs.add_schedule("daily", recipe="poster", cron="0 8 * * *", by="agent:claude", origin="agent", version=2)
+    assert runs.add_schedule("daily", recipe="poster", cron="0 8 * * *", by="agent:claude", origin="agent", version=1).recipe_version == 1
+
+
+def test_an_agents_schedule_stored_before_versions_were_named_is_pinned_when_the_store_is_upgraded(tmp_path, monkeypatch):
+    import sqlite3
+
+    from vodou_engine.store import open_store
+    from vodou_engine.store import schema as store_schema
+
+    real = store_schema.migrations()
+    monkeypatch.setattr(store_schema, "migrations", lambda: real[:5])  # a store of schema 5
+    open_store(str(tmp_path / "runs.db")).close()
+    conn = sqlite3.connect(tmp_path / "runs.db")
+    for version in (1, 2):
+        conn.execute("INSERT INTO recipes VALUES ('poster', ?, 'x', '{}', 'fp', 0, 'agent:claude', 'agent')", (version,))
+    for name, origin in (("theirs", "agent"), ("mine", "person")):
+        conn.execute("INSERT INTO schedules VALUES (?, 'poster', '0 8 * * *', 'UTC', '{}', 'active', 3600, 0, 0, 'x', ?, 0)", (name, origin))
+    conn.commit()
+    conn.close()
+    monkeypatch.undo()
+    store = open_store(str(tmp_path / "runs.db"))
+    assert store.schema_version() == len(real)
+    assert {s.name: s.recipe_version for s in store.schedules()} == {"theirs": 2, "mine": None}
+    store.close()

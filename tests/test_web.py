@@ -347,6 +347,10 @@ def test_schedules_on_the_page_and_an_agents_proposal_waits_for_a_person(inbox):
     inbox.runs.add_schedule("agent-idea", recipe="post", cron="*/5 * * * *", by="helper-agent", origin="agent")
     page = ana.get("/schedules").text
     assert "proposed by agent" in page and "stays paused until a signed-in person resumes it" in page
+    version = inbox.runs.store().get_schedule("agent-idea").recipe_version
+    assert f"version {version} only" in page and "resuming it approves that version" in page
+    pinned = ana.get(f"/recipes/post?version={version}")  # the card of the version it runs
+    assert pinned.status_code == 200 and f"v{version}" in pinned.text
     assert inbox.nobody().post("/schedules/agent-idea/resume", {"csrf": token}).status_code == 403
     assert inbox.runs.store().get_schedule("agent-idea").state == "paused"
     assert ana.post("/schedules/agent-idea/resume", {"csrf": token}).status_code == 200

@@ -533,3 +533,199 @@ def test_a_stopping_worker_leaves_its_runs_interrupted_and_queued_for_another(tm
         workers.start(1, concurrency=2)
         wait_for(lambda: run_states(url, [run_id])[run_id] == "parked", "the next worker to take the run on")
     assert rogue_calls(log, "post_message") == []
+
+
+# --- a worker that cannot drive a run hands it back -------------------------------------------------
+NEEDS_EXTRA = """recipe "needs extra"
+approvers: ana
+post: extra.post_message {"channel": "#extra", "text": "started by a worker that has it"}
+"""
+BLOCKER = 'recipe "blocker"\nwait: extra.get_status {}\n'
+
+
+def events_of(url: str, run_id: str, kind: str) -> list[dict]:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute("SELECT actor, data_json FROM events WHERE run_id = %s AND kind = %s ORDER BY seq", (run_id, kind)).fetchall()
+    return [{"actor": a, **json.loads(d or "{}")} for a, d in rows]
+
+
+def test_a_worker_that_cannot_drive_a_run_hands_it_back_and_one_that_can_drives_it(tmp_path):
+    """Worker B's server file resolves `rogue` differently (and has no `extra`); worker A has the
+    run's own servers but is busy (one job at a time, held by a read until a file appears). Three
+    approved runs go to B, which cannot drive them: each stays approved, with B's reason in its
+    log, the inbox and its page say so (never "expired"), and B never tries it again. A queued
+    start that needs `extra` is handed back too. Once A is free, it drives them all: each effect
+    once, at A's own server."""
+    from starlette.testclient import TestClient
+
+    from vodou_engine.policy import Policy
+    from vodou_engine.runs import Runs
+    from vodou_engine.servers import load_servers
+    from vodou_engine.service import Service
+    from vodou_engine.web.app import create_app
+    from vodou_engine.web.config import WebConfig
+    from vodou_engine.web.identity import add_approver
+    from web_helpers import sign_in
+
+    log, extra_log, release = tmp_path / "rogue.log", tmp_path / "extra.log", tmp_path / "release"
+    extra = rogue_server(extra_log, ROGUE_MODES="get_status=held", ROGUE_RELEASE=str(release))
+    servers_a, servers_b = tmp_path / "a.json", tmp_path / "b.json"
+    servers_a.write_text(json.dumps({"mcpServers": {"rogue": rogue_server(log), "extra": extra}}))
+    servers_b.write_text(json.dumps({"mcpServers": {"rogue": rogue_server(log, ROGUE_ELSEWHERE="1")}}))
+    team, needs, blocker = tmp_path / "team.recipe", tmp_path / "needs.recipe", tmp_path / "blocker.recipe"
+    team.write_text(TEAM)
+    needs.write_text(NEEDS_EXTRA)
+    blocker.write_text(BLOCKER)
+    with fresh_schema() as url, Workers(url, servers_a, tmp_path) as workers:
+        runs = Runs(store=url, servers=servers_a)
+        ids = [trio.run(lambda: runs.start(team, actor="ana")).run for _ in range(3)]  # driven here: they park
+        assert set(run_states(url, ids).values()) == {"parked"}
+        (a,) = workers.start(1, concurrency=1, recipe=True)
+        busy = runs.queue(blocker, actor="ana")
+        wait_for(lambda: rogue_calls(extra_log, "get_status"), "worker A to be held by the blocker's read")
+        (b,) = workers.start(1, concurrency=2, recipe=True, env={"VODOU_SERVERS": str(servers_b)})
+        workers.wait_ready(2)
+        for run_id in ids:
+            assert trio.run(lambda: runs.approve(run_id, "post", actor="ana", proof="test")).queued
+        started = runs.queue(needs, actor="ana")
+        wait_for(lambda: all(events_of(url, r, "handed_back") for r in ids), "worker B to hand the three runs back")
+        wait_for(lambda: "cannot start it, handing it back" in b.log.read_text(), "worker B to hand the queued start back")
+
+        # the record and the pages say what happened: approved, waiting for a worker that can
+        for run_id in ids:
+            (back,) = events_of(url, run_id, "handed_back")
+            assert back["code"] == "servers.mismatch" and f":{b.pid}:" in back["worker"] and "'rogue': env ROGUE_ELSEWHERE" in back["reason"]
+            assert run_states(url, [run_id])[run_id] == "parked" and [x.state for x in runs.show(run_id).approvals] == ["approved"]
+        svc = Service(store=url, servers=load_servers(str(servers_a)), policy=Policy())
+        with TestClient(create_app(svc, WebConfig(allowed_hosts=["testserver"])), backend="trio", base_url="http://testserver") as client:
+            _, link = add_approver(runs, "ana", by="test", base_url="http://testserver")
+            ana = sign_in(client, link, "ana")
+            inbox = ana.get("/").text
+            page = ana.get(f"/runs/{ids[0]}").text
+        for text in (inbox, page):
+            assert "expired" not in text and "Approved by ana" in text and "waiting for a worker" in text and "could not drive it" in text
+        assert "Ask again" not in page
+
+        release.write_text("")  # A is free: it takes what B handed back
+        wait_for(lambda: run_states(url, [*ids, started, busy]) == {**dict.fromkeys(ids, "succeeded"), started: "parked", busy: "succeeded"}, "worker A to drive every run on")
+        wait_for(lambda: queue_empty(url), "the queue to empty")
+        warm_a = workers.children(a)
+        assert workers.stop() == [0, 0]
+        handed = {r: events_of(url, r, "handed_back") for r in ids}
+        runs.close()
+
+    assert all(len(h) == 1 for h in handed.values())  # B never tried a run it had handed back again
+    posts = rogue_calls(log, "post_message")
+    assert len(posts) == 3 and len({p["arguments"]["idempotency_key"] for p in posts}) == 3  # each effect once
+    assert {p["pid"] for p in posts} <= warm_a  # at A's own server
+    assert rogue_calls(extra_log, "post_message") == []  # the started run parks before its effect
+
+
+def test_a_run_taken_by_a_worker_that_died_waits_again_for_one_that_can(tmp_path):
+    """A drive a worker took from the waiting queue, when that worker is gone, goes back there
+    (not to the queue every worker takes from), knowing who could not drive it."""
+    from vodou_engine.workers.app import WAITING_QUEUE, build_app, private_queue, recover
+
+    gone = f"{os.uname().nodename}:999999999:1"  # a process of this host that does not exist
+    with fresh_schema() as url, Queue(url) as q:
+        q.defer_resume("r-waits")
+        conn = pg_or_fail()
+        conn.execute(f"SET search_path = {url.rsplit('%3D', 1)[1]}")
+        conn.execute("UPDATE procrastinate_jobs SET queue_name = %s, args = args || '{\"declined\": [{\"worker\": \"b\", \"reason\": \"x\"}]}'::jsonb", (private_queue(gone),))
+
+        async def look() -> list[int]:
+            app = build_app(url, pool_size=1)
+            async with app.open_async():
+                return await recover(app, None)
+
+        assert len(asyncio.run(look())) == 1
+        (row,) = conn.execute("SELECT status::text, queue_name, args->'declined' FROM procrastinate_jobs").fetchall()
+        assert row == ("todo", WAITING_QUEUE, [{"worker": "b", "reason": "x"}])
+        conn.close()
+
+
+@pytest.mark.parametrize("what", ["a server that does not start here", "a tool not listed here", "another policy here"])
+def test_a_worker_hands_back_a_run_for_anything_only_it_gets_wrong(tmp_path, what):
+    """The same binding (server file, command, environment) and yet this worker cannot drive
+    the run: its server exits as it starts, lists other tools, or its policy is another. The
+    run is left approved, the reason in its log; a worker configured right drives it, once."""
+    from vodou_engine.policy import Policy, load_policy
+    from vodou_engine.runs import Runs
+    from vodou_engine.servers import load_servers
+    from vodou_engine.workers.engine import Engine
+
+    settings = tmp_path / "settings"
+    log, servers, _ = setup_files(tmp_path, ROGUE_MODES_FILE=str(settings / "modes"), ROGUE_TOOLS_FILE=str(settings / "tools"))
+    settings.mkdir()
+    team = tmp_path / "team.recipe"
+    team.write_text(TEAM)
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[tools."rogue.get_status"]\nrisk = "read"\n')
+    with fresh_schema() as url:
+        runs = Runs(store=url, servers=servers, workers=False)
+        run_id = trio.run(lambda: runs.start(team, actor="ana")).run
+        trio.run(lambda: runs.approve(run_id, "post", actor="ana", drive=False))  # the decision only, as an approval that queues
+        if what == "a server that does not start here":
+            (settings / "modes").write_text("post_message=no-such-mode")  # the server exits as it starts
+        elif what == "a tool not listed here":
+            (settings / "tools").write_text("get_status")
+        wrong = Engine(url, load_servers(str(servers)), load_policy(str(policy)) if what == "another policy here" else Policy(), owner="elsewhere:1:1")
+
+        async def drive(engine):
+            async with trio.open_nursery() as nursery:
+                close = await engine.setup(nursery)
+                try:
+                    return await engine.drive(run_id)
+                finally:
+                    close()
+                    nursery.cancel_scope.cancel()
+
+        out = trio.run(drive, wrong)
+        expected = {"a server that does not start here": "did not start on this worker", "a tool not listed here": "do not list rogue.post_message", "another policy here": "another tool policy"}[what]
+        assert out.state == "parked" and expected in out.cannot
+        (back,) = runs.store().events(run_id)[-1:]
+        assert back.kind == "handed_back" and expected in json.loads(back.data_json)["reason"] and back.actor == "worker process 1 on elsewhere"
+        assert [a.state for a in runs.show(run_id).approvals] == ["approved"]  # the decision stands
+        assert rogue_calls(log, "post_message") == []
+        for f in settings.iterdir():
+            f.unlink()
+        out = trio.run(drive, Engine(url, load_servers(str(servers)), Policy()))
+        assert out.state == "succeeded" and out.cannot is None
+        runs.close()
+    assert len(rogue_calls(log, "post_message")) == 1
+
+
+def test_a_start_no_live_worker_can_do_fails_saying_why_and_a_due_time_is_recorded_failed(tmp_path):
+    """The only worker has no server `extra`: a queued start that needs it, and a schedule's due
+    time that needs it, are not handed back to nobody: the start's job fails and its run is
+    never created; the due time is recorded failed with the reason. Nothing is called."""
+    from vodou_engine.runs import Runs
+
+    log = tmp_path / "rogue.log"
+    servers = tmp_path / "mcp.json"
+    servers.write_text(json.dumps({"mcpServers": {"rogue": rogue_server(log)}}))
+    needs = tmp_path / "needs.recipe"
+    needs.write_text(NEEDS_EXTRA)
+    t0 = datetime(2026, 3, 2, 8, 0, 0, tzinfo=timezone.utc).timestamp()
+    start, speed = time.time(), 40.0
+    fast = {"VODOU_TEST_CLOCK_T0": str(t0), "VODOU_TEST_CLOCK_START": str(start), "VODOU_TEST_CLOCK_SPEED": str(speed)}
+    with fresh_schema() as url, Workers(url, servers, tmp_path, env=fast) as workers:
+        runs = Runs(store=url, servers=servers, clock=lambda: t0 + (time.time() - start) * speed)
+        workers.start(1, concurrency=2)
+        workers.wait_ready(1)
+        queued = runs.queue(needs, actor="ana")
+        runs.save(needs, by="ana")
+        runs.add_schedule("extra", recipe="needs extra", cron="* * * * *", by="ana")
+
+        def failed_jobs() -> list:
+            return [j for j in leftover_jobs(url) if j["job"][1] == "vodou.drive" and j["job"][2] == "failed"]
+
+        wait_for(lambda: len(failed_jobs()) >= 2, "the start and the due time to fail")
+        (firing,) = [f for f in runs.firings("extra") if f.outcome == "failed"][:1]
+        assert "no live worker can start run" in firing.note and "no server 'extra'" in firing.note
+        assert queued not in run_states(url) and run_states(url) == {}  # no run was created
+        assert "no live worker can start run " + queued in workers.logs()
+        runs.close()
+    assert rogue_calls(log) == []

@@ -60,6 +60,7 @@ _EXPORTS = {
     "RefusedError": "vodou_engine.errors",
     "BusyError": "vodou_engine.errors",
     "ServerMismatchError": "vodou_engine.errors",
+    "PolicyMismatchError": "vodou_engine.errors",
     "NotSentError": "vodou_engine.errors",
     "NoReplyError": "vodou_engine.errors",
     "StoreError": "vodou_engine.errors",

@@ -932,7 +932,8 @@ def cmd_schedule(args: Any) -> int:
         say(f"schedule {runs.pause_schedule(args.name, by=me).name} is paused.")
     elif action == "resume":
         s = runs.resume_schedule(args.name, by=me)
-        say(f"schedule {s.name} is active; next due {when(s.next_due)}.")
+        pinned = f"; it runs version {s.recipe_version} of {s.recipe} only" if s.recipe_version is not None else ""
+        say(f"schedule {s.name} is active{pinned}; next due {when(s.next_due)}.")
     elif action == "remove":
         runs.remove_schedule(args.name, by=me)
         say(f"schedule {args.name} removed; its record of past due times is kept.")
@@ -952,7 +953,8 @@ def cmd_schedule(args: Any) -> int:
             say("no schedules yet.")
         for s in listed:
             state = s.state + (" (proposed by an agent: a person resumes it)" if s.origin == "agent" and s.state == "paused" else "")
-            say(f"{s.name}: {s.recipe} at {s.cron!r} ({s.tz}), {state}; next due {when(s.next_due)}")
+            version = f" version {s.recipe_version}" if s.recipe_version is not None else ""
+            say(f"{s.name}: {s.recipe}{version} at {s.cron!r} ({s.tz}), {state}; next due {when(s.next_due)}")
             for f in runs.firings(s.name, 3):
                 say(f"  {when(f.due_at)}: {f.outcome}" + (f" (run {f.run_id})" if f.run_id else "") + (f": {f.note}" if f.note else ""))
     return 0

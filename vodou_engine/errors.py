@@ -255,6 +255,13 @@ class ServerMismatchError(RefusedError):
     code = "servers.mismatch"
 
 
+class PolicyMismatchError(RefusedError):
+    """The tool policy in effect here is not the one the run was started under (and its own
+    policy file no longer says the same); nothing ran."""
+
+    code = "policy.mismatch"
+
+
 class IdentityError(RefusedError):
     """Acting under a name without proof of it (the approver's secret)."""
 

@@ -33,6 +33,7 @@ import msgspec
 
 from .binding import bind_all, decode_bindings, encode_bindings, servers_for_run, started_where
 from .errors import (
+    PolicyMismatchError,
     VodouError,
     AlreadyDecidedError,
     BusyError,
@@ -484,6 +485,7 @@ class Runs:
                     store.save_nodes(run_id, [NodeRecord(node_id=approval.node_id, state=NodeState.REJECTED, error=why, ended_at=self.clock())])
                     store.set_run_state(run_id, RunState.DECLINED, expected=(RunState.RUNNING,), owner=self.owner)
                     store.append_event(run_id, RunState.DECLINED, actor=actor)
+                    _close_nodes(store, run, f"the run was {why}", self.clock())
                 elif run.state == RunState.RUNNING:
                     driven_by = run.owner  # its driver sees the rejection when it next stops
             return self._report(run_id, driven_by=driven_by)
@@ -526,10 +528,12 @@ class Runs:
             run = store.get_run(run_id)
             if run.state in TERMINAL_RUN_STATES:
                 raise RefusedError(f"run {run_id} already ended {run.state}; nothing was changed", run=run_id, state=run.state)
+            why = f"cancelled by {actor}" + (f": {reason}" if reason else "")
             with store.transaction():
-                if not store.set_run_state(run_id, RunState.CANCELLED, expected=(RunState.RUNNING, RunState.PARKED, RunState.INTERRUPTED), error=f"cancelled by {actor}" + (f": {reason}" if reason else "")):
+                if not store.set_run_state(run_id, RunState.CANCELLED, expected=(RunState.RUNNING, RunState.PARKED, RunState.INTERRUPTED), error=why):
                     raise RefusedError(f"run {run_id} ended while it was being cancelled; nothing was changed", run=run_id)
                 store.append_event(run_id, RunState.CANCELLED, actor=actor, data_json=msgspec.json.encode({"reason": reason}).decode())
+                _close_nodes(store, run, f"the run was {why}", self.clock())
             return self._report(run_id)
 
         return await _in_thread(cancel_now)
@@ -707,9 +711,14 @@ class Runs:
         catch_up_s: float | None = None,
         by: str,
         origin: str = "person",
+        version: int | None = None,
     ) -> Any:
-        """Run the saved recipe ``recipe`` on a cron schedule. A schedule an agent proposes
-        starts paused: only a person enables it (``resume_schedule``)."""
+        """Run the saved recipe ``recipe`` on a cron schedule: its latest version at each
+        firing, or ``version`` only. A schedule an agent proposes starts paused (only a
+        person enables it: ``resume_schedule``) and runs one version, the one it was
+        proposed with (``version``, else the latest now), never a later one: a version
+        saved after the proposal was never seen by the person who enables it. That version
+        may not opt out of asking."""
         from .scheduler import DEFAULT_CATCH_UP_S, check, next_after
         from .store import ScheduleRecord
 
@@ -719,16 +728,20 @@ class Runs:
         if not catch_up >= 0:
             raise UsageError("the catch-up window must be 0 seconds or more", catch_up_s=catch_up_s)
         store = self.store()
-        saved = store.get_recipe(recipe)
+        saved = store.get_recipe(recipe, version)
         from .runtime.plans import check_stored_plan
 
-        resolve_inputs(check_stored_plan(saved.plan_json, saved.plan_fingerprint), inputs or {})  # a run it could never start is refused now
+        plan = check_stored_plan(saved.plan_json, saved.plan_fingerprint)
+        resolve_inputs(plan, inputs or {})  # a run it could never start is refused now
+        if origin == "agent":
+            _refuse_agent_opt_out(plan, what="schedule")
         now = self.clock()
         active = origin != "agent"
         record = ScheduleRecord(
             name=name, recipe=recipe, cron=cron, tz=tz, inputs_json=msgspec.json.encode(dict(inputs or {})).decode(),
             state="active" if active else "paused", catch_up_s=catch_up, next_due=next_after(cron, tz, now) if active else None,
             created_at=now, created_by=by, origin=origin, updated_at=now,
+            recipe_version=saved.version if origin == "agent" or version is not None else None,
         )  # fmt: skip
         store.add_schedule(record)
         return record
@@ -789,10 +802,9 @@ class Runs:
         started it first. A firing whose run cannot even be created is marked failed."""
         store = self.store()
         try:
-            s = store.get_schedule(f.schedule)
-            saved = store.get_recipe(s.recipe)
+            s, saved = await _in_thread(self.firing_recipe, f)
             inputs = msgspec.json.decode(s.inputs_json)
-            return await self.start_saved(saved, inputs=inputs, actor=s.created_by, run_id=f.run_id, schedule=s.name, on_change=on_change, hub=hub)
+            return await self.start_saved(saved, inputs=inputs, actor=s.created_by, run_id=f.run_id, schedule=s.name, on_change=on_change, hub=hub, origin=s.origin)
         except RefusedError as exc:
             if "already exists" in exc.message:
                 return None  # the same firing was started by another process
@@ -802,17 +814,30 @@ class Runs:
             await _in_thread(store.firing_failed, f.schedule, f.due_at, exc.message)
             raise
 
+    def firing_recipe(self, f: Any) -> tuple[Any, Any]:
+        """(schedule, saved recipe version) a firing runs: the version the schedule names,
+        else the latest."""
+        store = self.store()
+        s = store.get_schedule(f.schedule)
+        return s, store.get_recipe(s.recipe, s.recipe_version)
+
     @_plain
-    async def start_saved(self, saved: Any, *, inputs: Mapping[str, Any] | None = None, actor: str | None = None, run_id: str | None = None, schedule: str | None = None, model: str | None = None, on_change: Callable[[str, str], None] | None = None, hub: Any = None) -> RunReport:
+    async def start_saved(self, saved: Any, *, inputs: Mapping[str, Any] | None = None, actor: str | None = None, run_id: str | None = None, schedule: str | None = None, model: str | None = None, on_change: Callable[[str, str], None] | None = None, hub: Any = None, origin: str = "person") -> RunReport:
         """Start a run of a saved recipe version (a RecipeRecord, or a name for the latest),
-        compiled again from its text under the policy and servers in effect."""
+        compiled again from its text under the policy and servers in effect. ``origin="agent"``
+        (a schedule an agent proposed): the plan that would run, as compiled now, may not
+        opt out of asking."""
         if isinstance(saved, str):
             saved = self.store().get_recipe(saved)
         path = f"{saved.name}.recipe"
         plan, _, _ = self.load(path, text=saved.source)
+        if origin == "agent":
+            _refuse_agent_opt_out(plan, what="schedule")
         resolve_inputs(plan, inputs or {})
         async with self.prepare(path, text=saved.source, hub=hub) as prepared:
             prepared.path = None  # the text lives in the store, not in a file to compare with
+            if origin == "agent":
+                _refuse_agent_opt_out(prepared.plan, what="schedule")
             return await self._start(prepared, inputs, actor, model, on_change, run_id, saved=saved, schedule=schedule)
 
     # --- looking before running ----------------------------------------------------------
@@ -941,7 +966,7 @@ class Runs:
             theirs = load_policy(path)
             if theirs.digest == digest:
                 return theirs
-        raise RefusedError(
+        raise PolicyMismatchError(
             f"run {run.id} was started under another tool policy ({path or 'none'}) than the one in effect here "
             f"({here.source or 'none'}); a decision taken under one set of rules is never spent under another, so nothing was done",
             hint="use the policy file the run was started with, or start a new run",
@@ -1087,15 +1112,22 @@ def _check_name(name: str, what: str) -> None:
         raise UsageError(f"{name!r} is not a usable {what} name", hint="letters, digits, spaces, '.', '_' and '-', starting with a letter or digit, at most 100", name=name)
 
 
-def _refuse_agent_opt_out(plan: Plan) -> None:
-    """An agent proposes; it never decides, so it cannot remove a gate either."""
+def _refuse_agent_opt_out(plan: Plan, what: str = "recipe") -> None:
+    """An agent proposes; it never decides, so it cannot remove a gate either: not in a
+    recipe it sends, nor through a schedule it proposed (``what="schedule"``: whichever
+    version the schedule would run)."""
     from .errors import RecipeError
 
     opted = [n for n in plan.nodes if isinstance(n, ToolNode) and n.without_asking]
     if opted:
         where = opted[0].where
+        how = f"`without asking` / `don't ask` under `{opted[0].id}`"
+        if what == "recipe":
+            message = f"a recipe from an agent may not opt out of asking ({how}); nothing was saved or run"
+        else:
+            message = f"a schedule an agent proposed never runs a recipe that opts out of asking, and this version of {plan.recipe.name!r} does ({how}); nothing was scheduled or run"
         raise RecipeError(
-            f"a recipe from an agent may not opt out of asking (`without asking` / `don't ask` under `{opted[0].id}`); nothing was saved or run",
+            message,
             line=where.line if where else None,
             column=where.column if where else None,
             hint="only a person's recipe file, or the policy file, can let an effect run without asking",
@@ -1103,6 +1135,30 @@ def _refuse_agent_opt_out(plan: Plan) -> None:
 
 
 # --- helpers over the store (called on a worker thread) ---------------------------------
+
+
+CANCELLED_MID_CALL = (
+    "the run was cancelled while this effect was executing; the process driving it records how it ended "
+    "when the call returns; if it never does, check the target, then settle it (reconcile the step as executed or not executed)"
+)
+
+
+def _close_nodes(store: Any, run: Any, why: str, now: float) -> None:
+    """Inside the transaction that ends ``run`` by a person's word (cancel, reject): no node
+    is left pending, running or waiting. An effect still executing becomes ``unknown`` (its
+    driver, if alive, records the real outcome over it when the call returns; if it died,
+    a person settles it); a step with an effect says what the effect's record says."""
+    from .plan import decode_plan
+    from .runtime.journal import ending_records
+
+    live = run.state == RunState.RUNNING and not _takeable(run)  # its driver may still be calling
+    store.mark_unknown(run.id, reason=CANCELLED_MID_CALL if live else None)
+    try:
+        node_ids = [n.id for n in decode_plan(run.plan_json).nodes]
+    except VodouError:
+        node_ids = []  # a plan edited in the store: close the nodes it has records for
+    effects = {e.step: e for e in store.effects(run.id)}
+    store.save_nodes(run.id, ending_records(node_ids, store.get_nodes(run.id), effects, why=why, now=now))
 
 
 def _takeable(run: Any) -> bool:
@@ -1207,6 +1263,9 @@ def _effect_view(eff: Any, approvals: Mapping[str, Any], plan: Plan | None, bind
     )
 
 
+_EFFECT_STEP = {EffectState.EXECUTED: NodeState.SUCCEEDED, EffectState.FAILED: NodeState.FAILED, EffectState.EXECUTING: EffectState.EXECUTING}
+
+
 def _view(store: Any, run: Any, now: float) -> RunView:
     from .runtime.plans import check_stored_plan
 
@@ -1219,16 +1278,17 @@ def _view(store: Any, run: Any, now: float) -> RunView:
     node_views = []
     states: dict[str, str] = {}
     times = {}
-    # An effect in doubt is `unknown` (a person reconciles it); one still in its call is
-    # `executing`, its own word: `unknown` never stands for "not finished yet".
-    unknown = {e.step for e in effects if e.state == EffectState.UNKNOWN}
-    executing = {e.step for e in effects if e.state == EffectState.EXECUTING}
+    # An effect's own record is the truth about its step (its driver may have lost the run
+    # before it could write the step, or a person settled it since). An effect in doubt is
+    # `unknown` (a person reconciles it); one still in its call is `executing`, its own word:
+    # `unknown` never stands for "not finished yet".
+    by_effect = {e.step: _EFFECT_STEP.get(e.state, NodeState.UNKNOWN) for e in effects}
     bindings = decode_bindings(run.servers_json)
     from .cards import card_or_refusal
 
     for n in plan.nodes:
         rec = nodes.get(n.id)
-        st = NodeState.UNKNOWN if n.id in unknown else EffectState.EXECUTING if n.id in executing else (rec.state if rec else NodeState.PENDING)
+        st = by_effect.get(n.id) or (rec.state if rec else NodeState.PENDING)
         states[n.id] = st
         if rec is not None:
             times[n.id] = (rec.ready_at, rec.started_at, rec.ended_at)

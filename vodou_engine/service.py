@@ -476,9 +476,7 @@ class Service:
         return await self.pool.hub(needed) if needed else None
 
     async def _fire(self, runs: Runs, f: Any) -> RunReport | None:
-        store = runs.store()
-        schedule = await trio.to_thread.run_sync(store.get_schedule, f.schedule)
-        saved = await trio.to_thread.run_sync(store.get_recipe, schedule.recipe)
+        _, saved = await trio.to_thread.run_sync(runs.firing_recipe, f)
         hub = await self._hub_for_recipe(runs, saved)
         try:
             return await runs.start_firing(f, hub=hub)

@@ -275,7 +275,7 @@ def run(args: argparse.Namespace) -> int:
         saved = runs.save(f"{args.name or 'draft'}.recipe", text=result.recipe, name=args.name, by=me, origin="agent")
         done.append(f"saved {saved.name!r} version {saved.version}")
         if result.schedule:
-            record = runs.add_schedule(saved.name, recipe=saved.name, cron=result.schedule["cron"], tz=result.schedule["tz"], by=me, origin="agent")
+            record = runs.add_schedule(saved.name, recipe=saved.name, cron=result.schedule["cron"], tz=result.schedule["tz"], by=me, origin="agent", version=saved.version)
             done.append(f"schedule {record.name!r} ({record.cron}, {record.tz}) created {record.state}: a person enables it (`recipe schedule resume {record.name}`)")
         runs.close()
     if done:

@@ -411,25 +411,26 @@ class AgentServer:
         out: dict[str, Any] = {}
         if recipe is not None:
             out.update(self.save_recipe(identity, recipe, saved_name(recipe, name)))
-            saved = out["saved"]
+            saved, version = out["saved"], out["version"]
         else:
-            self._refuse_saved(saved)
+            version = self._refuse_saved(saved)
         runs = self.runs()
         try:
-            record = runs.add_schedule(name, recipe=saved, cron=cron, tz=tz, inputs=inputs or {}, by=identity, origin="agent")
+            # The version checked here is the one the schedule runs, whatever is saved later.
+            record = runs.add_schedule(name, recipe=saved, cron=cron, tz=tz, inputs=inputs or {}, by=identity, origin="agent", version=version)
         finally:
             runs.close()
         out.update(
-            schedule=record.name, recipe=record.recipe, cron=record.cron, tz=record.tz, state=record.state, created_by=record.created_by, origin=record.origin,
-            next="proposed, and paused: it never fires until a person enables it (`recipe schedule resume "
+            schedule=record.name, recipe=record.recipe, version=record.recipe_version, cron=record.cron, tz=record.tz, state=record.state, created_by=record.created_by, origin=record.origin,
+            next=f"proposed, and paused, to run version {record.recipe_version} of {record.recipe!r} only: it never fires until a person enables it (`recipe schedule resume "
             + shlex.quote(record.name) + self.config.store_flag() + "`" + ", or the schedules page of `recipe serve`); every run it starts still parks before each effect",
         )  # fmt: skip
         return out
 
-    def _refuse_saved(self, saved: str) -> None:
+    def _refuse_saved(self, saved: str) -> int:
         """A saved recipe an agent's schedule may run: it asks before every effect, and names
         who decides (a run a schedule starts is started under the schedule's creator, here
-        the agent, which never decides)."""
+        the agent, which never decides). Returns the version checked: the one to schedule."""
         from ..errors import RefusedError
         from ..plan import ToolNode, decode_plan
 
@@ -452,6 +453,7 @@ class AgentServer:
                 hint="propose the schedule with the recipe's text (`recipe`) instead: it is saved with the people this server runs for as its approvers",
                 recipe=saved,
             )
+        return record.version
 
     def draft_recipe(self, sentence: str, model: str | None) -> dict[str, Any]:
         from .author import draft

@@ -141,6 +141,7 @@ def _finish(store: Any, run_id: str, owner: str, verdict: RunState, scheduler: S
     err = None
     if verdict == RunState.FAILED:
         err = next((f"{k}: {v}" for k, v in journal.errors.items() if journal.states[k] == NodeState.FAILED), None)
+    journal.close_open(f"the run ended {verdict}")  # e.g. a branch still asking when another was rejected
     with store.transaction():
         store.save_nodes(run_id, journal.take_unsaved(), owner=owner)
         if store.set_run_state(run_id, verdict, expected=(RunState.RUNNING,), error=err, owner=owner):

@@ -22,6 +22,7 @@ What the record says is decided by what came back:
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import msgspec
@@ -143,16 +144,18 @@ class Effects:
             state, output, error = await self._call(node, args)
             if state == EffectState.EXECUTED:
                 crashpoint("executed")
-            # A real answer settles the record even if a takeover marked it unknown meanwhile.
-            finish = dict(result_json=_json.encode(output).decode() if state == EffectState.EXECUTED else None, error=error,
-                          expected=(EffectState.EXECUTING, EffectState.UNKNOWN))  # fmt: skip
-            await journal.db(store.finish_effect, run_id, node.id, state, **finish)
-        if state == EffectState.EXECUTED:
-            journal.set(node.id, NodeState.SUCCEEDED, output=output)
-        elif state == EffectState.FAILED:
-            journal.set(node.id, NodeState.FAILED, error=error)
-        else:
-            journal.set(node.id, NodeState.UNKNOWN, error=error)
+            if state == EffectState.EXECUTED:
+                journal.set(node.id, NodeState.SUCCEEDED, output=output)
+            elif state == EffectState.FAILED:
+                journal.set(node.id, NodeState.FAILED, error=error)
+            else:
+                journal.set(node.id, NodeState.UNKNOWN, error=error)
+            # A real answer settles the record even if a takeover, or a cancel, marked it unknown
+            # meanwhile; the step's state goes with it, whoever holds the run now.
+            result_json = _json.encode(output).decode() if state == EffectState.EXECUTED else None
+            finish = functools.partial(store.finish_effect, run_id, node.id, state, result_json=result_json, error=error, expected=(EffectState.EXECUTING, EffectState.UNKNOWN))
+            if not await journal.effect_outcome(node.id, finish):
+                await self._claimed_elsewhere(node)  # a person settled it meanwhile: their word stands
 
     async def _call(self, node: ToolNode, args: Any) -> tuple[str, Any, str | None]:
         where = f"{node.server}.{node.tool}"

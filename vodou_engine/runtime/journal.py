@@ -21,7 +21,7 @@ from typing import Any, Callable
 import msgspec
 import trio
 
-from ..states import EffectState, NodeState
+from ..states import EffectState, NodeState, RunState
 from ..store import NodeRecord
 
 FLUSH_EVERY_S = 0.005
@@ -32,6 +32,8 @@ _RUNNING = NodeState.RUNNING
 _ENDS = frozenset({NodeState.SUCCEEDED, NodeState.FAILED, NodeState.CANCELLED, NodeState.SKIPPED, NodeState.REJECTED, NodeState.WAITING, NodeState.UNKNOWN})
 _NEVER_BEGAN = frozenset({NodeState.CANCELLED, NodeState.SKIPPED})
 """Ends a node can reach without its work ever starting: no start time is made up for them."""
+_OPEN = frozenset({NodeState.PENDING, NodeState.RUNNING, NodeState.WAITING})
+"""States a node must not be left in once its run has ended."""
 
 
 class Journal:
@@ -130,13 +132,45 @@ class Journal:
             return []
         ids = list(self._dirty)
         self._dirty.clear()
-        out = []
-        for nid in ids:
-            st = self.states[nid]
-            ready, started, ended = self.times[nid]
-            output = _json.encode(self.outputs[nid]) if st == _SUCCEEDED and nid in self.outputs else None
-            out.append(NodeRecord(node_id=nid, state=st, output_json=output, error=self.errors.get(nid), started_at=started, ended_at=ended, ready_at=ready))
-        return out
+        return [self._record(nid) for nid in ids]
+
+    def _record(self, nid: str) -> NodeRecord:
+        st = self.states[nid]
+        ready, started, ended = self.times[nid]
+        output = _json.encode(self.outputs[nid]) if st == _SUCCEEDED and nid in self.outputs else None
+        return NodeRecord(node_id=nid, state=st, output_json=output, error=self.errors.get(nid), started_at=started, ended_at=ended, ready_at=ready)
+
+    async def effect_outcome(self, nid: str, finish: Callable[[], bool]) -> bool:
+        """Write how an effect ended (``finish``: the store's compare-and-set on the effect's
+        record) and its step's state, as :meth:`set` left it, in one transaction; False when
+        the record was no longer this drive's to finish (a person settled it meanwhile).
+
+        Unlike every other write this one is not refused when the run is no longer this
+        drive's (it was cancelled, or taken over, while the call was out): the effect's
+        own record is the truth about its step, and a step whose effect has ended must
+        never be left ``running``. The run's log says when the outcome came after the run
+        ended or changed hands."""
+        self._dirty.pop(nid, None)
+        record = self._record(nid)
+        return await trio.to_thread.run_sync(self._outcome_sync, record, finish, limiter=self._limiter)
+
+    def _outcome_sync(self, record: NodeRecord, finish: Callable[[], bool]) -> bool:
+        store = self.store
+        with store.transaction():
+            if not finish():
+                return False
+            store.save_nodes(self.run_id, [record])
+            run = store.get_run(self.run_id)
+            if run.state != RunState.RUNNING or run.owner != self.owner:
+                data = {"step": record.node_id, "state": record.state, "run": run.state}
+                store.append_event(self.run_id, "effect.after_drive", node_id=record.node_id, data_json=_json.encode(data).decode())
+        return True
+
+    def close_open(self, why: str) -> None:
+        """The run ends: every node that has not ended is ``cancelled`` (stopped with its run)."""
+        for nid, st in self.states.items():
+            if st in _OPEN:
+                self.set(nid, NodeState.CANCELLED, error=why)
 
     def take_unsaved(self) -> list[NodeRecord]:
         """Node states not yet written; the caller must now write them (in its own transaction)."""
@@ -182,3 +216,30 @@ class Journal:
             stored = nodes.get(step)
             if stored is None or stored.state != states[step]:
                 self._dirty[step] = None  # the effect's record (a person may have settled it) is newer: write it
+
+
+def ending_records(node_ids: list[str], nodes: dict[str, NodeRecord], effects: dict[str, Any], *, why: str, now: float) -> list[NodeRecord]:
+    """The node records that close a run ended by a person (cancelled, declined) while its
+    driver was away or still going: a step with an effect says what its effect's record says
+    (``executed``: succeeded with its result; ``failed``; otherwise ``unknown``, for a person
+    to settle), every other node not yet ended is ``cancelled`` with ``why``. Only the
+    records that change are returned. ``node_ids``: the plan's, in order (a node never
+    written has no record yet, and must end too)."""
+    out = []
+    for nid in dict.fromkeys([*node_ids, *nodes]):
+        rec = nodes.get(nid) or NodeRecord(node_id=nid, state=NodeState.PENDING)
+        eff = effects.get(nid)
+        if eff is not None:
+            if eff.state == EffectState.EXECUTED:
+                new = msgspec.structs.replace(rec, state=NodeState.SUCCEEDED, output_json=eff.result_json, error=None, ended_at=eff.ended_at or now)
+            elif eff.state == EffectState.FAILED:
+                new = msgspec.structs.replace(rec, state=NodeState.FAILED, output_json=None, error=eff.error or "the effect failed", ended_at=eff.ended_at or now)
+            else:
+                new = msgspec.structs.replace(rec, state=NodeState.UNKNOWN, output_json=None, error=eff.error)
+        elif rec.state in _OPEN:
+            new = msgspec.structs.replace(rec, state=NodeState.CANCELLED, error=why, ended_at=now)
+        else:
+            continue
+        if new != rec or nid not in nodes:
+            out.append(new)
+    return out

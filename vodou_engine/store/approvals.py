@@ -336,10 +336,10 @@ class ApprovalsMixin(StoreCore):
             "or one the server reported failed, can be settled, once; nothing was changed"
         )
 
-    def mark_unknown(self, run_id: str, *, now: float | None = None) -> int:
+    def mark_unknown(self, run_id: str, *, now: float | None = None, reason: str | None = None) -> int:
         """After a crash, effects caught mid-flight may or may not have happened."""
         with self._write() as cur:
-            cur.execute(self._q(MARK_UNKNOWN), (INTERRUPTED, run_id))
+            cur.execute(self._q(MARK_UNKNOWN), (reason or INTERRUPTED, run_id))
             return cur.rowcount
 
     def get_effect(self, run_id: str, step: str) -> EffectRecord | None:

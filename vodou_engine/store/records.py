@@ -137,6 +137,9 @@ class ScheduleRecord(Struct, frozen=True):
     created_by: str
     origin: str
     updated_at: float
+    recipe_version: int | None = None
+    """The saved version it runs, whatever is saved later (an agent's schedule: the version a
+    person enables); None: the latest version at each firing (schema 6)."""
 
 
 class FiringRecord(Struct, frozen=True):

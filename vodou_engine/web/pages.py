@@ -119,8 +119,48 @@ def inbox(runs: Any, me: str, now: float) -> dict[str, Any]:
         (mine if not approvers or me in approvers else others).append(item)
     mine.reverse()  # newest first
     others.reverse()
-    lapsed = [{"run": r, "recipe": name, "started_by": by, "since": ago(at, now)} for r, name, by, at in runs.store(create=False, readonly=True).parked_unasked()]
-    return {"mine": mine, "others": others, "lapsed": lapsed}
+    store = runs.store(create=False, readonly=True)
+    lapsed, waiting = [], []
+    for r, name, by, at in store.parked_unasked():
+        why = parked_why(store, r, now)
+        item = {"run": r, "recipe": name, "started_by": by, "since": ago(at, now), "why": why}
+        (lapsed if why["kind"] == "expired" else waiting).append(item)
+    return {"mine": mine, "others": others, "lapsed": lapsed, "waiting": waiting}
+
+
+def parked_why(store: Any, run_id: str, now: float) -> dict[str, Any]:
+    """Why a parked run has no open question, from what its record says (never a guess):
+    ``approved`` (decided, and waiting for a process to drive it on: on a PostgreSQL store
+    a worker, with what each worker that could not drive it said), ``unknown`` (an effect
+    to settle), ``expired`` (nobody decided in time), else ``other``."""
+    latest: dict[str, Any] = {}
+    for a in store.approvals(run_id):
+        if a.node_id not in latest or a.asked_at > latest[a.node_id].asked_at:
+            latest[a.node_id] = a
+    doubt = sorted(e.step for e in store.effects(run_id) if e.state in ("unknown", "executing"))
+    approved = [a for a in latest.values() if a.state == "approved"]
+    if doubt:
+        return {"kind": "unknown", "text": f"The outcome of {', '.join(doubt)} is unknown: check the target, then settle it (recipe reconcile) before the run goes on.", "detail": []}
+    if approved:
+        since = max(a.decided_at or 0 for a in approved)
+        who = ", ".join(sorted({a.decided_by for a in approved if a.decided_by}))
+        workers = getattr(store, "kind", None) == "postgresql"
+        events = store.events(run_id)
+        decided = max((i for i, e in enumerate(events) if e.kind == "approval.decided"), default=-1)
+        tried = [e for e in events[decided + 1 :] if e.kind == "handed_back"]  # since the last decision, in the log's order
+        detail = []
+        for e in tried:
+            data = _decode(e.data_json) or {}
+            detail.append(f"{e.actor or 'a worker'} could not drive it ({ago(e.ts, now)}): {data.get('reason', '')}")
+        text = f"Approved by {who or 'a person'} {ago(since, now)}; " + (
+            "waiting for a worker that can drive it on." if workers else "waiting to be driven on: resume it."
+        )
+        if tried:
+            text = f"Approved by {who or 'a person'} {ago(since, now)}; waiting for a worker whose servers and policy are the ones this run was started with (the decision stands)."
+        return {"kind": "approved", "text": text, "detail": detail}
+    if any(a.state == "expired" for a in latest.values()):
+        return {"kind": "expired", "text": "The question expired before anyone decided it.", "detail": []}
+    return {"kind": "other", "text": "No question is open.", "detail": []}
 
 
 # --- a run ------------------------------------------------------------------------------------------
@@ -200,6 +240,7 @@ def run_page(runs: Any, run_id: str, me: str, now: float) -> dict[str, Any]:
         "effects": effects,
         "timeline": timeline(view),
         "together": [together_chart(t) for t in view.together],
+        "why": parked_why(store, run_id, now) if str(view.state) == "parked" and not pending else None,
         "resumable": str(view.state) == "interrupted" or (str(view.state) == "parked" and (not pending or any(p["expired"] for p in pending))),
         "finished": str(view.state) in ("succeeded", "failed", "declined", "cancelled"),
     }
@@ -290,12 +331,14 @@ def recipes(runs: Any, now: float) -> list[dict[str, Any]]:
     return out
 
 
-def recipe(runs: Any, name: str, now: float) -> dict[str, Any]:
-    rec = runs.saved(name)
+def recipe(runs: Any, name: str, now: float, version: int | None = None) -> dict[str, Any]:
+    """A saved recipe: its latest version, or ``version`` (what a schedule pinned to it runs)."""
+    rec = runs.saved(name, version)
     plan = stored_plan(rec)
     versions = runs.store(create=False, readonly=True).recipe_versions(name)
     return {
-        "name": rec.name, "version": rec.version, "saved_by": rec.saved_by, "saved": clock(rec.saved_at), "origin": rec.origin,
+        "name": rec.name, "version": rec.version, "latest": versions[-1].version if versions else rec.version,
+        "saved_by": rec.saved_by, "saved": clock(rec.saved_at), "origin": rec.origin,
         "card": card_text(plan), "source": rec.source, "inputs": [{"name": i.name, "required": i.required, "default": None if i.required else json.dumps(i.default, ensure_ascii=False)} for i in plan.inputs],
         "versions": [{"version": v.version, "saved_by": v.saved_by, "saved": clock(v.saved_at), "fingerprint": v.plan_fingerprint} for v in reversed(versions)],
         "schedules": [s.name for s in runs.schedules() if s.recipe == name],
@@ -317,7 +360,7 @@ def schedules(runs: Any, now: float) -> list[dict[str, Any]]:
                 local = clock(s.next_due)
             due = f"{local} ({ago(s.next_due, now)})"
         out.append({
-            "name": s.name, "recipe": s.recipe, "cron": s.cron, "tz": s.tz, "state": s.state, "origin": s.origin,
+            "name": s.name, "recipe": s.recipe, "version": s.recipe_version, "cron": s.cron, "tz": s.tz, "state": s.state, "origin": s.origin,
             "created_by": s.created_by, "catch_up": span(s.catch_up_s) if s.catch_up_s else "none",
             "inputs": _decode(s.inputs_json) or {}, "due": due,
             "firings": [{"due": clock(f.due_at), "outcome": f.outcome, "run": f.run_id, "note": f.note} for f in firings],

@@ -11,6 +11,19 @@ backup holds both. Two tasks, on the queue ``vodou``:
     and ``queueing_lock=run_id`` (a run has at most one job waiting; a second
     request while one waits is already served by it: the driver picks up
     every decision made before it parks).
+A worker that cannot drive a run, where another may (a server it does not
+have, or that resolves, starts or lists tools differently; another policy;
+the recipe file on its disk: ``engine.CannotDriveHere``), leaves the run as
+it is, its decisions intact, writes ``handed_back`` in the run's log, and
+hands the job back: it goes to the queue :data:`WAITING_QUEUE`, which no
+worker takes jobs from, with the workers that could not drive it in its
+``declined`` argument. Every worker looks there every
+:data:`RECOVER_EVERY_S` seconds and moves a job it has not declined to its
+own queue (:func:`private_queue`), which only it takes jobs from: so a
+worker that can drive the run gets it, and one that cannot never tries it
+twice. A start no live worker can do fails, as before (the run is never
+created).
+
 ``vodou.tick(timestamp)``
     The schedules' tick, a Procrastinate periodic task (every second by
     default): Procrastinate defers it once per timestamp however many
@@ -43,6 +56,8 @@ from ..owners import LEASE_S, RENEW_EVERY_S, is_gone
 logger = logging.getLogger("vodou_engine.workers")
 
 QUEUE = "vodou"
+WAITING_QUEUE = "vodou.waiting"
+"""Drives handed back by a worker that could not do them, until a worker that has not tried takes one."""
 DRIVE_TASK = "vodou.drive"
 TICK_TASK = "vodou.tick"
 TICK_CRON = "* * * * * *"
@@ -205,8 +220,8 @@ def build_app(url: str, *, tick_cron: str = TICK_CRON, pool_size: int = 4) -> An
     app = procrastinate.App(connector=connector)
 
     @app.task(name=DRIVE_TASK, queue=QUEUE, pass_context=True)
-    async def drive(context: Any, run_id: str, start: dict | None = None, saved: dict | None = None, firing: dict | None = None) -> dict:
-        return await _drive(app, context, run_id, _spec(start=start, saved=saved, firing=firing))
+    async def drive(context: Any, run_id: str, start: dict | None = None, saved: dict | None = None, firing: dict | None = None, declined: list | None = None) -> dict:
+        return await _drive(app, context, run_id, _spec(start=start, saved=saved, firing=firing, declined=declined))
 
     @app.periodic(cron=tick_cron, periodic_id="schedules")
     @app.task(name=TICK_TASK, queue=QUEUE, lock=TICK_TASK, queueing_lock=TICK_TASK, pass_context=True)
@@ -230,17 +245,100 @@ async def _drive(app: Any, context: Any, run_id: str, spec: dict[str, Any]) -> d
     try:
         out = await host.call(engine.drive, run_id, spec)
     except asyncio.CancelledError:
-        # The worker is stopping: the drive left the run interrupted; another worker goes on.
+        # The worker is stopping: the drive left the run interrupted; another worker goes on
+        # (the job keeps the list of workers that could not drive it).
         try:
             await asyncio.shield(defer_drive_async(app, run_id, spec))
         except Exception:  # noqa: BLE001 - nothing more to do here; recovery finds it
             logger.exception("could not queue run %s again after stopping its drive", run_id)
         raise
-    if out.busy_until is not None:
+    if out.cannot is not None:
+        declined = [*spec.get("declined", []), {"worker": engine.owner, "reason": out.cannot}]
+        if out.state is None and not await _another_may(app, declined):
+            # A start no live worker can do: it fails, and its run is never created (a
+            # schedule's due time is recorded failed, as when its start fails anywhere).
+            from ..errors import VodouError
+
+            why = f"no live worker can start run {run_id}: " + "; ".join(f"{d['worker']}: {d['reason']}" for d in declined)
+            if "firing" in spec:
+                await host.call(engine.firing_failed, spec["firing"], why)
+            raise VodouError(why, run=run_id)
+        await hand_back(app, run_id, {**spec, "declined": declined})
+    elif out.busy_until is not None:
         # Driven by a live process elsewhere (or one whose lease has not run out yet):
         # look again when the lease would have run out.
         await defer_drive_async(app, run_id, spec, at=out.busy_until + 1.0)
     return msgspec.to_builtins(out)
+
+
+def private_queue(owner: str) -> str:
+    """The queue only the worker ``owner`` (``host:pid:start``) takes jobs from: the drives it
+    took from :data:`WAITING_QUEUE`. Short, so its notification channel stays a valid name."""
+    import hashlib
+
+    return "vodou@" + hashlib.sha256(owner.encode()).hexdigest()[:12]
+
+
+MERGE_WAITING_SQL = """
+UPDATE procrastinate_jobs
+   SET queue_name = %(waiting)s,
+       args = args || jsonb_build_object('declined', COALESCE(args->'declined', '[]'::jsonb) || %(declined)s::jsonb)
+ WHERE queueing_lock = %(run_id)s AND status = 'todo' AND queue_name IN (%(queue)s, %(waiting)s)
+"""
+
+
+async def hand_back(app: Any, run_id: str, spec: Mapping[str, Any]) -> None:
+    """Queue the drive of ``run_id`` on :data:`WAITING_QUEUE`, for a worker not among
+    ``spec["declined"]``. A job for the run that already waits (a decision made meanwhile)
+    waits there too, knowing who declined."""
+    procrastinate = _procrastinate()
+    try:
+        await app.configure_task(DRIVE_TASK, lock=run_id, queueing_lock=run_id, queue=WAITING_QUEUE).defer_async(run_id=run_id, **dict(spec))
+    except procrastinate.exceptions.AlreadyEnqueued:
+        await app.connector.execute_query_async(query=MERGE_WAITING_SQL, waiting=WAITING_QUEUE, queue=QUEUE, run_id=run_id, declined=json.dumps(spec.get("declined", [])))
+
+
+LIVE_WORKERS_SQL = """
+SELECT p.owner FROM vodou_queue_workers p JOIN procrastinate_workers w ON w.id = p.worker_id
+ WHERE w.last_heartbeat >= now() - make_interval(secs => %(stalled_after)s)
+"""
+
+
+async def _live_owners(app: Any, stalled_after: float = STALLED_AFTER_S) -> set[str]:
+    rows = await app.connector.execute_query_all_async(query=LIVE_WORKERS_SQL, stalled_after=float(stalled_after))
+    return {r["owner"] for r in rows if not is_gone(r["owner"])}
+
+
+async def _another_may(app: Any, declined: list[dict]) -> bool:
+    """Whether a live worker has not tried this job yet."""
+    return bool(await _live_owners(app) - {d.get("worker") for d in declined})
+
+
+CLAIM_SQL = """
+WITH mine AS (
+    SELECT j.id FROM procrastinate_jobs j
+     WHERE j.queue_name = %(waiting)s AND j.status = 'todo'
+       AND (NOT COALESCE(j.args->'declined', '[]'::jsonb) @> jsonb_build_array(jsonb_build_object('worker', %(owner)s::text))
+            OR EXISTS (SELECT 1 FROM runs r WHERE r.id = j.queueing_lock AND r.state IN ('succeeded', 'failed', 'declined', 'cancelled')))
+     ORDER BY j.id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+)
+UPDATE procrastinate_jobs j SET queue_name = %(mine)s FROM mine WHERE j.id = mine.id RETURNING j.id
+"""
+
+
+async def claim_waiting(app: Any, owner: str, *, limit: int = 20) -> list[int]:
+    """Move drives handed back by other workers, that ``owner`` has not declined, to its own
+    queue (and those of runs that have ended meanwhile, which any worker closes); the ids."""
+    rows = await app.connector.execute_query_all_async(query=CLAIM_SQL, waiting=WAITING_QUEUE, owner=owner, mine=private_queue(owner), limit=limit)
+    ids = [r["id"] for r in rows]
+    if ids:
+        await app.connector.execute_query_async(
+            query="SELECT pg_notify(%(channel)s, %(payload)s)",
+            channel=f"procrastinate_queue_v1#{private_queue(owner)}",
+            payload=json.dumps({"type": "job_inserted", "job_id": ids[0]}),
+        )
+        logger.info("took %d run(s) other workers handed back: jobs %s", len(ids), ids)
+    return ids
 
 
 async def _tick(app: Any, context: Any, timestamp: int) -> dict:
@@ -395,14 +493,16 @@ class Queue:
 
 # --- recovery: jobs of workers that died --------------------------------------------------------
 ORPHANS_SQL = """
-SELECT j.id, j.worker_id, j.queueing_lock, p.owner,
+SELECT j.id, j.worker_id, j.queueing_lock, j.queue_name, p.owner,
        (w.id IS NULL OR w.last_heartbeat < now() - make_interval(secs => %(stalled_after)s)) AS silent
   FROM procrastinate_jobs j
   LEFT JOIN procrastinate_workers w ON w.id = j.worker_id
   LEFT JOIN vodou_queue_workers p ON p.worker_id = j.worker_id
- WHERE j.status = 'doing' AND j.queue_name = %(queue)s
+ WHERE j.status = 'doing' AND (j.queue_name = %(queue)s OR j.queue_name LIKE 'vodou@%%')
    AND j.worker_id IS DISTINCT FROM %(me)s
 """
+PRIVATE_TODO_SQL = "SELECT id, queue_name FROM procrastinate_jobs WHERE status = 'todo' AND queue_name LIKE 'vodou@%%'"
+BACK_TO_WAITING_SQL = "UPDATE procrastinate_jobs SET queue_name = %(waiting)s WHERE id = %(id)s AND status = 'todo' AND queue_name = %(queue)s"
 
 
 async def register_worker(app: Any, worker_id: int, owner: str) -> None:
@@ -427,8 +527,10 @@ async def recover(app: Any, me: int | None, *, stalled_after: float = STALLED_AF
         if row["worker_id"] is not None:
             dead_workers.add(row["worker_id"])
         manager = app.job_manager
+        # A drive a worker had taken from the waiting queue goes back there, for a worker that can.
+        queue = WAITING_QUEUE if row["queue_name"] != QUEUE else None
         try:
-            await manager.retry_job_by_id_async(job_id=row["id"], retry_at=datetime.datetime.now(datetime.timezone.utc))
+            await manager.retry_job_by_id_async(job_id=row["id"], retry_at=datetime.datetime.now(datetime.timezone.utc), queue=queue)
         except procrastinate.exceptions.UniqueViolation:
             # Another job for this run waits already: it drives the run; this one is closed.
             try:
@@ -441,6 +543,14 @@ async def recover(app: Any, me: int | None, *, stalled_after: float = STALLED_AF
         logger.warning("job %s (%s) of a dead worker (%s) is back in the queue", row["id"], row["queueing_lock"], row["owner"] or f"worker {row['worker_id']}")
     if dead_workers:
         await app.connector.execute_query_async(query="DELETE FROM procrastinate_workers WHERE id = ANY(%(ids)s)", ids=sorted(dead_workers))
+    waiting = await app.connector.execute_query_all_async(query=PRIVATE_TODO_SQL)
+    if waiting:
+        live = {private_queue(o) for o in await _live_owners(app, stalled_after)}
+        for row in waiting:
+            if row["queue_name"] not in live:  # taken from the waiting queue by a worker that died since
+                await app.connector.execute_query_async(query=BACK_TO_WAITING_SQL, waiting=WAITING_QUEUE, id=row["id"], queue=row["queue_name"])
+                recovered.append(row["id"])
+                logger.warning("job %s, taken by a worker that is gone, waits again for a worker that can drive it", row["id"])
     if recovered:
         # A job put back by an UPDATE sends no notification of its own: wake the workers.
         await app.connector.execute_query_async(

@@ -88,12 +88,13 @@ async def work(
     from procrastinate.worker import Worker
 
     from ..owners import this_process
-    from .app import QUEUE, build_app, ensure_schema
+    from .app import QUEUE, build_app, ensure_schema, private_queue
     from .engine import Engine
     from .host import EngineHost
 
+    owner = this_process()
     await asyncio.to_thread(ensure_schema, url)
-    engine = Engine(url, servers, policy, clock=clock, keep=concurrency)
+    engine = Engine(url, servers, policy, clock=clock, keep=concurrency, owner=owner)
     host = EngineHost(engine.setup)
     await host.start()
     app = build_app(url, tick_cron=tick_cron, pool_size=min(concurrency, 4) + 2)
@@ -102,8 +103,8 @@ async def work(
         async with app.open_async():
             worker = Worker(
                 app,
-                queues=[QUEUE],
-                name=f"vodou {this_process()}",
+                queues=[QUEUE, private_queue(owner)],  # its own: runs other workers handed back that it took
+                name=f"vodou {owner}",
                 concurrency=concurrency,
                 listen_notify=True,
                 delete_jobs="successful",
@@ -115,7 +116,7 @@ async def work(
             )
             if signals is not None:
                 _handle_signals(loop, worker, signals)
-            keeper = asyncio.create_task(_keep_recovering(app, worker, this_process(), on_ready))
+            keeper = asyncio.create_task(_keep_recovering(app, worker, owner, on_ready))
             stopper = asyncio.create_task(_stop_when(stop, worker)) if stop is not None else None
             try:
                 await worker.run()
@@ -153,10 +154,11 @@ def _handle_signals(loop: Any, worker: Any, got: list[int]) -> None:
 
 
 async def _keep_recovering(app: Any, worker: Any, owner: str, on_ready: Callable[[], None] | None) -> None:
-    """Say which process this worker is, then look for jobs of dead workers, now and every few seconds."""
+    """Say which process this worker is, then, now and every few seconds, look for jobs of
+    dead workers and take the runs other workers handed back that this one has not tried."""
     import asyncio
 
-    from .app import recover, register_worker
+    from .app import claim_waiting, recover, register_worker
 
     while worker.worker_id is None:
         await asyncio.sleep(0.01)
@@ -166,6 +168,7 @@ async def _keep_recovering(app: Any, worker: Any, owner: str, on_ready: Callable
     while True:
         try:
             await recover(app, worker.worker_id)
+            await claim_waiting(app, owner)
         except asyncio.CancelledError:
             raise
         except Exception:  # noqa: BLE001 - a failed look is tried again next time

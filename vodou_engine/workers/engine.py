@@ -22,12 +22,31 @@ from typing import Any, Callable, Mapping
 
 import msgspec
 
-from ..errors import RefusedError, ToolError, UnknownRunError
+from ..errors import PolicyMismatchError, RefusedError, ServerConfigError, ServerMismatchError, ToolError, UnknownRunError
+from ..owners import describe, this_process
+from ..plan import ToolNode
 from ..policy import Policy
 from ..runs import Runs
-from ..servers import ServerSet, servers_needed
+from ..runtime.plans import RecipeChangedError
+from ..servers import ServerSet, servers_needed, servers_to_finish
+from ..states import TERMINAL_NODE_STATES, TERMINAL_RUN_STATES
 
 logger = logging.getLogger("vodou_engine.workers")
+
+NOT_HERE = (ServerMismatchError, PolicyMismatchError, RecipeChangedError)
+"""What the run API refuses, before anything is recorded, because of this worker's own
+configuration (its server file, its policy, the recipe file on its disk): another worker
+may well drive the run."""
+
+
+class CannotDriveHere(Exception):
+    """This worker cannot drive (or start) the run, and another one may: a server it does not
+    have, resolves differently, cannot start, or that does not list a tool the run needs;
+    another policy; the recipe file on this machine. Nothing was recorded about the run."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
 
 
 class Outcome(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -39,14 +58,18 @@ class Outcome(msgspec.Struct, kw_only=True, omit_defaults=True):
     """The run is driven by another live process (or one whose lease has not run out yet)."""
     owner: str | None = None
     note: str | None = None
+    cannot: str | None = None
+    """This worker cannot drive the run, and another one may (why): the job hands it back."""
 
 
 class Engine:
     """The engine of one worker: warm servers and store connections, on the trio thread."""
 
-    def __init__(self, store: str, servers: ServerSet, policy: Policy, *, clock: Callable[[], float] = time.time, keep: int = 16):
+    def __init__(self, store: str, servers: ServerSet, policy: Policy, *, clock: Callable[[], float] = time.time, keep: int = 16, owner: str | None = None):
         from ..service import ServerPool
 
+        self.owner = owner or this_process()
+        """This worker, as a run's log names it when it hands a run back."""
         self.store_url = store
         self.servers = servers
         self.policy = policy
@@ -102,8 +125,10 @@ class Engine:
 
     async def drive(self, run_id: str, spec: Mapping[str, Any] | None = None) -> Outcome:
         """Start the run ``run_id`` (when ``spec`` says how and it does not exist yet) or
-        drive it on from where it is, until it parks or ends."""
-        return await self._with_runs(lambda runs: self._drive(runs, run_id, dict(spec or {})))
+        drive it on from where it is, until it parks or ends. A run this worker cannot
+        drive, and another may, is left as it is (a decision stays as it was made) with
+        ``cannot`` saying why, and, when it exists, an event ``handed_back`` in its log."""
+        return await self._with_runs(lambda runs: self._drive(runs, run_id, {k: v for k, v in (spec or {}).items() if k != "declined"}))
 
     async def _drive(self, runs: Runs, run_id: str, spec: dict[str, Any]) -> Outcome:
         import trio
@@ -113,15 +138,21 @@ class Engine:
             # Started here unless it exists already (a job run again after its first attempt
             # created the run goes on with that run). One job per run runs at a time (its
             # lock), so nothing else starts it meanwhile; the store would refuse a second.
-            report = await self._start(runs, run_id, spec)
+            try:
+                report = await self._start(runs, run_id, spec)
+            except CannotDriveHere as exc:
+                logger.warning("run %s: this worker cannot start it, handing it back: %s", run_id, exc.reason)
+                return Outcome(run=run_id, cannot=exc.reason)
             if report is not None:
                 return Outcome(run=run_id, state=report.state)
+        hub = None
         try:
             hub = await self._hub_for_run(runs, run_id)
-        except ToolError:
-            hub = None  # a server that cannot start: the drive reports it on its step
-        try:
             report = await runs.resume(run_id, hub=hub)
+        except (CannotDriveHere, *NOT_HERE) as exc:
+            reason = exc.reason if isinstance(exc, CannotDriveHere) else exc.message
+            run = await trio.to_thread.run_sync(self._handed_back, store, run_id, reason, getattr(exc, "code", "worker.cannot"))
+            return Outcome(run=run_id, state=str(run.state), cannot=reason)
         except RefusedError as exc:
             if exc.code != "run.busy":
                 raise
@@ -131,6 +162,13 @@ class Engine:
             if hub is not None:
                 hub.release()
         return Outcome(run=run_id, state=report.state)
+
+    def _handed_back(self, store: Any, run_id: str, reason: str, code: str) -> Any:
+        """Say in the run's log that this worker could not drive it, and why (nothing else changes)."""
+        logger.warning("run %s: this worker cannot drive it, handing it back: %s", run_id, reason)
+        data = msgspec.json.encode({"worker": self.owner, "reason": reason, "code": code}).decode()
+        store.append_event(run_id, "handed_back", actor=f"worker {describe(self.owner)}", data_json=data)
+        return store.get_run(run_id)
 
     async def _start(self, runs: Runs, run_id: str, spec: dict[str, Any]) -> Any:
         """The report of the run started now, or None when it exists already."""
@@ -142,7 +180,7 @@ class Engine:
             if "start" in spec:
                 s = spec["start"]
                 plan, _, _ = runs.load(s.get("path") or "queued.recipe", text=s["text"])
-                hub = await self._hub_for(servers_needed(plan))
+                hub = await self._hub_here(plan, servers_needed(plan))
                 return await runs.start(
                     s.get("path") or "queued.recipe", text=s["text"], inputs=s.get("inputs") or {}, actor=s.get("actor"),
                     model=s.get("model"), run_id=run_id, hub=hub, origin=s.get("origin", "person"),
@@ -151,15 +189,15 @@ class Engine:
                 s = spec["saved"]
                 saved = await trio.to_thread.run_sync(store.get_recipe, s["name"], s.get("version"))
                 plan, _, _ = runs.load(f"{saved.name}.recipe", text=saved.source)
-                hub = await self._hub_for(servers_needed(plan))
+                hub = await self._hub_here(plan, servers_needed(plan))
                 return await runs.start_saved(saved, inputs=s.get("inputs") or {}, actor=s.get("actor"), run_id=run_id, hub=hub)
             if "firing" in spec:
                 from ..store import FiringRecord
 
                 f = msgspec.convert(spec["firing"], FiringRecord)
-                saved = await trio.to_thread.run_sync(lambda: store.get_recipe(store.get_schedule(f.schedule).recipe))
+                _, saved = await trio.to_thread.run_sync(runs.firing_recipe, f)
                 plan, _, _ = runs.load(f"{saved.name}.recipe", text=saved.source)
-                hub = await self._hub_for(servers_needed(plan))
+                hub = await self._hub_here(plan, servers_needed(plan))
                 return await runs.start_firing(f, hub=hub)
         except RefusedError as exc:
             if "already exists" in exc.message:
@@ -170,17 +208,68 @@ class Engine:
                 hub.release()
         raise UnknownRunError(f"there is no run {run_id} and the job does not say how to start it; nothing was done", run=run_id)
 
-    async def _hub_for(self, names: list[str]) -> Any:
-        known = [n for n in names if n in self.servers.servers]
-        return await self.pool.hub(known) if known else None
+    async def _hub_here(self, plan: Any, names: list[str], done: Any = frozenset(), servers: ServerSet | None = None) -> Any:
+        """This worker's warm servers for ``names``; :class:`CannotDriveHere` when one is not
+        configured here, does not start here, or does not list a tool a step of ``plan`` not
+        yet ``done`` calls (its preview and check included). Nothing is called."""
+        servers = servers or self.servers
+        missing = [n for n in names if n not in servers.servers]
+        if missing:
+            raise CannotDriveHere(f"this worker has no server {', '.join(map(repr, missing))} (its server file: {servers.source})")
+        if not names:
+            return None
+        hub = None
+        try:
+            hub = await self.pool.hub(names, servers)
+            await hub.wait_ready()
+        except (ToolError, ServerConfigError) as exc:
+            if hub is not None:
+                hub.release()
+            raise CannotDriveHere(f"a server did not start on this worker: {exc.message}") from None
+        unlisted = []
+        for node in plan.nodes:
+            if not isinstance(node, ToolNode) or node.id in done:
+                continue
+            for call in (node, node.preview, node.check):
+                if call is not None and call.server in names and call.tool not in hub.tools(call.server):
+                    unlisted.append(f"{call.server}.{call.tool}")
+        if unlisted:
+            hub.release()
+            raise CannotDriveHere(f"the servers on this worker do not list {', '.join(sorted(set(unlisted)))}")
+        return hub
 
     async def _hub_for_run(self, runs: Runs, run_id: str) -> Any:
-        """Warm servers for a stored run: the ones it is bound to, started in the directory
-        it recorded (ServerMismatchError, before any is started, when what would start differs)."""
+        """Warm servers for a stored run (None once it has ended): the ones it is bound to,
+        started in the directory it recorded (ServerMismatchError, before any is started,
+        when what would start differs), each listing every tool the run still calls
+        (:class:`CannotDriveHere` otherwise)."""
         import trio
 
-        needed, servers = await trio.to_thread.run_sync(runs.bound_servers, run_id)
-        return await self.pool.hub(needed, servers) if needed else None
+        from ..runtime.plans import check_stored_plan
+
+        store = runs.store()
+
+        def needed() -> tuple[Any, list[str], set[str], ServerSet] | None:
+            run = store.get_run(run_id)
+            if run.state in TERMINAL_RUN_STATES:
+                return None
+            plan = check_stored_plan(run.plan_json, run.plan_fingerprint)
+            nodes = store.get_nodes(run_id)
+            names, servers = runs.bound_servers(run_id)
+            return plan, names, {nid for nid, n in nodes.items() if n.state in TERMINAL_NODE_STATES}, servers
+
+        found = await trio.to_thread.run_sync(needed)
+        return None if found is None else await self._hub_here(*found)
+
+    async def firing_failed(self, firing: Mapping[str, Any], why: str) -> None:
+        """Record that a schedule's due time could not be started (no worker can)."""
+        import trio
+
+        async def record(runs: Runs) -> None:
+            store = await trio.to_thread.run_sync(runs.store)
+            await trio.to_thread.run_sync(store.firing_failed, firing["schedule"], firing["due_at"], why)
+
+        await self._with_runs(record)
 
     async def due(self, by: str) -> list[dict[str, Any]]:
         """Decide every due schedule time (each once, whoever else is deciding); the firings
