@@ -83,6 +83,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from rich.console import Console
+    from rich.markup import escape
 
     from . import report
 
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                 module = importlib.import_module(f"benchmarks.{MODULES.get(letter, 'case_' + letter)}")
                 cases[letter] = module.run(cfg).to_json()
                 if cases[letter].get("skipped"):
-                    console.print(f"[yellow]case {letter} skipped:[/] {cases[letter]['skipped']}", markup=True, highlight=False)
+                    console.print(f"[yellow]case {letter} skipped:[/] {escape(cases[letter]['skipped'])}", markup=True, highlight=False)
             except Exception:  # one broken case must not lose the others' figures
                 tb = traceback.format_exc()
                 console.print(f"[red]case {letter} failed[/]\n{tb}", markup=True, highlight=False)

@@ -137,7 +137,7 @@ def run(cfg: Config) -> Case:
     case = Case("o", "DBOS, same run: a durable step, a parked workflow woken (send → next step), a queue's workflows per second; against the engine on PostgreSQL")
     absent = missing("dbos", "psycopg", "procrastinate")
     if absent:
-        return skipped(case, f"{', '.join(absent)} not installed: {INSTALL} (dbos; and '.[workers]' for the engine's queue) to measure it")
+        return skipped(case, f"{', '.join(absent)} not installed: {INSTALL} to measure it")
     from .workers_bench import PG, engine_rate, schema
 
     why = _reachable(PG)

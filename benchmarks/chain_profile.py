@@ -17,7 +17,8 @@ way:
 
 Per layer: per step from the server's timestamps (first → last call / 199),
 the median gap between two calls, and CPU time per call: this whole process
-(every thread) and the trio thread alone (``time.thread_time``). CPU time is
+(every thread), the trio thread alone (``time.thread_time``), and the
+server process (``/proc``, 10 ms ticks: a median over rounds of 200 calls). CPU time is
 what the load of other processes on the machine changes least; each layer's
 CPU minus the one below is what that layer adds per call.
 
@@ -68,6 +69,31 @@ async def hub_chain(hub, n: int) -> None:
     for _ in range(n):
         result = await hub.call("chain", "get_count", {"after": after})
         after = result.value["n"]
+
+
+def server_pids() -> dict[str, int]:
+    """This process's chain servers by their log's name (``sdk.log``, ``engine.log``): their pids."""
+    out = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1]) != os.getpid():
+                continue
+            if b"chain_server.py" not in (proc / "cmdline").read_bytes():
+                continue
+            env = dict(x.split(b"=", 1) for x in (proc / "environ").read_bytes().split(b"\0") if b"=" in x)
+        except (OSError, ValueError, IndexError):
+            continue
+        log = env.get(b"CHAIN_LOG", b"").decode()
+        out[Path(log).name] = int(proc.name)
+    return out
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class StoreThread:
@@ -137,11 +163,11 @@ VARIANTS = {
     "sdk": ("sdk", nullcontext),
     "engine session": ("engine session", nullcontext),
     "hub.call": ("hub.call", nullcontext),
-    "hub.call, no deadline": ("hub.call", _no_deadline),
-    "hub.call, no depth check": ("hub.call", _no_depth_check),
+    "hub.call without deadline": ("hub.call", _no_deadline),
+    "hub.call without depth check": ("hub.call", _no_depth_check),
     "run": ("run", nullcontext),
-    "run, no deadline": ("run", _no_deadline),
-    "run, flush every 50 ms": ("run", _slow_flush),
+    "run without deadline": ("run", _no_deadline),
+    "run flushing every 50 ms": ("run", _slow_flush),
     "run of 1 step": ("run1", nullcontext),
 }
 """What-ifs: a layer with one of its parts patched out in this process (the engine's source is not changed)."""
@@ -188,21 +214,25 @@ def measure(calls: int, rounds: int, profile: bool, store_url: str | None, varia
                         with patch():
                             await one(layer)
                     sdk_ticks.new(), engine_ticks.new()
+                    servers = server_pids()
                     for _ in range(rounds):
                         for v in variants:
                             layer, patch = VARIANTS[v]
                             store_thread.cpu = store_thread.calls = store_thread.nodes = 0
+                            server = servers.get("sdk.log" if layer == "sdk" else "engine.log")
                             with patch():
+                                s0 = process_cpu(server) if server else math.nan
                                 p0, t0 = time.process_time(), time.thread_time()
                                 await one(layer)
                                 p1, t1 = time.process_time(), time.thread_time()
+                                s1 = process_cpu(server) if server else math.nan
                             ticks = (sdk_ticks if layer == "sdk" else engine_ticks).new()
                             if layer == "run1":  # one call: its figures are per run, not per call
-                                out[v].append({"per_step": math.nan, "gap": math.nan, "cpu": p1 - p0, "trio_cpu": t1 - t0, "store_cpu": store_thread.cpu, "flushes": store_thread.calls, "nodes": store_thread.nodes})
+                                out[v].append({"per_step": math.nan, "gap": math.nan, "cpu": p1 - p0, "trio_cpu": t1 - t0, "store_cpu": store_thread.cpu, "flushes": store_thread.calls, "nodes": store_thread.nodes, "server_cpu": s1 - s0})
                                 continue
                             out[v].append({
                                 "per_step": per_step(ticks, calls), "gap": median_gap(ticks), "cpu": (p1 - p0) / calls, "trio_cpu": (t1 - t0) / calls,
-                                "store_cpu": store_thread.cpu / calls, "flushes": store_thread.calls, "nodes": store_thread.nodes,
+                                "store_cpu": store_thread.cpu / calls, "flushes": store_thread.calls, "nodes": store_thread.nodes, "server_cpu": (s1 - s0) / calls,
                             })  # fmt: skip
                     if profile:
                         for layer in [x for x in ("sdk", "hub.call", "run") if x in variants]:
@@ -277,12 +307,12 @@ def per_call_table(prof: cProfile.Profile, n: int, cpu_per_call: float | None = 
 
 def summary(out: dict, variants: list[str]) -> str:
     med = lambda v, key: statistics.median(r[key] for r in out[v])  # noqa: E731
-    lines = [f"{'variant':<26} {'per step':>9} {'median gap':>11} {'CPU/call':>9} {'trio thread':>12} {'store thread':>13} {'flushes/run':>12} {'÷ sdk per step':>15} {'÷ sdk CPU':>10}"]
+    lines = [f"{'variant':<26} {'per step':>9} {'median gap':>11} {'CPU/call':>9} {'trio thread':>12} {'store thread':>13} {'flushes/run':>12} {'÷ sdk per step':>15} {'÷ sdk CPU':>10} {'server CPU':>11}"]
     base, base_cpu = med(variants[0], "per_step"), med(variants[0], "cpu")
     for v in variants:
         lines.append(
             f"{v:<26} {med(v, 'per_step') * 1e6:7.0f}µs {med(v, 'gap') * 1e6:9.0f}µs {med(v, 'cpu') * 1e6:7.0f}µs {med(v, 'trio_cpu') * 1e6:10.0f}µs "
-            f"{med(v, 'store_cpu') * 1e6:11.0f}µs {med(v, 'flushes'):12.0f} {med(v, 'per_step') / base:14.3f}× {med(v, 'cpu') / base_cpu:9.3f}×"
+            f"{med(v, 'store_cpu') * 1e6:11.0f}µs {med(v, 'flushes'):12.0f} {med(v, 'per_step') / base:14.3f}× {med(v, 'cpu') / base_cpu:9.3f}× {med(v, 'server_cpu') * 1e6:9.0f}µs"
         )
     if "run" in out and "run of 1 step" in out:
         n = out["calls"]

@@ -14,7 +14,7 @@ from typing import Any
 
 from .common import fmt_s, fmt_value
 
-PACKAGES = ("trio", "msgspec", "mcp", "lark", "networkx", "rich", "vodou_engine")
+PACKAGES = ("trio", "msgspec", "mcp", "lark", "networkx", "rich", "vodou_engine", "psycopg", "procrastinate", "langgraph", "dbos")
 SERIES = (("wall_s", "wall-clock", "#3b82c4", "cyan"), ("sum_s", "summed branches", "#e07b24", "dark_orange"), ("slowest_s", "slowest branch", "#3a9b4a", "green"))
 
 
@@ -155,6 +155,7 @@ def _bar_text(fraction: float, width: int) -> str:
 
 
 def print_terminal(results: dict[str, Any], console) -> None:
+    from rich.markup import escape as escape_markup
     from rich.table import Table
     from rich.text import Text
 
@@ -198,7 +199,7 @@ def print_terminal(results: dict[str, Any], console) -> None:
         console.print(t)
     for letter, case in results["cases"].items():
         if case.get("skipped"):
-            console.print(f"[yellow]{letter} skipped:[/] {case['skipped']}", markup=True, highlight=False)
+            console.print(f"[yellow]{letter} skipped:[/] {escape_markup(case['skipped'])}", markup=True, highlight=False)
 
     if all_bars(results):
         _print_bars(results, console)

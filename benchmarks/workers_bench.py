@@ -5,6 +5,11 @@ every part works in a schema of its own, dropped afterwards. Run it with
 ``python -m benchmarks.workers_bench [--quick] [--out FILE]`` (it writes
 benchmarks/results/workers.json by default, prints a table on stderr), or
 ``python -m benchmarks --only w`` with the other cases' machinery.
+``--parts throughput`` (or boundary, approve, store) runs only those parts;
+``python -m benchmarks.workers_bench profile-worker [N]`` gives one warm
+worker, then the same-work floor's, N jobs at once and prints where their
+time goes (CPU per job by thread from /proc, py-spy's samples; needs
+``pip install py-spy``).
 
 * **runs per second, 1, 2 and 4 workers** (``recipe worker`` processes, 4 runs
   at once each): runs of a recipe with three reads and one effect (``without
@@ -551,7 +556,7 @@ def profile_worker(url: str, tmp: Path, cfg: Config, runs: int, *, rate: int = 2
     us = lambda samples: samples / rate / runs * 1e6  # noqa: E731
     lines.append("py-spy, the thread holding the GIL, µs per job: " + ", ".join(f"{k} {us(v):.0f}" for k, v in by_thread.most_common(6)))
     lines.append("inclusive, µs per job (a sample counts for every function on its stack):")
-    for name, c in counts.most_common(60):
+    for name, c in counts.most_common(110):
         lines.append(f"  {us(c):8.0f}  {name}")
     return "\n".join(lines)
 
