@@ -4,6 +4,13 @@ Options: ``--quick`` (fewer runs, smaller N), ``--runs N`` (default 5; medians
 over N runs), ``--only a,e`` (case letters), ``--out DIR`` (default
 benchmarks/results; RESULTS.md goes next to it for the default directory,
 inside it otherwise).
+
+A group name runs a few cases by name instead of ``--only``:
+``python -m benchmarks chain`` (k: the chain of MCP calls against the SDK's),
+``python -m benchmarks peers`` (k, l, o: the SDK, LangGraph and DBOS in the
+same run; LangGraph and DBOS come with ``pip install -e '.[bench]'``, and a
+peer that is not installed is skipped with a line that says so),
+``python -m benchmarks workers`` (w).
 """
 
 from __future__ import annotations
@@ -34,8 +41,13 @@ CASES = {
     "s": "recipe serve: approve on the page → effect, the inbox with 1,000 parked runs, 100 runs at once, a schedule's lag",
     "m": "recipe mcp: initialize against the SDK's floor, check_recipe round trip",
     "p": "an alternative not taken (benchmarks/proposed) vs shipped, same run; only with --only p",
-    "w": "workers on PostgreSQL: runs/s on 1, 2, 4 workers against the queue's no-op floor, approve → effect through the queue, store ops against SQLite; only with --only w (also on its own: python -m benchmarks.workers_bench, which writes results/workers.json)",
+    "w": "workers on PostgreSQL: runs/s on 1, 2, 4 workers against the queue's no-op floor and a floor making the same MCP calls, approve → effect through the queue, store ops against SQLite; only with --only w (also on its own: python -m benchmarks.workers_bench, which writes results/workers.json)",
+    "k": "a chain of 200 MCP calls through the engine against the official SDK's ClientSession chain, same server, server-side timestamps",
+    "l": "peer: LangGraph's fan-out (wall / slowest) and a chain of 200 nodes, against the engine (skipped without langgraph: pip install -e '.[bench]')",
+    "o": "peer: DBOS on PostgreSQL: a durable step, send → next step, a queue's workflows per second, against the engine (skipped without dbos or PostgreSQL)",
 }
+GROUPS = {"chain": ["k"], "peers": ["k", "l", "o"], "workers": ["w"]}
+"""``python -m benchmarks GROUP``: a few cases by name."""
 MODULES = {"s": "serve_bench", "m": "agents_bench", "w": "workers_bench"}
 OPT_IN = {"p", "w"}
 """Cases a plain run leaves out: an A/B of a change not taken, and one that needs PostgreSQL."""
@@ -44,13 +56,19 @@ OPT_IN = {"p", "w"}
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks", description="Benchmarks for vodou_engine.", epilog="cases: " + "; ".join(f"{k} = {v}" for k, v in CASES.items()))
+    p.add_argument("group", nargs="?", choices=sorted(GROUPS), help="run only these cases: " + "; ".join(f"{k} = {', '.join(v)}" for k, v in GROUPS.items()))
     p.add_argument("--quick", action="store_true", help="3 runs (unless --runs) and smaller N; for the smoke test")
     p.add_argument("--runs", type=int, default=None, help="runs per figure; figures are medians (default 5, 3 with --quick)")
     p.add_argument("--only", default=None, metavar="CASES", help="comma-separated case letters, e.g. a,e (default: all)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR", help="where results.json and chart.svg go (default benchmarks/results)")
     p.add_argument("--json-only", action="store_true", help=argparse.SUPPRESS)  # used by case p for its sub-runs
     args = p.parse_args(argv)
-    letters = [c for c in CASES if c not in OPT_IN] if args.only is None else [x.strip().lower() for x in args.only.split(",") if x.strip()]
+    if args.group and args.only is not None:
+        p.error("give a group or --only, not both")
+    if args.group:
+        letters = list(GROUPS[args.group])
+    else:
+        letters = [c for c in CASES if c not in OPT_IN] if args.only is None else [x.strip().lower() for x in args.only.split(",") if x.strip()]
     unknown = [x for x in letters if x not in CASES]
     if unknown:
         p.error(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(CASES)}")
@@ -65,6 +83,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from rich.console import Console
+    from rich.markup import escape
 
     from . import report
 
@@ -85,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 module = importlib.import_module(f"benchmarks.{MODULES.get(letter, 'case_' + letter)}")
                 cases[letter] = module.run(cfg).to_json()
+                if cases[letter].get("skipped"):
+                    console.print(f"[yellow]case {letter} skipped:[/] {escape(cases[letter]['skipped'])}", markup=True, highlight=False)
             except Exception:  # one broken case must not lose the others' figures
                 tb = traceback.format_exc()
                 console.print(f"[red]case {letter} failed[/]\n{tb}", markup=True, highlight=False)

@@ -50,6 +50,9 @@ class Case:
         self.notes: list[str] = []
         self.profiles: dict[str, str] = {}
         self.extra_json: dict[str, Any] = {}
+        self.side_by_side: list[dict[str, Any]] = []
+        self.skipped: str | None = None
+        """Why the case measured nothing (a peer not installed, no PostgreSQL), and how to run it."""
         self.started = time.perf_counter()
         self.duration_s: float | None = None
 
@@ -62,10 +65,15 @@ class Case:
         self.figures[key] = {"value": value, "unit": unit, "label": label, "samples": samples, **spread(samples)}
         return value
 
-    def check(self, name: str, measured: float, limit: float, *, unit: str, what: str, ratio: bool = False) -> bool:
-        met = bool(measured <= limit)
-        self.checks.append({"name": name, "measured": measured, "limit": limit, "unit": unit, "what": what, "ratio": ratio, "met": met})
+    def check(self, name: str, measured: float, limit: float, *, unit: str, what: str, ratio: bool = False, at_least: bool = False) -> bool:
+        """A target: ``measured ≤ limit``, or ``measured ≥ limit`` with ``at_least``."""
+        met = bool(measured >= limit) if at_least else bool(measured <= limit)
+        self.checks.append({"name": name, "measured": measured, "limit": limit, "unit": unit, "what": what, "ratio": ratio, "met": met, "at_least": at_least})
         return met
+
+    def versus(self, what: str, ours: float, theirs: float, unit: str, *, peer: str, note: str = "") -> None:
+        """One row of the side-by-side table: the same thing measured on the engine and on a peer, in this run."""
+        self.side_by_side.append({"what": what, "engine": ours, "peer_value": theirs, "unit": unit, "peer": peer, "note": note})
 
     def bar(self, label: str, *, wall_s: float, sum_s: float | None, slowest_s: float | None) -> None:
         self.bars.append({"label": label, "wall_s": wall_s, "sum_s": sum_s, "slowest_s": slowest_s})
@@ -87,6 +95,8 @@ class Case:
             "notes": self.notes,
             "profiles": self.profiles,
             "duration_s": self.duration_s,
+            **({"side_by_side": self.side_by_side} if self.side_by_side else {}),
+            **({"skipped": self.skipped} if self.skipped else {}),
             **self.extra_json,
         }
 
@@ -276,8 +286,6 @@ def importtime_text(summary: dict[str, Any]) -> str:
 def profile_text(fn: Callable[[], Any], top: int = 14) -> str:
     """cProfile one call (this thread only), the functions with the most own time."""
     import cProfile
-    import io
-    import pstats
 
     prof = cProfile.Profile()
     prof.enable()
@@ -285,6 +293,14 @@ def profile_text(fn: Callable[[], Any], top: int = 14) -> str:
         fn()
     finally:
         prof.disable()
+    return stats_text(prof, top)
+
+
+def stats_text(prof, top: int = 14) -> str:
+    """A finished ``cProfile.Profile``: the functions with the most own time, paths shortened."""
+    import io
+    import pstats
+
     buf = io.StringIO()
     pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(top)
     lines = [ln for ln in buf.getvalue().splitlines() if ln.strip()]

@@ -14,7 +14,7 @@ from typing import Any
 
 from .common import fmt_s, fmt_value
 
-PACKAGES = ("trio", "msgspec", "mcp", "lark", "networkx", "rich", "vodou_engine")
+PACKAGES = ("trio", "msgspec", "mcp", "lark", "networkx", "rich", "vodou_engine", "psycopg", "procrastinate", "langgraph", "dbos")
 SERIES = (("wall_s", "wall-clock", "#3b82c4", "cyan"), ("sum_s", "summed branches", "#e07b24", "dark_orange"), ("slowest_s", "slowest branch", "#3a9b4a", "green"))
 
 
@@ -113,7 +113,7 @@ def bar_scale(bar: dict[str, Any], bars: list[dict[str, Any]]) -> float:
 
 
 def limit_text(c: dict[str, Any]) -> str:
-    return "≤ " + fmt_value(c["limit"], c["unit"])
+    return ("≥ " if c.get("at_least") else "≤ ") + fmt_value(c["limit"], c["unit"])
 
 
 def measured_text(c: dict[str, Any]) -> str:
@@ -124,6 +124,17 @@ def over_limit(c: dict[str, Any]) -> str:
     if not c["limit"] or c["measured"] != c["measured"]:
         return "n/a"
     return f"{c['measured'] / c['limit']:.2f}"
+
+
+def side_by_side(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every case's rows of the same thing measured on the engine and on a peer."""
+    return [{"case": letter, **r} for letter, case in results["cases"].items() for r in case.get("side_by_side", [])]
+
+
+def _ratio(r: dict[str, Any]) -> str:
+    if not r["peer_value"] or r["engine"] != r["engine"] or r["peer_value"] != r["peer_value"]:
+        return "n/a"
+    return f"{r['engine'] / r['peer_value']:.3f}"
 
 
 # --- terminal ----------------------------------------------------------------------
@@ -144,6 +155,7 @@ def _bar_text(fraction: float, width: int) -> str:
 
 
 def print_terminal(results: dict[str, Any], console) -> None:
+    from rich.markup import escape as escape_markup
     from rich.table import Table
     from rich.text import Text
 
@@ -173,8 +185,21 @@ def print_terminal(results: dict[str, Any], console) -> None:
     for letter, case in results["cases"].items():
         if case.get("error"):
             targets.add_row(letter, case["title"], "", "", "", Text("error", style="bold red"))
+        elif case.get("skipped"):
+            targets.add_row(letter, case["title"], "", "", "", Text("skipped", style="yellow"))
     if targets.row_count:
         console.print(targets)
+    rows = side_by_side(results)
+    if rows:
+        t = Table(title="peers, same run, same machine", title_justify="left")
+        for col in ("case", "what", "engine", "peer", "peer's", "engine ÷ peer"):
+            t.add_column(col, justify="left" if col in ("case", "what", "peer") else "right")
+        for r in rows:
+            t.add_row(r["case"], r["what"], fmt_value(r["engine"], r["unit"]), r["peer"], fmt_value(r["peer_value"], r["unit"]), _ratio(r))
+        console.print(t)
+    for letter, case in results["cases"].items():
+        if case.get("skipped"):
+            console.print(f"[yellow]{letter} skipped:[/] {escape_markup(case['skipped'])}", markup=True, highlight=False)
 
     if all_bars(results):
         _print_bars(results, console)
@@ -329,6 +354,21 @@ def write_markdown(results: dict[str, Any], path: Path, chart: Path) -> None:
     for letter, case in results["cases"].items():
         if case.get("error"):
             lines.append(f"| {letter} | {_md_escape(case['title'])} | | | | **error**: {_md_escape(case['error'].splitlines()[-1])} |")
+        elif case.get("skipped"):
+            lines.append(f"| {letter} | {_md_escape(case['title'])} | | | | skipped: {_md_escape(case['skipped'])} |")
+    rows = side_by_side(results)
+    if rows:
+        lines += [
+            "",
+            "## Peers, side by side",
+            "",
+            "Each row is the same thing measured on the engine and on a system a user would pick instead, in this run on this machine.",
+            "",
+            "| case | what | engine | peer | peer's | engine ÷ peer | how |",
+            "|---|---|---:|---|---:|---:|---|",
+        ]
+        for r in rows:
+            lines.append(f"| {r['case']} | {_md_escape(r['what'])} | {fmt_value(r['engine'], r['unit'])} | {r['peer']} | {fmt_value(r['peer_value'], r['unit'])} | {_ratio(r)} | {_md_escape(r.get('note', ''))} |")
     lines += ["", f"![chart]({os.path.relpath(chart, path.parent)})", ""]
 
     p = results["cases"].get("p")
@@ -361,6 +401,9 @@ def write_markdown(results: dict[str, Any], path: Path, chart: Path) -> None:
         lines += [f"### {letter}. {_md_escape(case['title'])}", ""]
         if case.get("error"):
             lines += ["```", case["error"].rstrip(), "```", ""]
+            continue
+        if case.get("skipped"):
+            lines += [f"Skipped: {case['skipped']}", ""]
             continue
         dur = case.get("duration_s")
         lines += [f"Took {dur:.1f} s." if dur is not None else "", ""]

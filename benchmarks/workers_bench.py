@@ -5,6 +5,11 @@ every part works in a schema of its own, dropped afterwards. Run it with
 ``python -m benchmarks.workers_bench [--quick] [--out FILE]`` (it writes
 benchmarks/results/workers.json by default, prints a table on stderr), or
 ``python -m benchmarks --only w`` with the other cases' machinery.
+``--parts throughput`` (or boundary, approve, store) runs only those parts;
+``python -m benchmarks.workers_bench profile-worker [N]`` gives one warm
+worker, then the same-work floor's, N jobs at once and prints where their
+time goes (CPU per job by thread from /proc, py-spy's samples; needs
+``pip install py-spy``).
 
 * **runs per second, 1, 2 and 4 workers** (``recipe worker`` processes, 4 runs
   at once each): runs of a recipe with three reads and one effect (``without
@@ -15,6 +20,17 @@ benchmarks/results/workers.json by default, prints a table on stderr), or
   running a no-op job (first job started → last job ended, from
   Procrastinate's own events). The ratio (floor ÷ runs per second) is what a
   run costs in units of the queue's own per-job cost.
+* **the floor that does the same work**: bare Procrastinate workers (same
+  processes, same concurrency) whose job makes the same four MCP calls
+  (``get_status`` three times, then ``post_message``, in order) through the
+  same warm server: one rogue server per worker process, started before the
+  worker takes jobs and kept for all of them, one SDK ``ClientSession``
+  shared by the jobs in flight (as a worker's warm server pool shares it).
+  Both sides are measured on the same window: first job started → last job
+  ended (the floor's from Procrastinate's events; the engine's from the runs:
+  its worker deletes a succeeded job, events and all, so first step started →
+  last run ended). Target: the engine's runs per
+  second ≥ 0.8 of this floor, with 1, 2 and 4 workers.
 * **the asyncio/trio boundary**: a round trip of ``EngineHost.call`` with a
   no-op on the trio side (median of many), and that as a share of a no-op
   job; and the no-op Procrastinate worker with every job crossing into trio
@@ -172,22 +188,110 @@ def floor(url: str, tmp: Path, cfg: Config, workers: int, jobs: int, *, trio_sid
     return jobs / (last - first).total_seconds()
 
 
+# --- the floor that does the same work: four MCP calls per bare Procrastinate job -----------------
+MCP_TASK = "bench.mcp"
+CALLS = (("get_status", {}), ("get_status", {}), ("get_status", {}), ("post_message", {"channel": "#ops", "text": "done"}))
+"""What one run of FANOUT calls, in order: the floor's job makes the same calls."""
+
+
+def mcp_worker(url: str, concurrency: int) -> None:
+    """``python -m benchmarks.workers_bench mcp-worker URL C``: a bare Procrastinate worker whose
+    job makes FANOUT's four calls through one warm rogue server (an SDK session of its own)."""
+    import asyncio
+    import logging
+    import signal
+    from contextlib import AsyncExitStack
+
+    import procrastinate
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+    from procrastinate.worker import Worker
+
+    logging.getLogger("procrastinate").setLevel(logging.ERROR)
+
+    async def main() -> None:
+        app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=url, min_size=1, max_size=min(concurrency, 4) + 2))
+        async with AsyncExitStack() as stack:
+            read, write = await stack.enter_async_context(stdio_client(StdioServerParameters(command=sys.executable, args=["-I", "-S", ROGUE])))
+            session = await stack.enter_async_context(ClientSession(read, write))
+            await session.initialize()
+            await session.list_tools()
+
+            @app.task(name=MCP_TASK, queue=NOOP_QUEUE)
+            async def four_calls() -> None:
+                for tool, args in CALLS:
+                    result = await session.call_tool(tool, args)
+                    if result.is_error:
+                        raise RuntimeError(f"{tool} failed: {result.content}")
+
+            async with app.open_async():
+                worker = Worker(app, concurrency=concurrency, delete_jobs="never", install_signal_handlers=False, listen_notify=True)
+                asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, worker.stop)
+                await worker.run()
+
+    asyncio.run(main())
+    os._exit(0)
+
+
+def job_window(url: str, task: str) -> tuple[int, float]:
+    """(jobs succeeded, seconds from the first job started to the last one ended) of ``task``, from Procrastinate's events."""
+    (n, first, last), = _sql(
+        url,
+        "SELECT count(DISTINCT j.id) FILTER (WHERE j.status = 'succeeded'), min(e.at) FILTER (WHERE e.type = 'started'), max(e.at) FILTER (WHERE e.type = 'succeeded') "
+        "FROM procrastinate_events e JOIN procrastinate_jobs j ON j.id = e.job_id WHERE j.task_name = %s",
+        (task,),
+    )
+    return n, (last - first).total_seconds()
+
+
+def mcp_floor(url: str, tmp: Path, cfg: Config, workers: int, jobs: int) -> float:
+    """Jobs per second of ``workers`` bare workers whose job makes the four calls (first job started → last ended)."""
+    import procrastinate
+    import psycopg
+    from procrastinate import jobs as jobs_module
+
+    from vodou_engine.workers.app import ensure_schema
+
+    ensure_schema(url)
+    app = procrastinate.App(connector=procrastinate.SyncPsycopgConnector(conninfo=url))
+    with psycopg.connect(url, autocommit=True) as conn:
+        app.job_manager.batch_defer_jobs([jobs_module.Job(queue=NOOP_QUEUE, task_name=MCP_TASK, lock=None, queueing_lock=None) for _ in range(jobs)], connection=conn)
+    env = clean_env(tmp, cfg, PYTHONPATH=str(ROOT))
+    argv = [sys.executable, "-m", "benchmarks.workers_bench", "mcp-worker", url, str(CONCURRENCY)]
+    logs = [open(tmp / f"mcp-floor-{workers}-{i}.log", "wb") for i in range(workers)]
+    procs = [subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT) for log in logs]
+    try:
+        wait(lambda: _sql(url, "SELECT count(*) FROM procrastinate_jobs WHERE task_name = %s AND status IN ('succeeded', 'failed')", (MCP_TASK,))[0][0] >= jobs, "the MCP floor's jobs", every=0.02)
+    finally:
+        _stop(procs)
+        for log in logs:
+            log.close()
+    n, seconds = job_window(url, MCP_TASK)
+    if n != jobs:
+        raise RuntimeError(f"{jobs - n} of the MCP floor's jobs failed; see {tmp}/mcp-floor-*.log")
+    _sql(url, "DELETE FROM procrastinate_jobs WHERE task_name = %s", (MCP_TASK,))
+    return jobs / seconds
+
+
 # --- the engine: runs per second ------------------------------------------------------------------
-def engine_rate(url: str, tmp: Path, cfg: Config, workers: int, runs: int) -> tuple[float, dict]:
-    """Runs per second of ``workers`` ``recipe worker`` processes (first run created → last ended)."""
+def engine_rate(url: str, tmp: Path, cfg: Config, workers: int, runs: int, *, recipe_text: str = FANOUT, servers: dict | None = None, concurrency: int = CONCURRENCY) -> tuple[float, dict]:
+    """Runs per second of ``workers`` ``recipe worker`` processes (first run created → last ended);
+    the facts hold the same measured as the floors are (``job_rate``: first job started → last job ended)."""
     from vodou_engine.runs import Runs
 
+    if servers is None:
+        servers = {"rogue": {"command": sys.executable, "args": ["-I", "-S", ROGUE]}}
     recipe = tmp / "fan-out.recipe"
-    recipe.write_text(FANOUT)
-    servers = tmp / "mcp.json"
-    servers.write_text(json.dumps({"mcpServers": {"rogue": {"command": sys.executable, "args": ["-I", "-S", ROGUE]}}}))
+    recipe.write_text(recipe_text)
+    servers_file = tmp / "mcp.json"
+    servers_file.write_text(json.dumps({"mcpServers": servers}))
     queuer = Runs(store=url)
     try:
         ids = [queuer.queue(recipe, actor="bench") for _ in range(runs)]  # `recipe run --queue`
     finally:
         queuer.close()
-    env = clean_env(tmp, cfg, VODOU_STORE=url, VODOU_SERVERS=str(servers), PYTHONPATH=str(ROOT))
-    argv = [sys.executable, "-m", "vodou_engine", "worker", "--concurrency", str(CONCURRENCY)]
+    env = clean_env(tmp, cfg, VODOU_STORE=url, VODOU_SERVERS=str(servers_file), PYTHONPATH=str(ROOT))
+    argv = [sys.executable, "-m", "vodou_engine", "worker", "--concurrency", str(concurrency)]
     logs = [open(tmp / f"worker-{workers}-{i}.log", "wb") for i in range(workers)]
     procs = [subprocess.Popen(argv, cwd=tmp, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT) for log in logs]
     marks = ",".join(["%s"] * len(ids))
@@ -198,7 +302,11 @@ def engine_rate(url: str, tmp: Path, cfg: Config, workers: int, runs: int) -> tu
         for log in logs:
             log.close()
     (first, last, states), = _sql(url, f"SELECT min(created_at), max(ended_at), count(DISTINCT state) FROM runs WHERE id IN ({marks})", tuple(ids))
-    return runs / (last - first), {"states": states}
+    # The worker deletes a job once it succeeded (and Procrastinate its events with it): the
+    # window the floors are measured on is taken from the runs instead, first step started →
+    # last run ended (the first job's pick-up, a few ms once, is left out).
+    (began,), = _sql(url, f"SELECT min(started_at) FROM nodes WHERE run_id IN ({marks})", tuple(ids))
+    return runs / (last - first), {"states": states, "job_rate": runs / (last - began)}
 
 
 # --- approve -> effect start ------------------------------------------------------------------------
@@ -335,62 +443,205 @@ def chain_per_step(location: str, n: int) -> list[float]:
     return out
 
 
-def run(cfg: Config) -> Case:
-    from vodou_engine.store import open_store
+# --- where a worker's time goes ------------------------------------------------------------------------
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds (user + system) per thread of ``pid``, by thread name (names that repeat are summed)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the thread ended meanwhile
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
 
-    case = Case("w", "workers: runs per second on 1, 2, 4 workers against the queue's floor; approve → effect through the queue; store operations on PostgreSQL against SQLite")
+
+def profile_worker(url: str, tmp: Path, cfg: Config, runs: int, *, rate: int = 250, floor_side: bool = False) -> str:
+    """One warm worker (``recipe worker``, or with ``floor_side`` the same-work floor's bare
+    worker) given ``runs`` jobs at once: CPU per run of each of its threads (from /proc), and
+    py-spy's samples of the thread holding the GIL, as µs per run (``pip install py-spy``)."""
+    import shutil
+    import signal
+    from collections import Counter
+
+    from vodou_engine.runs import Runs
+
+    recipe = tmp / "fan-out.recipe"
+    recipe.write_text(FANOUT)
+    servers_file = tmp / "mcp.json"
+    servers_file.write_text(json.dumps({"mcpServers": {"rogue": {"command": sys.executable, "args": ["-I", "-S", ROGUE]}}}))
+    if floor_side:
+        import procrastinate
+        from procrastinate import jobs as jobs_module
+
+        from vodou_engine.workers.app import ensure_schema
+
+        ensure_schema(url)
+        app = procrastinate.App(connector=procrastinate.SyncPsycopgConnector(conninfo=url))
+        env = clean_env(tmp, cfg, PYTHONPATH=str(ROOT))
+        argv = [sys.executable, "-m", "benchmarks.workers_bench", "mcp-worker", url, str(CONCURRENCY)]
+
+        def give(n: int) -> None:
+            import psycopg
+
+            with psycopg.connect(url, autocommit=True) as conn:
+                app.job_manager.batch_defer_jobs([jobs_module.Job(queue=NOOP_QUEUE, task_name=MCP_TASK, lock=None, queueing_lock=None) for _ in range(n)], connection=conn)
+
+        def done() -> int:
+            return _sql(url, "SELECT count(*) FROM procrastinate_jobs WHERE task_name = %s AND status = 'succeeded'", (MCP_TASK,))[0][0]
+    else:
+        queuer = Runs(store=url)
+        env = clean_env(tmp, cfg, VODOU_STORE=url, VODOU_SERVERS=str(servers_file), PYTHONPATH=str(ROOT))
+        argv = [sys.executable, "-m", "vodou_engine", "worker", "--concurrency", str(CONCURRENCY)]
+
+        def give(n: int) -> None:
+            for _ in range(n):
+                queuer.queue(recipe, actor="bench")
+
+        def done() -> int:
+            return _sql(url, "SELECT count(*) FROM runs WHERE state = 'succeeded'")[0][0]
+
+    log = open(tmp / f"profile-{'floor' if floor_side else 'worker'}.log", "wb")
+    proc = subprocess.Popen(argv, cwd=tmp if not floor_side else ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    spy = None
+    try:
+        give(2)  # warm: the server started, the first statements prepared
+        wait(lambda: done() >= 2, "the warm-up jobs", every=0.02)
+        before = thread_cpu(proc.pid)
+        exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        raw = tmp / "worker-stacks.txt"
+        spy = subprocess.Popen([exe, "record", "--gil", "--threads", "-r", str(rate), "-f", "raw", "-o", str(raw), "-p", str(proc.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(0.5)  # py-spy attached
+        t0 = time.perf_counter()
+        give(runs)
+        wait(lambda: done() >= runs + 2, f"{runs} jobs", every=0.02)
+        seconds = time.perf_counter() - t0
+        after = thread_cpu(proc.pid)
+        spy.send_signal(signal.SIGINT)
+        spy.wait(60)
+    finally:
+        if spy is not None and spy.poll() is None:
+            spy.kill()
+        _stop([proc])
+        log.close()
+        if not floor_side:
+            queuer.close()
+    per_run = lambda s: s / runs * 1e6  # noqa: E731
+    lines = [f"{'the same-work floor (bare Procrastinate + SDK session)' if floor_side else 'recipe worker'}, {CONCURRENCY} at once, {runs} jobs in {seconds:.1f} s ({runs / seconds:.1f}/s)"]
+    lines.append("CPU per job, by thread (/proc):")
+    total = 0.0
+    for name in sorted(after, key=lambda n: -(after[n] - before.get(n, 0.0))):
+        used = after[name] - before.get(name, 0.0)
+        total += used
+        if used > 0:
+            lines.append(f"  {per_run(used):8.0f} µs  {name}")
+    lines.append(f"  {per_run(total):8.0f} µs  the whole process")
+    counts: Counter = Counter()
+    by_thread: Counter = Counter()
+    if raw.exists():
+        for line in raw.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            frames = stack.split(";")
+            c = int(count)
+            by_thread[frames[0]] += c
+            seen = set()
+            for f in frames[1:]:
+                fn, _, where = f.rpartition(" (")
+                path = where.rstrip(")").rsplit(":", 1)[0].split("site-packages/")[-1].replace(str(ROOT) + "/", "")
+                seen.add(f"{fn} ({path})")
+            for x in seen:
+                counts[x] += c
+    us = lambda samples: samples / rate / runs * 1e6  # noqa: E731
+    lines.append("py-spy, the thread holding the GIL, µs per job: " + ", ".join(f"{k} {us(v):.0f}" for k, v in by_thread.most_common(6)))
+    lines.append("inclusive, µs per job (a sample counts for every function on its stack):")
+    for name, c in counts.most_common(110):
+        lines.append(f"  {us(c):8.0f}  {name}")
+    return "\n".join(lines)
+
+
+PARTS = ("throughput", "boundary", "approve", "store")
+
+
+def run(cfg: Config, parts: tuple[str, ...] = PARTS) -> Case:
+    case = Case("w", "workers: runs per second on 1, 2, 4 workers against the queue's floor and a floor that makes the same MCP calls; approve → effect through the queue; store operations on PostgreSQL against SQLite")
     runs_n = 60 if cfg.quick else 200
     jobs_n = 300 if cfg.quick else 1000
     samples = 5 if cfg.quick else 20
     ops_n = 50 if cfg.quick else 300
     with TempDir("workers") as tmp:
-        # --- throughput, and the floor, 1/2/4 workers -------------------------------------------------
-        for k in (1, 2, 4):
+        # --- throughput, and the floors, 1/2/4 workers -------------------------------------------------
+        for k in (1, 2, 4) if "throughput" in parts else ():
             with schema() as url:
                 noop = floor(url, tmp, cfg, k, jobs_n)
-            with schema() as url:
-                rate, facts = engine_rate(url, tmp, cfg, k, runs_n)
+            same_work, rates, jobs_rates = [], [], []
+            for _ in range(1 if cfg.quick else 2):  # alternated, so a burst of load elsewhere hits both sides alike
+                with schema() as url:
+                    same_work.append(mcp_floor(url, tmp, cfg, k, runs_n))
+                with schema() as url:
+                    rate, facts = engine_rate(url, tmp, cfg, k, runs_n)
+                rates.append(rate)
+                jobs_rates.append(facts["job_rate"])
+                cfg.log(f"workers: {k} worker(s): {jobs_rates[-1]:.1f} runs/s, same-work floor {same_work[-1]:.1f} jobs/s (ratio {jobs_rates[-1] / same_work[-1]:.2f})")
             case.figure(f"noop_jobs_per_s_{k}", noop, "1/s", f"bare Procrastinate no-op jobs per second, {k} worker(s) × {CONCURRENCY}")
-            case.figure(f"runs_per_s_{k}", rate, "1/s", f"runs per second (3 reads + 1 effect each), {k} worker(s) × {CONCURRENCY}")
-            case.figure(f"run_cost_in_noop_jobs_{k}", noop / rate, "x", f"one run costs this many no-op jobs, {k} worker(s)")
-            cfg.log(f"workers: {k} worker(s): {rate:.1f} runs/s, no-op floor {noop:.0f} jobs/s, ratio {noop / rate:.1f}")
+            floor_rate = case.figure(f"mcp_floor_jobs_per_s_{k}", same_work, "1/s", f"floor: bare Procrastinate jobs making the same 4 MCP calls, per second, {k} worker(s) × {CONCURRENCY} (first job started → last ended)")
+            case.figure(f"runs_per_s_{k}", rates, "1/s", f"runs per second (3 reads + 1 effect each), {k} worker(s) × {CONCURRENCY} (first run created → last ended)")
+            jobs_rate = case.figure(f"runs_per_s_jobs_{k}", jobs_rates, "1/s", f"runs per second, {k} worker(s) × {CONCURRENCY}, measured as the floors are (first step started → last run ended)")
+            case.figure(f"run_cost_in_noop_jobs_{k}", noop / jobs_rate, "x", f"one run costs this many no-op jobs, {k} worker(s)")
+            ratio = case.figure(f"runs_over_mcp_floor_{k}", [e / f for e, f in zip(jobs_rates, same_work)], "x", f"engine runs per second ÷ the floor making the same MCP calls, {k} worker(s) (per alternated pair)")
+            case.check(f"w: runs/s ÷ the same-work floor, {k} worker(s)", ratio, 0.8, unit="x", what="from the first job (step) started to the last one ended, both sides, same run", ratio=True, at_least=True)
+            cfg.log(f"workers: {k} worker(s): {jobs_rate:.1f} runs/s, same-work floor {floor_rate:.1f} jobs/s (ratio {ratio:.2f}), no-op floor {noop:.0f} jobs/s")
         case.extra_json["runs_per_run_measure"] = runs_n
         # --- the boundary ---------------------------------------------------------------------------------
-        trips = boundary_round_trip(200 if cfg.quick else 2000)
-        case.figure("boundary_round_trip_s", trips, "s", "asyncio → trio → asyncio round trip of EngineHost.call (no-op)")
-        plain, crossing = [], []
-        with schema() as url:
-            for _ in range(1 if cfg.quick else 5):  # alternated, so a change in the machine's load hits both alike
-                plain.append(floor(url, tmp, cfg, 1, jobs_n))
-                crossing.append(floor(url, tmp, cfg, 1, jobs_n, trio_side=True))
-        p = case.figure("noop_jobs_per_s_plain", plain, "1/s", f"no-op jobs per second, 1 worker × {CONCURRENCY} (median of {len(plain)}, alternated with the next)")
-        x = case.figure("noop_jobs_per_s_trio", crossing, "1/s", f"no-op jobs per second, every job crossing into trio and back, 1 worker × {CONCURRENCY} (median of {len(crossing)})")
-        case.figure("noop_trio_over_plain", x / p, "x", "no-op jobs per second crossing into trio ÷ plain")
-        case.figure("boundary_share_of_noop_job", statistics.median(trips) * p, "x", "one round trip as a share of one no-op job's time (round trip × no-op jobs per second)")
+        if "boundary" in parts:
+            _boundary(case, tmp, cfg, jobs_n)
         # --- approve -> effect -------------------------------------------------------------------------------
-        with schema() as url:
-            lat = approve_to_effect(url, tmp, cfg, samples)
-        m = case.figure("approve_to_effect_s", lat["latency"], "s", "approve → the chat server begins the post, through the queue, one warm worker")
-        case.figure("approve_api_s", lat["approve"], "s", "Runs.approve (decision and queued resume, one transaction), in the approving process")
-        case.check("workers: approve → effect start through the queue", m, 0.050, unit="s", what="median, warm worker")
+        if "approve" in parts:
+            with schema() as url:
+                lat = approve_to_effect(url, tmp, cfg, samples)
+            m = case.figure("approve_to_effect_s", lat["latency"], "s", "approve → the chat server begins the post, through the queue, one warm worker")
+            case.figure("approve_api_s", lat["approve"], "s", "Runs.approve (decision and queued resume, one transaction), in the approving process")
+            case.check("workers: approve → effect start through the queue", m, 0.050, unit="s", what="median, warm worker")
         # --- store operations ----------------------------------------------------------------------------------
-        with schema() as url:
-            pg = open_store(url)
-            sq = open_store(str(tmp / "ops.db"))
-            try:
-                pg_ops, sq_ops = store_ops(pg, ops_n), store_ops(sq, ops_n)
-            finally:
-                pg.close()
-                sq.close()
-            pg_chain = chain_per_step(url, 3 if cfg.quick else 10)
-        sq_chain = chain_per_step(str(tmp / "chain.db"), 3 if cfg.quick else 10)
-        for op in ("park", "resume", "chained_step"):
-            p, s = case.figure(f"pg_{op}_s", pg_ops[op], "s", f"store: {op}, PostgreSQL"), case.figure(f"sqlite_{op}_s", sq_ops[op], "s", f"store: {op}, SQLite")
-            case.figure(f"pg_over_sqlite_{op}", p / s, "x", f"store: {op}, PostgreSQL ÷ SQLite")
-        p, s = case.figure("pg_chain_step_s", pg_chain, "s", "a chain of 20 built-in steps through the run API, per step, PostgreSQL"), case.figure("sqlite_chain_step_s", sq_chain, "s", "the same on SQLite")
-        case.figure("pg_over_sqlite_chain_step", p / s, "x", "chain step through the run API, PostgreSQL ÷ SQLite")
+        if "store" in parts:
+            _store_part(case, tmp, cfg, ops_n)
         case.note(f"load average at the end: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     return case.done()
+
+
+def _boundary(case: Case, tmp: Path, cfg: Config, jobs_n: int) -> None:
+    trips = boundary_round_trip(200 if cfg.quick else 2000)
+    case.figure("boundary_round_trip_s", trips, "s", "asyncio → trio → asyncio round trip of EngineHost.call (no-op)")
+    plain, crossing = [], []
+    with schema() as url:
+        for _ in range(1 if cfg.quick else 5):  # alternated, so a change in the machine's load hits both alike
+            plain.append(floor(url, tmp, cfg, 1, jobs_n))
+            crossing.append(floor(url, tmp, cfg, 1, jobs_n, trio_side=True))
+    p = case.figure("noop_jobs_per_s_plain", plain, "1/s", f"no-op jobs per second, 1 worker × {CONCURRENCY} (median of {len(plain)}, alternated with the next)")
+    x = case.figure("noop_jobs_per_s_trio", crossing, "1/s", f"no-op jobs per second, every job crossing into trio and back, 1 worker × {CONCURRENCY} (median of {len(crossing)})")
+    case.figure("noop_trio_over_plain", x / p, "x", "no-op jobs per second crossing into trio ÷ plain")
+    case.figure("boundary_share_of_noop_job", statistics.median(trips) * p, "x", "one round trip as a share of one no-op job's time (round trip × no-op jobs per second)")
+
+
+def _store_part(case: Case, tmp: Path, cfg: Config, ops_n: int) -> None:
+    from vodou_engine.store import open_store
+
+    with schema() as url:
+        pg = open_store(url)
+        sq = open_store(str(tmp / "ops.db"))
+        try:
+            pg_ops, sq_ops = store_ops(pg, ops_n), store_ops(sq, ops_n)
+        finally:
+            pg.close()
+            sq.close()
+        pg_chain = chain_per_step(url, 3 if cfg.quick else 10)
+    sq_chain = chain_per_step(str(tmp / "chain.db"), 3 if cfg.quick else 10)
+    for op in ("park", "resume", "chained_step"):
+        p, s = case.figure(f"pg_{op}_s", pg_ops[op], "s", f"store: {op}, PostgreSQL"), case.figure(f"sqlite_{op}_s", sq_ops[op], "s", f"store: {op}, SQLite")
+        case.figure(f"pg_over_sqlite_{op}", p / s, "x", f"store: {op}, PostgreSQL ÷ SQLite")
+    p, s = case.figure("pg_chain_step_s", pg_chain, "s", "a chain of 20 built-in steps through the run API, per step, PostgreSQL"), case.figure("sqlite_chain_step_s", sq_chain, "s", "the same on SQLite")
+    case.figure("pg_over_sqlite_chain_step", p / s, "x", "chain step through the run API, PostgreSQL ÷ SQLite")
 
 
 def _table(c: Case) -> str:
@@ -399,6 +650,8 @@ def _table(c: Case) -> str:
         v = f["value"]
         shown = f"{v * 1e3:.2f} ms" if f["unit"] == "s" else f"{v:.2f}{'×' if f['unit'] == 'x' else ' /s'}"
         rows.append(f"| {f['label']} | {shown} |")
+    for ch in c.checks:
+        rows.append(f"| target: {ch['name']} ({'≥' if ch.get('at_least') else '≤'} {ch['limit']:g}) | {ch['measured']:.3f}: {'met' if ch['met'] else 'not met'} |")
     return "\n".join(["| figure | measured |", "|---|---|", *rows])
 
 
@@ -411,16 +664,20 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.workers_bench", description="Scale-out on PostgreSQL: workers against the queue's floor (needs $VODOU_BENCH_PG).")
     p.add_argument("--quick", action="store_true", help="smaller N, for a look")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT / "workers.json", metavar="FILE", help="where the figures go (default benchmarks/results/workers.json)")
+    p.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)} (default all)")
     args = p.parse_args(argv)
+    parts = tuple(x.strip() for x in args.parts.split(",") if x.strip())
+    if any(x not in PARTS for x in parts):
+        p.error(f"--parts: choose among {', '.join(PARTS)}")
     import logging
 
     logging.getLogger("procrastinate").setLevel(logging.ERROR)  # it warns about an app in __main__, which this module is on purpose
     before = load_average()
-    c = run(Config(quick=args.quick, log=lambda m: print(m, file=sys.stderr)))
+    c = run(Config(quick=args.quick, log=lambda m: print(m, file=sys.stderr)), parts)
     print(_table(c), file=sys.stderr)
     doc = {
         "generated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "command": "python -m benchmarks.workers_bench" + (" --quick" if args.quick else ""),
+        "command": "python -m benchmarks.workers_bench" + (" --quick" if args.quick else "") + (f" --parts {args.parts}" if parts != PARTS else ""),
         "machine": machine_info(),
         "postgresql": PG.split("@")[-1],
         "load_before": before,
@@ -436,4 +693,13 @@ def main(argv: list[str]) -> int:
 if __name__ == "__main__":  # pragma: no cover - `python -m benchmarks.workers_bench [--quick] [--out FILE]`
     if len(sys.argv) > 1 and sys.argv[1] == "noop-worker":
         noop_worker(sys.argv[2], int(sys.argv[3]), len(sys.argv) > 4 and sys.argv[4] == "trio")
+    if len(sys.argv) > 1 and sys.argv[1] == "mcp-worker":
+        mcp_worker(sys.argv[2], int(sys.argv[3]))
+    if len(sys.argv) > 1 and sys.argv[1] == "profile-worker":  # `... profile-worker [N]`: where a worker's time goes, and the floor's
+        n = int(sys.argv[2]) if len(sys.argv) > 2 else 200
+        with TempDir("workers-profile") as tmp:
+            for floor_side in (False, True):
+                with schema() as url:
+                    print(profile_worker(url, tmp, Config(log=lambda m: print(m, file=sys.stderr)), n, floor_side=floor_side), flush=True)
+        sys.exit(0)
     sys.exit(main(sys.argv[1:]))
