@@ -121,8 +121,8 @@ FORGED = [
     ("step-named-in-capitals", lambda doc: rename_post(doc, "Post"), r"nodes\[\d+\]\.id.*matches"),
     ("gate-id-not-approve-step", rename_gate, r"nodes\[\d+\]\.id.*approve:post"),
     ("question-id-ask-0", rename_question, r"nodes\[\d+\]\.id.*ask:N"),
-    ("server-name", setter("post", "server", value="ops/../x"), r"nodes\[\d+\]\.server.*matches"),
-    ("tool-name", setter("post", "tool", value="post message"), r"nodes\[\d+\]\.tool.*matches"),
+    ("server-name", setter("post", "server", value="ops\"x"), r"nodes\[\d+\]\.server.*matches"),
+    ("tool-name", setter("post", "tool", value="post\"message"), r"nodes\[\d+\]\.tool.*matches"),
     ("approver-an-agent", setter("options", "approvers", value=["agent:bot"]), r"options\.approvers\[0\].*approver's name"),
     ("approver-with-a-space", setter("options", "approvers", value=["ana smith"]), r"options\.approvers\[0\]"),
     ("model-name", setter("options", "model", value="gpt; rm -rf"), r"options\.model"),
@@ -267,7 +267,15 @@ def test_the_bounds_are_the_languages():
     grammar = resources.files("vodou_engine.compiler").joinpath("grammar.lark").read_text()
     terminals = dict(re.findall(r"^([A-Z_]+): /(.*)/$", grammar, re.M))
     assert terminals["NAME"] == bounds.NAME
-    assert terminals["TOOL_ADDRESS"] == rf"{bounds.SERVER}\.{bounds.TOOL}"
+    for bare in ("_SERVER", "_TOOL", "_QUOTED_NAME"):  # every name the grammar writes, bounds.py accepts
+        assert bare in terminals, bare
+    server, tool = re.compile(bounds.SERVER), re.compile(bounds.TOOL)
+    for name in ("slack", "Everything", "My Server", "get-env", "notes.add", "get env"):
+        assert tool.fullmatch(name), name
+        assert server.fullmatch(name) or "." in name, name
+    for name in ('a"b', "a\\b", "a\nb"):
+        assert not tool.fullmatch(name) and not server.fullmatch(name), name
+    assert not server.fullmatch("a.b")
     assert terminals["PERSON"] == bounds.PERSON
     assert terminals["MODEL"] == bounds.MODEL
 

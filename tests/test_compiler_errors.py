@@ -80,7 +80,9 @@ CASES = [
     ("ask-me-question-on-same-line", "ask me: post it?\n" + T, 1, 9, "a question goes on its own line", "`- post it?`"),
     ("ask-me-no-space-after-dash", "ask me:\n-post it?\n" + T, 2, 1, "with a space after the dash", "- post to #daily?"),
     # --- steps and tool addresses ------------------------------------------------
-    ("address-uppercase-server", "a: Slack.post {}\n", 1, 4, "`Slack.post` is not a tool address", "server.tool"),
+    ("address-server-with-a-space", "a: My Server.post {}\n", 1, 4, "`My` is not a tool address", '`"My Server".tool`'),
+    ("address-quoted-server-with-a-dot", 'a: "my.server".get_status {}\n', 1, 4, "the server name 'my.server' has a `.`", "rename the server"),
+    ("address-invisible-character", 'a: slack."get\u202estatus" {}\n', 1, 4, "holds an invisible character (U+202E)", "visible characters"),
     ("address-slash", "a: slack/post {}\n", 1, 4, "`slack/post` is not a tool address", "server.tool"),
     ("address-no-tool", "a: slack. {}\n", 1, 4, "`slack.` is not a tool address", "server.tool"),
     ("address-missing", 'a: {"x": 1}\n', 1, 4, "the tool address is missing", "server.tool"),

@@ -154,7 +154,7 @@ def test_truncated_and_empty_files(tmp_path):
 
 def test_shape_errors_name_file_and_server(tmp_path):
     path = tmp_path / "s.json"
-    path.write_text(json.dumps({"servers": {}}))
+    path.write_text(json.dumps({"mcp": {}}))  # VS Code's {"servers": {...}} is read: tests/test_existing_configs.py
     with pytest.raises(ServerConfigError, match="mcpServers") as info:
         load_servers(str(path), cwd=tmp_path, environ={})
     assert str(path) in str(info.value)

@@ -43,8 +43,12 @@ RESERVED = frozenset(
 
 # The grammar's terminals (compiler/grammar.lark; tests/test_bounds.py keeps them equal).
 NAME = r"[a-z_][a-z0-9_-]*"
-SERVER = r"[a-z0-9][a-z0-9_-]*"
-TOOL = r"[A-Za-z0-9_][A-Za-z0-9_-]*"
+# A server's key and a tool's name as a recipe may write them, bare or in double quotes
+# (grammar.lark's _SERVER, _TOOL and _QUOTED_NAME, compiler/words.py): no quote, backslash
+# or line break, and a server's holds no dot, so SERVER.TOOL reads one way only. Each must
+# also be printable as a whole (the compiler refuses a hidden character in a quoted name).
+SERVER = r'[^"\\\n.]+'
+TOOL = r'[^"\\\n]+'
 PERSON = r"[A-Za-z0-9_.@+-]+"
 MODEL = r"[A-Za-z0-9_.@+-]+"
 
@@ -276,8 +280,15 @@ class _Check:
             raise self.fail(f"{at}.risk", ref.risk, f"a risk is one of {', '.join(RISK_ORDER)}", node)
         address = (ref.server, ref.tool)
         if type(ref.server) is not str or type(ref.tool) is not str or address not in addresses:
+            if type(ref.server) is str and "." in ref.server:  # `a.b.c` would name server a's tool b.c too
+                raise self.fail(
+                    f"{at}.server", ref.server, f"a server name has no `.`, so `{ref.server}.{ref.tool}` could be read two ways", node
+                )
             self.text(f"{at}.server", ref.server, _SERVER, "a server's name", node)
             self.text(f"{at}.tool", ref.tool, _TOOL, "a tool's name", node)
+            for field, value in ((f"{at}.server", ref.server), (f"{at}.tool", ref.tool)):
+                if not value.isprintable():
+                    raise self.fail(field, value, "a server's or tool's name holds no hidden character", node)
             addresses.add(address)
         args = ref.args
         if type(args) is not dict:

@@ -8,9 +8,10 @@ while it is free to fix, and MCP annotations can raise a tool's risk.
 from __future__ import annotations
 
 import difflib
-from typing import Mapping
+from typing import Collection, Mapping
 
 from .cards import ToolStatus
+from .compiler.words import written_address, written_server
 from .plan import Plan, ToolNode
 from .policy import BUILTIN_SERVER, BUILTIN_TOOLS, Hints, hints_from
 
@@ -26,8 +27,11 @@ def servers_of(plan: Plan) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def resolve(plan: Plan, configured: Mapping[str, object], tools: Mapping[str, Mapping[str, object]]) -> tuple[dict[str, ToolStatus], dict[str, Hints | None]]:
-    """Per step: does its tool exist (else the closest real name); and annotations as hints."""
+def resolve(
+    plan: Plan, configured: Mapping[str, object], tools: Mapping[str, Mapping[str, object]], disabled: Collection[str] = ()
+) -> tuple[dict[str, ToolStatus], dict[str, Hints | None]]:
+    """Per step: does its tool exist (else the closest real name, written as a recipe
+    writes it); and annotations as hints. ``disabled``: servers the file turns off."""
     status: dict[str, ToolStatus] = {}
     hints: dict[str, Hints | None] = {}
 
@@ -37,15 +41,18 @@ def resolve(plan: Plan, configured: Mapping[str, object], tools: Mapping[str, Ma
             near = difflib.get_close_matches(tool, known, n=1)
             status[key] = ToolStatus(tool in BUILTIN_TOOLS, "" if tool in BUILTIN_TOOLS else f"no built-in tool `{tool}`" + (f"; closest: vodou.{near[0]}" if near else ""))
             return
+        if server in disabled:
+            status[key] = ToolStatus(False, f'server `{server}` is disabled ("disabled": true in the server file), so it is never started')
+            return
         if server not in configured:
             near = difflib.get_close_matches(server, list(configured), n=1)
-            note = f"server `{server}` is not configured" + (f"; did you mean `{near[0]}`?" if near else "")
+            note = f"server `{server}` is not configured" + (f"; did you mean `{written_server(near[0])}`?" if near else "")
             status[key] = ToolStatus(False, note)
             return
         listed = tools.get(server, {})
         if tool not in listed:
             near = difflib.get_close_matches(tool, list(listed), n=1, cutoff=0.4)
-            note = f"no tool `{tool}` on {server}" + (f"; closest: {server}.{near[0]}" if near else "")
+            note = f"no tool `{tool}` on {server}" + (f"; closest: {written_address(server, near[0])}" if near else "")
             status[key] = ToolStatus(False, note)
             return
         status[key] = ToolStatus(True)

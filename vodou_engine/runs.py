@@ -285,9 +285,7 @@ class Runs:
         needed = servers_needed(plan)
         for name in needed:
             if name not in servers.servers:
-                from .servers import unknown_server_error
-
-                raise unknown_server_error(name, servers.servers, source=servers.source)
+                raise servers.unknown(name)  # a server the file disables is never started
         if not needed:
             yield Prepared(plan=plan, text=recipe_text, path=path, servers=servers, hub=None)
             return
@@ -855,7 +853,7 @@ class Runs:
             return Inspection(plan=plan, path=path, note="offline: servers not started, tool names not checked", warnings=hidden)
         servers = self.servers()
         tools = await list_tools(servers.servers, servers_of(plan))
-        status, hints = resolve(plan, servers.servers, tools)
+        status, hints = resolve(plan, servers.servers, tools, servers.disabled)
         if recipe_text is not None and hints:
             from .compiler import compile_recipe
 

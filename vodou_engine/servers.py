@@ -5,12 +5,16 @@ similar clients, so an existing file can be pointed at as is::
 
     {"mcpServers": {"time": {"command": "uvx", "args": ["mcp-server-time"]}}}
 
+VS Code's ``.vscode/mcp.json`` (``{"servers": {...}}``) is read the same way.
+An entry with ``"disabled": true`` is left out: it is never started, and a
+recipe that names it is refused saying so (:func:`unknown_server_error`).
+
 A server is either started here and spoken to over stdio ("command") or
 reached over the spec's streamable HTTP transport ("url", with optional
 "headers"); "type" may name the transport. ``${VAR}`` and ``${VAR:-default}``
 in "command", "args", "env", "url" and "headers" are taken from the caller's
 environment when the server starts (:meth:`ServerConfig.resolve`); ``$$`` is
-a literal ``$``. Keys this engine does not use ("disabled", a top-level
+a literal ``$``. Keys this engine does not use ("autoApprove", a top-level
 "globalShortcut", ...) are ignored rather than rejected: the same file is
 shared with other programs that put their own settings in it. Three keys are
 this engine's own, all optional: "startTimeout" and "callTimeout" (seconds),
@@ -51,6 +55,7 @@ __all__ = [
     "default_demo_db",
     "demo_servers",
     "load_servers",
+    "parse_server_file",
     "parse_servers",
     "unknown_server_error",
     "user_config_path",
@@ -321,25 +326,48 @@ def json_repr(value: object) -> str:
 
 
 class ServerSet(msgspec.Struct):
-    """The servers in effect, and where they came from (shown in errors and `--verbose`)."""
+    """The servers in effect, and where they came from (shown in errors and `--verbose`).
+
+    ``disabled`` names the entries the file turns off (``"disabled": true``): they
+    are not in ``servers``, so nothing can start them; they are kept to say why."""
 
     servers: dict[str, ServerConfig]
     source: str
+    disabled: list[str] = []
 
     def get(self, name: str) -> ServerConfig:
         try:
             return self.servers[name]
         except KeyError:
-            raise unknown_server_error(name, self.servers, source=self.source) from None
+            raise self.unknown(name) from None
+
+    def unknown(self, name: str) -> ServerConfigError:
+        """The error for ``name``, which is not among the servers in effect."""
+        return unknown_server_error(name, self.servers, source=self.source, disabled=self.disabled)
 
 
 class _File(msgspec.Struct):
     # Servers are decoded one by one afterwards so an error can name the server.
-    mcpServers: dict[str, msgspec.Raw]
+    # "mcpServers" is Claude Desktop's (and most clients'), "servers" VS Code's.
+    mcpServers: dict[str, msgspec.Raw] | None = None
+    servers: dict[str, msgspec.Raw] | None = None
 
 
-def unknown_server_error(name: str, known: Iterable[str], *, source: str | None = None) -> ServerConfigError:
-    """The error for a server name that is not configured, with the likeliest intended one."""
+class _Switch(msgspec.Struct):
+    """The one key read from every entry before anything else: whether it is turned off."""
+
+    disabled: bool = False
+
+
+def unknown_server_error(name: str, known: Iterable[str], *, source: str | None = None, disabled: Iterable[str] = ()) -> ServerConfigError:
+    """The error for a server name that is not configured, with the likeliest intended one;
+    for one the file turns off, that it is off."""
+    if name in disabled:
+        return ServerConfigError(
+            f'MCP server {name!r} is disabled in {source or "the server file"} ("disabled": true): it is never started, so nothing that calls it runs',
+            hint=f'remove "disabled": true from {name!r} in the server file to use it, or call another server',
+            server=name,
+        )
     known = sorted(known)
     where = f" in {source}" if source else ""
     listed = ", ".join(known) if known else "(none)"
@@ -462,15 +490,23 @@ _SHAPE_HINT = (
     'or "url" (an http:// or https:// URL; "headers" an object of strings)'
 )
 _TIMEOUT_HINT = '"startTimeout" and "callTimeout" are numbers of seconds, e.g. "callTimeout": 300'
+_DISABLED_HINT = '"disabled" is true (the server is never started) or false, without quotes'
 
 
 def parse_servers(data: bytes | str, path: str) -> dict[str, ServerConfig]:
-    """Decode a server file's bytes; ``path`` is used in messages and to anchor relative ``cwd`` values."""
+    """Decode a server file's bytes; ``path`` is used in messages and to anchor relative ``cwd`` values.
+    The servers the file turns off are left out (:func:`parse_server_file` names them)."""
+    return parse_server_file(data, path)[0]
+
+
+def parse_server_file(data: bytes | str, path: str) -> tuple[dict[str, ServerConfig], list[str]]:
+    """The servers a file's bytes configure, and the names of those it turns off
+    (``"disabled": true``), which are not checked further: they are never started."""
     if isinstance(data, str):
         data = data.encode()
     # Editors on Windows like to prepend a BOM; it is not an error a person can see.
     data = data.removeprefix(b"\xef\xbb\xbf")
-    shape_hint = 'expected {"mcpServers": {"NAME": {"command": "...", "args": [...], "env": {...}}}}'
+    shape_hint = 'expected {"mcpServers": {"NAME": {"command": "...", "args": [...], "env": {...}}}} (or VS Code\'s {"servers": {...}})'
     if not data.strip():
         raise ServerConfigError(f"{path}: the file is empty", hint=shape_hint)
     from .limits import TooDeep, check_json_depth
@@ -485,18 +521,30 @@ def parse_servers(data: bytes | str, path: str) -> dict[str, ServerConfig]:
         raise ServerConfigError(f"{path}: {exc}", hint=shape_hint) from None
     except msgspec.DecodeError as exc:
         raise _syntax_error(path, data, exc) from None
+    if top.mcpServers is not None and top.servers is not None:
+        raise ServerConfigError(
+            f'{path}: has both "mcpServers" and "servers"; which servers are meant?',
+            hint='keep one of them: the engine uses one list of servers, never a merge of two',
+        )
+    entries = top.mcpServers if top.mcpServers is not None else top.servers
+    if entries is None:
+        raise ServerConfigError(f'{path}: no "mcpServers" (or "servers") object', hint=shape_hint)
 
     base = os.path.dirname(os.path.abspath(path)) if path != EMBEDDED_SOURCE else None
     servers: dict[str, ServerConfig] = {}
-    for name, raw in top.mcpServers.items():
+    disabled: list[str] = []
+    for name, raw in entries.items():
         try:
+            if msgspec.json.decode(raw, type=_Switch).disabled:
+                disabled.append(name)
+                continue
             config = msgspec.json.decode(raw, type=ServerConfig)
         except msgspec.ValidationError as exc:
             detail = str(exc).replace("`$.", "`").replace(" - at `$`", "")
             timing = "`startTimeout`" in detail or "`callTimeout`" in detail
             raise ServerConfigError(
                 f"{path}: server {name!r}: {detail}",
-                hint=_TIMEOUT_HINT if timing else _SHAPE_HINT,
+                hint=_TIMEOUT_HINT if timing else _DISABLED_HINT if "`disabled`" in detail else _SHAPE_HINT,
             ) from None
         _settle_transport(config, name, path)
         for key, value in (("startTimeout", config.start_timeout), ("callTimeout", config.call_timeout)):
@@ -510,7 +558,7 @@ def parse_servers(data: bytes | str, path: str) -> dict[str, ServerConfig]:
             # Relative to the file, so a project's mcp.json works wherever it is run from.
             config.cwd = os.path.normpath(os.path.join(base, config.cwd))
         servers[name] = config
-    return servers
+    return servers, disabled
 
 
 _STDIO_ONLY = ("args", "env", "cwd", "inherit")
@@ -582,7 +630,7 @@ def _check_templates(config: ServerConfig, name: str, path: str) -> None:
             raise ServerConfigError(f'{path}: server {name!r}: "inherit" lists {var!r}, which is not a variable name')
 
 
-def _read(path: str, *, named_by: str | None) -> dict[str, ServerConfig]:
+def _read(path: str, *, named_by: str | None) -> ServerSet:
     from .limits import NotAFile, TooLarge, read_regular_file
 
     try:
@@ -600,7 +648,8 @@ def _read(path: str, *, named_by: str | None) -> dict[str, ServerConfig]:
         raise ServerConfigError(f"server file {path} is a directory, not a JSON file") from None
     except OSError as exc:
         raise ServerConfigError(f"cannot read server file {path}: {exc.strerror or exc}") from None
-    return parse_servers(data, path)
+    servers, disabled = parse_server_file(data, path)
+    return ServerSet(servers, path, disabled)
 
 
 def load_servers(
@@ -624,17 +673,15 @@ def load_servers(
         return os.path.join(cwd, os.path.expanduser(os.fspath(p)))
 
     if explicit is not None and os.fspath(explicit) != "":
-        path = resolve(explicit)
-        return ServerSet(_read(path, named_by="--servers"), path)
+        return _read(resolve(explicit), named_by="--servers")
 
     from_env = environ.get(ENV_VAR, "")
     if from_env:
-        path = resolve(from_env)
-        return ServerSet(_read(path, named_by=f"${ENV_VAR}"), path)
+        return _read(resolve(from_env), named_by=f"${ENV_VAR}")
 
     for path in (os.path.join(cwd, PROJECT_FILE), user_config_path(environ)):
         try:
-            return ServerSet(_read(path, named_by=None), path)
+            return _read(path, named_by=None)
         except FileNotFoundError:
             continue
 

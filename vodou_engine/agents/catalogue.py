@@ -73,6 +73,7 @@ class Catalogue:
 
 
 def entry(server: str, info: Any, policy: Any) -> ToolEntry:
+    from ..compiler.words import written_address
     from ..policy import hints_from
 
     risk, source = policy.assess(server, info.name, hints_from(info))
@@ -82,7 +83,7 @@ def entry(server: str, info: Any, policy: Any) -> ToolEntry:
         if value is not None
     }
     return ToolEntry(
-        server=server, tool=info.name, address=f"{server}.{info.name}", risk=risk, risk_source=source, asks_first=risk != "read",
+        server=server, tool=info.name, address=written_address(server, info.name), risk=risk, risk_source=source, asks_first=risk != "read",
         description=info.description or "", title=info.title, input_schema=dict(info.input_schema or {}), annotations=annotations,
     )  # fmt: skip
 

@@ -217,10 +217,11 @@ def check_text(text: str, *, name: str | None = None, policy: Any, catalogue: An
         out.add(_with_source(exc, text))
         return out
     if catalogue is not None:
+        from ..compiler.words import written_address
         from ..planning import missing, resolve, servers_of
 
         configured = servers.servers if servers is not None else {s: None for s in catalogue.listed}
-        status, hints = resolve(plan, configured, catalogue.listed)
+        status, hints = resolve(plan, configured, catalogue.listed, servers.disabled if servers is not None else ())
         for key, st in status.items():
             server = _server_of(plan, key)
             if not st.exists and server in catalogue.unavailable:
@@ -242,7 +243,7 @@ def check_text(text: str, *, name: str | None = None, policy: Any, catalogue: An
             where = getattr(node, "where", None)
             line, column, width = (where.line, where.column, 1) if where else (None, None, 1)
             ref = getattr(node, key.partition("#")[2], None) if "#" in key else node
-            address = f"{ref.server}.{ref.tool}" if ref is not None else None
+            address = written_address(ref.server, ref.tool) if ref is not None else None
             if where and address:  # point at the address itself, on the step's line or an option's below it
                 for number in range(where.line, len(lines) + 1):
                     found = lines[number - 1].find(address)

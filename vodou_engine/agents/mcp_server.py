@@ -493,8 +493,12 @@ def build_server(config: AgentConfig, *, impl: AgentServer | None = None, identi
     from mcp.server.mcpserver import Context, MCPServer
     from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
+    from .. import __version__
+
     impl = impl if impl is not None else AgentServer(config)
-    server = MCPServer("vodou", instructions=INSTRUCTIONS, log_level="WARNING")
+    # subscriptions=False: its tools never change, so there is nothing to listen for
+    server = MCPServer("vodou", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING", subscriptions=False)
+    _offer_tools_only(server)
 
     READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 
@@ -600,6 +604,27 @@ def build_server(config: AgentConfig, *, impl: AgentServer | None = None, identi
 
     server.vodou = impl  # for tests that drive it in-process
     return server
+
+
+NOT_OFFERED = ("prompts/list", "prompts/get", "resources/list", "resources/templates/list", "resources/read", "resources/subscribe", "resources/unsubscribe")
+"""Methods of the spec this server does not serve: it has tools only."""
+
+
+def _offer_tools_only(server: Any) -> None:
+    """Serve tools and nothing else, and say so.
+
+    MCPServer registers handlers for prompts and resources whether or not it has
+    any, and the SDK advertises a capability for each registered list handler: the
+    server claimed ``prompts`` and ``resources`` it does not have, and answered
+    ``prompts/get`` with error code 0 after logging a traceback. With the handlers
+    gone, ``initialize`` advertises ``tools`` alone, and the SDK answers these
+    methods as the spec says: -32601 (method not found), or -32602 when their
+    params are malformed, logging nothing. The SDK keeps its handlers in a private
+    table and offers no way to drop one; tests/test_agents_protocol.py holds this
+    to what a client sees, so an SDK that changes the table fails there."""
+    handlers = server._lowlevel_server._request_handlers
+    for method in NOT_OFFERED:
+        handlers.pop(method, None)
 
 
 def _error_result(exc: BaseException, CallToolResult: Any, TextContent: Any, json: Any) -> Any:

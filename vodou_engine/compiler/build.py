@@ -19,7 +19,7 @@ from ..bounds import MAX_DURATION, MAX_RETRIES, MAX_TIMEOUT  # the same bounds f
 from . import ast
 from .literals import FLAT_PART, LITERALS, MAX_PLAIN_DIGITS, PLAIN, SURROGATE, NotPlain, plain_json
 from .source import Source, token_pos
-from .words import NAME
+from .words import NAME, split_address
 
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -214,7 +214,9 @@ class Builder(Transformer[Token, ast.Recipe]):
     # --- steps ----------------------------------------------------------------
     def tool_call(self, children: list[Any]) -> ast.ToolCall:
         addr, args = children
-        server, tool = str(addr).split(".", 1)
+        server, tool = split_address(str(addr))
+        if '"' in addr:
+            self._check_quoted(addr, server, tool)
         flat = None
         if args is None:
             args = {}
@@ -226,6 +228,25 @@ class Builder(Transformer[Token, ast.Recipe]):
                 at = token_pos(args)
                 args, flat = plain, (str(args), at.line, at.column)
         return ast.ToolCall(server, tool, args, token_pos(addr), flat)
+
+    def _check_quoted(self, addr: Token, server: str, tool: str) -> None:
+        """A quoted name must be one a person can read as written, and a server's must
+        keep ``SERVER.TOOL`` (the policy file's key, the card) one way to read."""
+        for name in (server, tool):
+            odd = next((ch for ch in name if not ch.isprintable()), None)
+            if odd is not None:
+                raise self.source.error(
+                    f"the name {name!r} in this tool address holds an invisible character (U+{ord(odd):04X})",
+                    token_pos(addr),
+                    hint="write the name with visible characters only; rename it in the server file if that is where it comes from",
+                )
+        if "." in server:
+            raise self.source.error(
+                f"the server name {server!r} has a `.`, so `{server}.{tool}` could be read two ways",
+                token_pos(addr),
+                hint='rename the server in the server file (its key under "mcpServers") without a dot, e.g. '
+                + repr(server.replace(".", "-")),
+            )
 
     def _flat_json(self, tok: Token) -> dict[str, Any]:
         """Build a one-line JSON object from its token, through the same handlers.

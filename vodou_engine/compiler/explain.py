@@ -54,6 +54,11 @@ def bad_dedent(source: Source, exc: BadDedent) -> RecipeError:
     )
 
 
+ADDRESS_HINT = (
+    "a tool is addressed as `server.tool` with both names as they are spelled (letters, digits, - and _; "
+    'the tool\'s may hold dots), e.g. `slack.slack_post_message`; quote any other name: `"My Server".tool`'
+)
+
 # Human labels for what the parser expected, in the order they are listed.
 _LABELS = {
     "NAME": "a step name",
@@ -311,7 +316,7 @@ def _explain(
         return source.error(
             f"`{word}` is not a tool address",
             wpos,
-            hint="a tool is addressed as `server.tool` (lower-case server; tool may use - and _), e.g. `slack.slack_post_message`",
+            hint=ADDRESS_HINT,
         )
     if "LBRACE" in expected and got_type in _JSON_START:
         return source.error("tool arguments are one JSON object in braces", pos, hint='write e.g. {"query": "x"}')
@@ -346,7 +351,7 @@ def _explain(
         return source.error(
             f"`{glued}` is not a tool address",
             ast.Pos(pos.line, pos.column - len(glued) + len(word), len(glued)),
-            hint="a tool is addressed as `server.tool` (lower-case server; tool may use - and _), e.g. `slack.slack_post_message`",
+            hint=ADDRESS_HINT,
         )
     if "_NL" in expected and got_type not in ("_NL", "_DEDENT"):
         after = "after the end of the step" if step_line else "at the end of the line"

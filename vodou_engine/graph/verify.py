@@ -223,6 +223,12 @@ def _check(
         def floor_of(server: str, tool: str) -> Risk:
             floor = floors.get((server, tool))
             if floor is None:
+                if "." in server:  # `a.b.c` would name server a's tool b.c in the policy file too
+                    raise PlanError(
+                        f"server name {server!r} has a `.`, so the policy's key for its tool `{server}.{tool}` could be read two ways",
+                        path=path,
+                        hint="recompile the recipe; a recipe cannot address such a server",
+                    )
                 floor = floors[server, tool] = policy.floor(server, tool)
             return floor
 
