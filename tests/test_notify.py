@@ -1,4 +1,4 @@
-"""Notifications of a parked run (vodou_engine/notify.py, docs/notifications.md), with real parts.
+"""Notifications of a parked run (vodou_engine/notify/, docs/notifications.md), with real parts.
 
 A real HTTP server on 127.0.0.1 receives the webhooks, and the request is
 verified with the snippet docs/notifications.md gives receivers; a real SMTP

@@ -7,8 +7,15 @@ shows what the run API reports, and hands decisions to the service, which
 runs approved effects in this process on its warm servers.
 
 * ``serve.py``: the ``recipe serve`` command (``add_arguments``, ``run``).
-* ``app.py``: ``create_app(service, config)``: routes, security headers, the
-  service in the app's lifespan.
+* ``app.py``: ``create_app(service, config)``: the routes, the service in the
+  app's lifespan.
+* ``decisions.py``, ``recipes.py``, ``signin.py``: the handlers: the inbox, runs
+  and the decisions on them; saved recipes and schedules; signing in and out.
+* ``handlers.py``: a page (GET) and an action (POST), the two shapes of a handler.
+* ``context.py``: ``Web``, what every handler shares (service, signer, templates,
+  store connections), and the signed-in ``Me``.
+* ``guard.py``: the middleware in front of every request: security headers,
+  host names, cross-site POSTs refused, bounded bodies.
 * ``identity.py``: sign-in links, signed session cookies, form tokens
   (imported by the CLI for ``recipe approver add``: light, no web framework).
 * ``pages.py``: what each page shows, as plain data for the templates.

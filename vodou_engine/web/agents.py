@@ -29,7 +29,7 @@ stdio, with these differences:
   sessions bring (server-to-client requests, resumable streams).
 * **The web inbox's rules.** ``/mcp`` is exempt from the inbox's sessions and form
   tokens only because it requires the bearer token instead; the guard in front of every
-  request (``app.Guard``: host names, cross-site POSTs refused, security headers) stays.
+  request (``guard.Guard``: host names, cross-site POSTs refused, security headers) stays.
   An agent's token is not an approver's secret, a sign-in link or a session: the inbox's
   pages and its approve and reject forms never accept it.
 
