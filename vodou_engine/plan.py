@@ -235,7 +235,9 @@ def decode_plan(data: bytes | str, *, path: str | None = None) -> Plan:
             hint="compile the recipe again to get a new actions.json",
         ) from None
     except msgspec.DecodeError as exc:
-        raise PlanError(f"not valid JSON: {exc}", path=path, hint="check the file is an actions.json written by the compiler") from None
+        raise PlanError(
+            f"not valid JSON: {exc}", path=path, hint="check the file is an actions.json written by the compiler"
+        ) from None
     if plan.format != FORMAT:
         raise PlanError(
             f"unsupported format {plan.format!r}; this engine reads {FORMAT!r}",

@@ -46,7 +46,9 @@ def default_store_path() -> str:
     return str(base / "vodou" / "runs.db")
 
 
-def open_store(path_or_url: str | os.PathLike[str] | None = None, *, readonly: bool = False, create: bool = True) -> RunStore:
+def open_store(
+    path_or_url: str | os.PathLike[str] | None = None, *, readonly: bool = False, create: bool = True
+) -> RunStore:
     """The store at a path (SQLite) or URL. ``readonly``: for commands that only
     look, on a file this user may not be able to write. ``create=False``: an
     absent store is an error naming the path, not a new empty store."""

@@ -194,7 +194,9 @@ class ApprovalsMixin(StoreCore):
             )
         return None
 
-    def withdraw(self, run_id: str, node_id: str, *, reason: str, owner: str | None = None, now: float | None = None) -> int:
+    def withdraw(
+        self, run_id: str, node_id: str, *, reason: str, owner: str | None = None, now: float | None = None
+    ) -> int:
         """The pending question of one gate can no longer be decided (its branch was dropped)."""
         now = _now(now)
         with self._write() as cur:

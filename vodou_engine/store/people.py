@@ -60,7 +60,15 @@ class PeopleMixin(StoreCore):
                 cur.execute(self._q(INSERT_AUDIT), (now, "approver.removed", by, None, _json({"name": name})))
         return gone
 
-    def audit(self, kind: str, *, actor: str | None, run_id: str | None = None, data: dict[str, Any] | None = None, now: float | None = None) -> None:
+    def audit(
+        self,
+        kind: str,
+        *,
+        actor: str | None,
+        run_id: str | None = None,
+        data: dict[str, Any] | None = None,
+        now: float | None = None,
+    ) -> None:
         """Record an attempt in the store-wide log (no run needed: the run may not exist)."""
         with self._write() as cur:
             cur.execute(self._q(INSERT_AUDIT), (_now(now), kind, actor, run_id, _json(data or {})))
@@ -99,16 +107,25 @@ class PeopleMixin(StoreCore):
             cur.execute(self._q(self._WEB_KEY), (name,))
             return cur.fetchone()[0]
 
-    def add_web_link(self, token_sha256: str, name: str, *, by: str, expires_at: float, now: float | None = None) -> WebLinkRecord:
+    def add_web_link(
+        self, token_sha256: str, name: str, *, by: str, expires_at: float, now: float | None = None
+    ) -> WebLinkRecord:
         """Record a one-time sign-in link for the approver ``name`` (who must exist)."""
         now = _now(now)
         rec = WebLinkRecord(token_sha256, name, now, by, expires_at)
         with self._write() as cur:
             cur.execute(self._q(SELECT_APPROVER), (name,))
             if cur.fetchone() is None:
-                raise RefusedError(f"there is no approver {name!r} in the store at {self.location}; no link was made", hint="add the approver first", approver=name)
+                raise RefusedError(
+                    f"there is no approver {name!r} in the store at {self.location}; no link was made",
+                    hint="add the approver first",
+                    approver=name,
+                )
             cur.execute(self._q(self._WEB_LINK_ADD), msgspec.structs.astuple(rec))
-            cur.execute(self._q(INSERT_AUDIT), (now, "web.link_issued", by, None, _json({"name": name, "expires_at": expires_at})))
+            cur.execute(
+                self._q(INSERT_AUDIT),
+                (now, "web.link_issued", by, None, _json({"name": name, "expires_at": expires_at})),
+            )
         return rec
 
     def get_web_link(self, token_sha256: str) -> WebLinkRecord | None:
@@ -127,7 +144,15 @@ class PeopleMixin(StoreCore):
             return f"{link.name} was removed or given a new secret after this link was made"
         return None
 
-    def use_web_link(self, token_sha256: str, session_sha256: str, *, session_expires_at: float, user_agent: str | None = None, now: float | None = None) -> tuple[WebSessionRecord | None, str | None]:
+    def use_web_link(
+        self,
+        token_sha256: str,
+        session_sha256: str,
+        *,
+        session_expires_at: float,
+        user_agent: str | None = None,
+        now: float | None = None,
+    ) -> tuple[WebSessionRecord | None, str | None]:
         """Spend a sign-in link on a new session, once: (session, None) for the one caller
         that wins, (None, why) for everyone else. Either way the audit log has it."""
         now = _now(now)
@@ -142,11 +167,24 @@ class PeopleMixin(StoreCore):
                     why = "this sign-in link was used just now"
             if why is not None:
                 data = {"why": why, "link": token_sha256[:12]}
-                cur.execute(self._q(INSERT_AUDIT), (now, "web.sign_in_refused", link.name if link else None, None, _json(data)))
+                cur.execute(
+                    self._q(INSERT_AUDIT), (now, "web.sign_in_refused", link.name if link else None, None, _json(data))
+                )
                 return None, why
-            session = WebSessionRecord(session_sha256, link.name, now, session_expires_at, None, token_sha256, (user_agent or "")[:200] or None)
+            session = WebSessionRecord(
+                session_sha256, link.name, now, session_expires_at, None, token_sha256, (user_agent or "")[:200] or None
+            )
             cur.execute(self._q(self._WEB_SESSION_ADD), msgspec.structs.astuple(session))
-            cur.execute(self._q(INSERT_AUDIT), (now, "web.signed_in", link.name, None, _json({"link": token_sha256[:12], "expires_at": session_expires_at})))
+            cur.execute(
+                self._q(INSERT_AUDIT),
+                (
+                    now,
+                    "web.signed_in",
+                    link.name,
+                    None,
+                    _json({"link": token_sha256[:12], "expires_at": session_expires_at}),
+                ),
+            )
         return session, None
 
     def get_web_session(self, session_sha256: str, *, now: float | None = None) -> WebSessionRecord | None:
@@ -177,7 +215,16 @@ class PeopleMixin(StoreCore):
     _AGENTS = f"SELECT {_AGENT_COLS} FROM agents ORDER BY name"
     _AGENT_REMOVE = "DELETE FROM agents WHERE name = ?"
 
-    def set_agent(self, name: str, token_sha256: str, *, by: str, sees: str = "own", approvers: list[str] | None = None, now: float | None = None) -> AgentRecord:
+    def set_agent(
+        self,
+        name: str,
+        token_sha256: str,
+        *,
+        by: str,
+        sees: str = "own",
+        approvers: list[str] | None = None,
+        now: float | None = None,
+    ) -> AgentRecord:
         """Add the agent ``name``, or give it a new token (the old one stops working)."""
         now = _now(now)
         rec = AgentRecord(name, token_sha256, sees, msgspec.json.encode(list(approvers or [])).decode("utf-8"), now, by)
@@ -185,7 +232,10 @@ class PeopleMixin(StoreCore):
             cur.execute(self._q(self._AGENT_SET), (token_sha256, sees, rec.approvers_json, now, by, name))
             if cur.rowcount == 0:
                 cur.execute(self._q(self._AGENT_ADD), msgspec.structs.astuple(rec))
-            cur.execute(self._q(INSERT_AUDIT), (now, "agent.set", by, None, _json({"name": name, "sees": sees, "approvers": approvers or []})))
+            cur.execute(
+                self._q(INSERT_AUDIT),
+                (now, "agent.set", by, None, _json({"name": name, "sees": sees, "approvers": approvers or []})),
+            )
         return rec
 
     def get_agent(self, name: str) -> AgentRecord | None:

@@ -65,11 +65,20 @@ class PostgresDialect(Dialect):
     def store_error(self, exc: Exception, location: str) -> VodouError | None:
         e = self._errors
         if isinstance(exc, (e.OperationalError, e.InterfaceError)) and not isinstance(exc, e.QueryCanceled):
-            return StoreError(f"the store at {_safe(location)} cannot be reached: {_first_line(exc)}", hint="check that PostgreSQL is running and the URL (VODOU_STORE or --store) is right")
+            return StoreError(
+                f"the store at {_safe(location)} cannot be reached: {_first_line(exc)}",
+                hint="check that PostgreSQL is running and the URL (VODOU_STORE or --store) is right",
+            )
         if isinstance(exc, e.InsufficientPrivilege):
-            return StoreError(f"cannot use the store at {_safe(location)}: {_first_line(exc)}", hint="the database user needs to read and write the store's tables")
+            return StoreError(
+                f"cannot use the store at {_safe(location)}: {_first_line(exc)}",
+                hint="the database user needs to read and write the store's tables",
+            )
         if isinstance(exc, (e.LockNotAvailable, e.QueryCanceled)):
-            return StoreError(f"the store at {_safe(location)} stayed locked by another process: {_first_line(exc)}", hint="retry; if it keeps happening, look for a stuck recipe process")
+            return StoreError(
+                f"the store at {_safe(location)} stayed locked by another process: {_first_line(exc)}",
+                hint="retry; if it keeps happening, look for a stuck recipe process",
+            )
         return None
 
     def insert_returning(self, cur: Any, sql: str, params: tuple, column: str) -> int:
@@ -115,16 +124,31 @@ class PostgresRunStore(SqlRunStore):
         except psycopg.OperationalError as exc:
             text = str(exc)
             if "does not exist" in text and "database" in text:
-                raise StoreMissingError(f"there is no database for the store at {_safe(url)}; nothing was created", hint="create the database first (createdb NAME), or check VODOU_STORE / --store", path=_safe(url)) from None
-            raise StoreError(f"the store at {_safe(url)} cannot be reached: {_first_line(exc)}", hint="check that PostgreSQL is running and the URL (VODOU_STORE or --store) is right") from None
+                raise StoreMissingError(
+                    f"there is no database for the store at {_safe(url)}; nothing was created",
+                    hint="create the database first (createdb NAME), or check VODOU_STORE / --store",
+                    path=_safe(url),
+                ) from None
+            raise StoreError(
+                f"the store at {_safe(url)} cannot be reached: {_first_line(exc)}",
+                hint="check that PostgreSQL is running and the URL (VODOU_STORE or --store) is right",
+            ) from None
         super().__init__(conn, dialect, _safe(url))
         try:
             found = self.schema_version()
             if found == 0 and conn.execute("SELECT current_schema()").fetchone()[0] is None:
                 # the URL's search_path names no schema that exists: nowhere to create the tables
-                raise StoreMissingError(f"there is no schema for the store at {_safe(url)} (its search_path names none that exists); nothing was created", hint="create the schema first (CREATE SCHEMA name), or check the URL's options=-csearch_path=... (VODOU_STORE or --store)", path=_safe(url))
+                raise StoreMissingError(
+                    f"there is no schema for the store at {_safe(url)} (its search_path names none that exists); nothing was created",
+                    hint="create the schema first (CREATE SCHEMA name), or check the URL's options=-csearch_path=... (VODOU_STORE or --store)",
+                    path=_safe(url),
+                )
             if found == 0 and (readonly or not create):
-                raise StoreMissingError(f"there is no run store in {_safe(url)}; nothing was created", hint="a store is created by the first run", path=_safe(url))
+                raise StoreMissingError(
+                    f"there is no run store in {_safe(url)}; nothing was created",
+                    hint="a store is created by the first run",
+                    path=_safe(url),
+                )
             if readonly and found != 0:
                 conn.execute("SET default_transaction_read_only = on")
             self._prepare_schema()

@@ -21,7 +21,12 @@ from .core import StoreCore
 # from a healthy one before touching it.
 CORE_TABLES = frozenset({"schema_version", "runs", "nodes", "approvals", "effects", "events"})
 # Tables added by later migrations: a store of that version must have them too.
-TABLES_SINCE = {2: frozenset({"approvers", "audit"}), 3: frozenset({"recipes", "schedules", "firings"}), 4: frozenset({"web_links", "web_sessions", "web_keys"}), 5: frozenset({"agents"})}
+TABLES_SINCE = {
+    2: frozenset({"approvers", "audit"}),
+    3: frozenset({"recipes", "schedules", "firings"}),
+    4: frozenset({"web_links", "web_sessions", "web_keys"}),
+    5: frozenset({"agents"}),
+}
 
 
 @dataclass(frozen=True)

@@ -79,8 +79,7 @@ class SqliteDialect(Dialect):
             return damaged(location, str(exc))
         if primary in (_BUSY, _LOCKED):
             return StoreError(
-                f"the store at {location} stayed locked by another process for more than "
-                f"{BUSY_TIMEOUT_MS // 1000} s",
+                f"the store at {location} stayed locked by another process for more than {BUSY_TIMEOUT_MS // 1000} s",
                 hint="retry; if it keeps happening, look for a stuck recipe process",
             )
         if primary in _SQLITE_ERROR_NAMES:
@@ -107,7 +106,9 @@ def damaged(location: str, detail: str) -> StoreError:
 class SqliteRunStore(SqlRunStore):
     """A run store in one SQLite file, shared safely by many processes."""
 
-    def __init__(self, path: str | os.PathLike[str], *, verify: bool = False, readonly: bool = False, create: bool = True):
+    def __init__(
+        self, path: str | os.PathLike[str], *, verify: bool = False, readonly: bool = False, create: bool = True
+    ):
         """``verify`` reads every page first (about 2 ms per MB) instead of
         trusting the file until a damaged page is touched; a store about to be
         migrated is always verified. ``readonly`` opens it for reading only
@@ -188,7 +189,9 @@ def _connect_readonly(path: Path) -> sqlite3.Connection:
     as immutable instead: a reader here cannot be racing a writer it shares
     permissions with."""
     uri = path.resolve().as_uri()
-    conn = sqlite3.connect(uri + "?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
+    conn = sqlite3.connect(
+        uri + "?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
+    )
     try:
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except sqlite3.Error as exc:
@@ -340,8 +343,7 @@ def inspect_file(path: Path, *, verify: bool = False) -> bool:
         if "schema_version" not in tables:
             shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
             raise StoreError(
-                f"{location} is a SQLite database but not a vodou run store (its tables: {shown}); "
-                "nothing was changed",
+                f"{location} is a SQLite database but not a vodou run store (its tables: {shown}); nothing was changed",
                 hint=MOVE_ASIDE,
             )
         version = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] or 0
