@@ -11,7 +11,7 @@ defaults so plans stored by older versions still decode.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import msgspec
 
@@ -137,7 +137,7 @@ class ApprovalNode(NodeBase, tag="approval"):
     where: Where | None = None
 
 
-Node = Union[ToolNode, WriteNode, JoinNode, QuestionNode, ApprovalNode]
+Node = ToolNode | WriteNode | JoinNode | QuestionNode | ApprovalNode
 
 
 class Input(Base):

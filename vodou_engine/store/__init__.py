@@ -9,26 +9,25 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..errors import StoreError
 from .base import SqlRunStore, latest_version
 from .protocol import RunStore
 from .records import (
     APPROVAL_STATES,
-    AgentRecord,
-    ApproverRecord,
-    AuditRecord,
-    FiringRecord,
-    RecipeRecord,
-    ScheduleRecord,
     DECISION_STATES,
     EFFECT_STATES,
     RUN_STATES,
     TERMINAL_RUN_STATES,
+    AgentRecord,
     ApprovalRecord,
+    ApproverRecord,
+    AuditRecord,
     EffectRecord,
     EventRecord,
+    FiringRecord,
     NodeRecord,
+    RecipeRecord,
     RunRecord,
+    ScheduleRecord,
 )
 from .sqlite import SqliteRunStore
 
@@ -62,22 +61,22 @@ def open_store(
 
 __all__ = [
     "APPROVAL_STATES",
-    "AgentRecord",
-    "ApproverRecord",
-    "AuditRecord",
-    "FiringRecord",
-    "RecipeRecord",
-    "ScheduleRecord",
     "DECISION_STATES",
     "EFFECT_STATES",
     "RUN_STATES",
     "TERMINAL_RUN_STATES",
+    "AgentRecord",
     "ApprovalRecord",
+    "ApproverRecord",
+    "AuditRecord",
     "EffectRecord",
     "EventRecord",
+    "FiringRecord",
     "NodeRecord",
+    "RecipeRecord",
     "RunRecord",
     "RunStore",
+    "ScheduleRecord",
     "SqlRunStore",
     "SqliteRunStore",
     "default_store_path",

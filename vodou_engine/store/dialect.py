@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable
-from datetime import datetime, timezone
-from typing import Any
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any, ClassVar
 
 import msgspec
 
@@ -29,7 +29,7 @@ class Dialect:
     # Appended to a SELECT that precedes an UPDATE of the same row, so a
     # row-locking engine serialises the read with the write.
     for_update = ""
-    tokens: dict[str, str] = {}
+    tokens: ClassVar[Mapping[str, str]] = {}
     tables_sql = ""
     Error: type[Exception] = Exception
     IntegrityError: type[Exception] = Exception
@@ -107,7 +107,7 @@ def _in(n: int) -> str:
 def iso(ts: float | None) -> str:
     if ts is None:
         return "an unknown time"
-    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def _json(data: dict[str, Any]) -> str:

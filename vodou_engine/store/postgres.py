@@ -21,7 +21,8 @@ other than the default can be chosen with libpq's own
 from __future__ import annotations
 
 import zlib
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from ..errors import StoreError, StoreMissingError, VodouError
 from .base import Dialect, SqlRunStore
@@ -45,7 +46,7 @@ class PostgresDialect(Dialect):
     placeholder = "%s"
     begin_write = "BEGIN"
     for_update = " FOR UPDATE"
-    tokens = {"serial_pk": "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"}
+    tokens: ClassVar[Mapping[str, str]] = {"serial_pk": "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"}
     tables_sql = "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
 
     def __init__(self) -> None:

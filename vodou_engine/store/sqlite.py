@@ -27,8 +27,9 @@ import sqlite3
 import stat
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import StoreError, StoreMissingError, VodouError
 from .base import CORE_TABLES, TABLES_SINCE, Dialect, SqlRunStore, latest_version, newer_store_error
@@ -57,7 +58,7 @@ class SqliteDialect(Dialect):
     # both read and then write would deadlock on the upgrade instead.
     begin_write = "BEGIN IMMEDIATE"
     for_update = ""
-    tokens = {"serial_pk": "INTEGER PRIMARY KEY AUTOINCREMENT"}
+    tokens: ClassVar[Mapping[str, str]] = {"serial_pk": "INTEGER PRIMARY KEY AUTOINCREMENT"}
     tables_sql = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite!_%' ESCAPE '!'"
     Error = sqlite3.Error
     IntegrityError = sqlite3.IntegrityError
