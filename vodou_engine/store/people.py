@@ -16,7 +16,7 @@ import msgspec
 
 from ..errors import RefusedError
 from .core import INSERT_AUDIT, StoreCore
-from .dialect import _cols, _json, _now, _values, iso
+from .dialect import _cols, _json, _now, _required_row, _values, iso
 from .records import AgentRecord, ApproverRecord, AuditRecord, WebLinkRecord, WebSessionRecord
 
 _APPROVER_COLS = _cols(ApproverRecord)
@@ -101,11 +101,13 @@ class PeopleMixin(StoreCore):
         """The store's signing key called ``name`` (hex), made on first use."""
         row = self._one(self._WEB_KEY, (name,))
         if row is not None:
-            return row[0]
+            secret: str = row[0]
+            return secret
         with self._write() as cur:
             cur.execute(self._q(self._WEB_KEY_ADD), (name, secrets.token_hex(32), _now(now)))
             cur.execute(self._q(self._WEB_KEY), (name,))
-            return cur.fetchone()[0]
+            secret = _required_row(cur.fetchone())[0]
+            return secret
 
     def add_web_link(
         self, token_sha256: str, name: str, *, by: str, expires_at: float, now: float | None = None
@@ -161,11 +163,11 @@ class PeopleMixin(StoreCore):
             row = cur.fetchone()
             link = None if row is None else WebLinkRecord(*row)
             why = "no such sign-in link" if link is None else self.web_link_usable(link, now=now)
-            if why is None:
+            if link is not None and why is None:
                 cur.execute(self._q(self._WEB_LINK_USE), (now, token_sha256, now))
                 if cur.rowcount != 1:  # only reachable if the engine let another writer in between
                     why = "this sign-in link was used just now"
-            if why is not None:
+            if link is None or why is not None:
                 data = {"why": why, "link": token_sha256[:12]}
                 cur.execute(
                     self._q(INSERT_AUDIT), (now, "web.sign_in_refused", link.name if link else None, None, _json(data))

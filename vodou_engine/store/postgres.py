@@ -21,11 +21,12 @@ other than the default can be chosen with libpq's own
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from ..errors import StoreError, StoreMissingError, VodouError
 from .base import Dialect, SqlRunStore
+from .dialect import Connection, Cursor, _required_row
 
 MIGRATION_LOCK = 0x766F646F  # "vodo": one key for every store's migrations on a server
 
@@ -82,17 +83,18 @@ class PostgresDialect(Dialect):
             )
         return None
 
-    def insert_returning(self, cur: Any, sql: str, params: tuple, column: str) -> int:
+    def insert_returning(self, cur: Cursor, sql: str, params: Sequence[Any], column: str) -> int:
         cur.execute(f"{sql} RETURNING {column}", params)
-        return cur.fetchone()[0]
+        value: int = _required_row(cur.fetchone())[0]
+        return value
 
-    def compact(self, conn: Any) -> None:
+    def compact(self, conn: Connection) -> None:
         conn.execute("VACUUM")
 
-    def lock(self, cur: Any, key: str) -> None:
+    def lock(self, cur: Cursor, key: str) -> None:
         cur.execute("SELECT pg_advisory_xact_lock(%s)", (zlib.crc32(key.encode()),))
 
-    def migration_lock(self, cur: Any) -> None:
+    def migration_lock(self, cur: Cursor) -> None:
         cur.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
 
 

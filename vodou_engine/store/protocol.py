@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from .records import (
     AgentRecord,
@@ -252,7 +252,7 @@ class RunStore(Protocol):
         *,
         actor: str | None,
         run_id: str | None = None,
-        data: dict | None = None,
+        data: dict[str, Any] | None = None,
         now: float | None = None,
     ) -> None: ...
 

@@ -151,7 +151,7 @@ class RunsMixin(StoreCore):
         """
         _check_states((new,), RUN_STATES, "run state")
         now = _now(now)
-        params: tuple = (new, now, now if new in TERMINAL_RUN_STATES else None, error, new, new, run_id)
+        params: tuple[Any, ...] = (new, now, now if new in TERMINAL_RUN_STATES else None, error, new, new, run_id)
         sql = SET_RUN_STATE
         if expected is not None:
             states = _states(expected, RUN_STATES, "run state")

@@ -15,7 +15,7 @@ import msgspec
 
 from ..errors import RefusedError
 from .core import INSERT_AUDIT, StoreCore
-from .dialect import _cols, _in, _json, _now, _text, _values
+from .dialect import _cols, _in, _json, _now, _required_row, _text, _values
 from .records import FiringRecord, RecipeRecord, ScheduleRecord
 
 _RECIPE_COLS = _cols(RecipeRecord)
@@ -72,7 +72,7 @@ class SavedMixin(StoreCore):
         with self._write() as cur:
             self._d.lock(cur, f"recipe:{name}")  # two saves of one name number their versions in turn
             cur.execute(self._q(LAST_RECIPE_VERSION), (name,))
-            version = (cur.fetchone()[0] or 0) + 1
+            version: int = (_required_row(cur.fetchone())[0] or 0) + 1
             rec = RecipeRecord(name, version, source, _text(plan_json), plan_fingerprint, now, by, origin)
             cur.execute(self._q(INSERT_RECIPE), msgspec.structs.astuple(rec))
             cur.execute(
