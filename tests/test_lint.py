@@ -19,7 +19,18 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-CLEAN = ["vodou_engine/compiler", "vodou_engine/graph"]
+CLEAN = [
+    "vodou_engine/compiler",
+    "vodou_engine/graph",
+    "vodou_engine/store",
+    "vodou_engine/plan.py",
+    "vodou_engine/states.py",
+    "vodou_engine/errors.py",
+    "vodou_engine/limits.py",
+    "vodou_engine/bounds.py",
+    "vodou_engine/osuser.py",
+    "vodou_engine/owners.py",
+]
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:

@@ -24,7 +24,19 @@ import re
 from typing import Any
 
 from .errors import PlanError
-from .plan import RISK_ORDER, ApprovalNode, Input, JoinNode, Options, Plan, QuestionNode, ToolNode, ToolRef, Where, WriteNode
+from .plan import (
+    RISK_ORDER,
+    ApprovalNode,
+    Input,
+    JoinNode,
+    Options,
+    Plan,
+    QuestionNode,
+    ToolNode,
+    ToolRef,
+    Where,
+    WriteNode,
+)
 
 MAX_DURATION = 365 * 86400
 """The longest approval lifetime, in seconds (``approval expires:``, a step's ``expires:``): 365 days."""
@@ -36,7 +48,25 @@ MAX_RETRIES = 10
 """The most ``retries:`` of a read step (0 in a plan: none were asked for)."""
 
 RESERVED = frozenset(
-    {"recipe", "inputs", "approval", "approvers", "together", "then", "ask", "need", "expires", "timeout", "retries", "of", "true", "false", "null", "write", "model"}
+    {
+        "recipe",
+        "inputs",
+        "approval",
+        "approvers",
+        "together",
+        "then",
+        "ask",
+        "need",
+        "expires",
+        "timeout",
+        "retries",
+        "of",
+        "true",
+        "false",
+        "null",
+        "write",
+        "model",
+    }
     | {"preview", "check"}  # step options: an option left unindented must not become a step
 )
 """Words of the language, which cannot name a step, a block or an input."""
@@ -128,7 +158,9 @@ class _Check:
     def seconds(self, field: str, value: Any, high: int, what: str, node: Any = None) -> None:
         """``value`` is None (not given) or 1 to ``high`` seconds."""
         if value is not None and (type(value) is not int or not 0 < value <= high):
-            raise self.fail(field, value, f"{what} is a whole number of seconds from 1 to {high} ({duration_words(high)})", node)
+            raise self.fail(
+                field, value, f"{what} is a whole number of seconds from 1 to {high} ({duration_words(high)})", node
+            )
 
     def text(self, field: str, value: Any, pattern: re.Pattern[str], what: str, node: Any = None) -> None:
         if type(value) is not str or not pattern.fullmatch(value):
@@ -173,7 +205,12 @@ class _Check:
         options = plan.options
         if type(options) is not Options:
             raise self.fail("options", options, "the recipe's options are an object")
-        self.seconds("options.approval_expires_s", options.approval_expires_s, MAX_DURATION, "an approval lifetime (`approval expires:`)")
+        self.seconds(
+            "options.approval_expires_s",
+            options.approval_expires_s,
+            MAX_DURATION,
+            "an approval lifetime (`approval expires:`)",
+        )
         if options.approval_expires_s is None:
             raise self.fail("options.approval_expires_s", None, "an approval lifetime is a number of seconds")
         self.ids("options.approvers", options.approvers, None, "a list of approvers' names")
@@ -197,7 +234,13 @@ class _Check:
             needs, where = node.needs, node.where
             if type(needs) is not list or any(type(n) is not str for n in needs):
                 self.ids(f"nodes[{i}].needs", needs, node)
-            if where is not None and not (type(where) is Where and type(where.line) is int and type(where.column) is int and where.line > 0 and where.column > 0):
+            if where is not None and not (
+                type(where) is Where
+                and type(where.line) is int
+                and type(where.column) is int
+                and where.line > 0
+                and where.column > 0
+            ):
                 self.where(f"nodes[{i}].where", where, node)
             if isinstance(node, ToolNode):
                 if not self.plain_step(node, addresses):
@@ -209,7 +252,9 @@ class _Check:
                     self.name(f"nodes[{i}].inputs[{j}]", used, node)
             elif isinstance(node, ApprovalNode):
                 if type(node.step) is not str or node.id != f"approve:{node.step}":
-                    raise self.fail(f"nodes[{i}].id", node.id, f"the approval of step `{node.step}` is `approve:{node.step}`", node)
+                    raise self.fail(
+                        f"nodes[{i}].id", node.id, f"the approval of step `{node.step}` is `approve:{node.step}`", node
+                    )
                 if node.question is not None and (type(node.question) is not str or not node.question.strip()):
                     raise self.fail(f"nodes[{i}].question", node.question, "a question has words", node)
             elif isinstance(node, QuestionNode):
@@ -268,7 +313,14 @@ class _Check:
         if timeout is not None:
             self.seconds(f"{at}.timeout_s", timeout, MAX_TIMEOUT, "a step's `timeout:`", node)
         if retries != 0:
-            self.whole(f"{at}.retries", retries, 1, MAX_RETRIES, f"`retries:` is a whole number from 1 to {MAX_RETRIES} (0: none)", node)
+            self.whole(
+                f"{at}.retries",
+                retries,
+                1,
+                MAX_RETRIES,
+                f"`retries:` is a whole number from 1 to {MAX_RETRIES} (0: none)",
+                node,
+            )
         if node.without_asking is not False:
             self.flag(f"{at}.without_asking", node.without_asking, node)
         if node.retries_where is not None:
@@ -312,5 +364,7 @@ class _Check:
             raise self.fail(f"{at}.id", node.id, "an unnamed block's join is `join:N` (N counts from 1)", node)
         self.whole(f"{at}.of", node.of, 1, None, "a join has 1 item or more", node)
         self.whole(f"{at}.need", node.need, 1, node.of, f"`need: K of N` has K from 1 to N ({node.of})", node)
-        if type(node.members) is not list or any(type(m) is not list or any(type(x) is not str for x in m) for m in node.members):
+        if type(node.members) is not list or any(
+            type(m) is not list or any(type(x) is not str for x in m) for m in node.members
+        ):
             raise self.fail(f"{at}.members", node.members, "a list of node ids per item", node)

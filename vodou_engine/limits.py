@@ -56,7 +56,9 @@ def read_regular_file(path: str | os.PathLike[str], limit: int = MAX_FILE_BYTES)
         if stat.S_ISDIR(st.st_mode):
             raise IsADirectoryError(21, "Is a directory", os.fspath(path))
         if not stat.S_ISREG(st.st_mode):
-            raise NotAFile(0, "not a regular file (a FIFO, device or socket cannot be read as a document)", os.fspath(path))
+            raise NotAFile(
+                0, "not a regular file (a FIFO, device or socket cannot be read as a document)", os.fspath(path)
+            )
         if st.st_size > limit:
             raise TooLarge(0, f"larger than {limit // (1024 * 1024)} MiB", os.fspath(path))
         chunks = []

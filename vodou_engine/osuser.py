@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import pwd
-from typing import Mapping
+from collections.abc import Mapping
 
 CLAIM_VARIABLES = ("LOGNAME", "USER", "USERNAME")
 """The environment variables that name a user (and that getpass.getuser() would have believed)."""

@@ -11,7 +11,7 @@ defaults so plans stored by older versions still decode.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import msgspec
 
@@ -21,18 +21,20 @@ Risk = Literal["read", "write", "critical"]
 RISK_ORDER: dict[str, int] = {"read": 0, "write": 1, "critical": 2}
 
 
+# Each subclass repeats ``frozen=True``: msgspec inherits it, but a type checker
+# reads a subclass without it as a mutable one.
 class Base(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """House policy for every document that crosses a boundary."""
 
 
-class Where(Base):
+class Where(Base, frozen=True):
     """Source position of a node, for error messages and the card."""
 
     line: int
     column: int
 
 
-class ToolRef(Base):
+class ToolRef(Base, frozen=True):
     """A read-only tool call attached to a step (``preview:`` or ``check:``)."""
 
     server: str
@@ -48,11 +50,11 @@ class ToolRef(Base):
         return f"{self.server}.{self.tool}"
 
 
-class NodeBase(Base, tag_field="kind"):
+class NodeBase(Base, tag_field="kind", frozen=True):
     """Nodes are a tagged union on ``kind``."""
 
 
-class ToolNode(NodeBase, tag="tool"):
+class ToolNode(NodeBase, tag="tool", frozen=True):
     """A call to ``server.tool`` with argument templates.
 
     ``args`` is the JSON object as written; strings may hold ``{name.path}``
@@ -87,7 +89,7 @@ class ToolNode(NodeBase, tag="tool"):
         return self.risk != "read"
 
 
-class WriteNode(NodeBase, tag="write"):
+class WriteNode(NodeBase, tag="write", frozen=True):
     """Prose turned into text by a model (or the offline writer) from inputs."""
 
     id: str
@@ -97,7 +99,7 @@ class WriteNode(NodeBase, tag="write"):
     where: Where | None = None
 
 
-class JoinNode(NodeBase, tag="join"):
+class JoinNode(NodeBase, tag="join", frozen=True):
     """Where a ``together`` block meets: proceeds at ``need`` of ``of`` items.
 
     ``needs`` holds the exit node of each item, in order; ``members`` holds,
@@ -114,7 +116,7 @@ class JoinNode(NodeBase, tag="join"):
     where: Where | None = None
 
 
-class QuestionNode(NodeBase, tag="question"):
+class QuestionNode(NodeBase, tag="question", frozen=True):
     """An ``ask me`` question with no effect of its own: a yes/no gate."""
 
     id: str
@@ -123,7 +125,7 @@ class QuestionNode(NodeBase, tag="question"):
     where: Where | None = None
 
 
-class ApprovalNode(NodeBase, tag="approval"):
+class ApprovalNode(NodeBase, tag="approval", frozen=True):
     """The structural gate before an effectful step.
 
     ``step`` names the one tool node it guards; ``question`` is the recipe's
@@ -137,10 +139,10 @@ class ApprovalNode(NodeBase, tag="approval"):
     where: Where | None = None
 
 
-Node = Union[ToolNode, WriteNode, JoinNode, QuestionNode, ApprovalNode]
+Node = ToolNode | WriteNode | JoinNode | QuestionNode | ApprovalNode
 
 
-class Input(Base):
+class Input(Base, frozen=True):
     """A recipe input; ``required`` inputs have no default."""
 
     name: str
@@ -148,13 +150,13 @@ class Input(Base):
     required: bool = False
 
 
-class RecipeInfo(Base):
+class RecipeInfo(Base, frozen=True):
     name: str
     source_sha256: str
     path: str | None = None
 
 
-class Options(Base):
+class Options(Base, frozen=True):
     """Recipe-wide settings. ``approval_expires_s`` defaults to 15 minutes."""
 
     approval_expires_s: int = 900
@@ -162,7 +164,7 @@ class Options(Base):
     model: str | None = None
 
 
-class Plan(Base):
+class Plan(Base, frozen=True):
     format: str
     recipe: RecipeInfo
     inputs: list[Input] = []
@@ -235,7 +237,9 @@ def decode_plan(data: bytes | str, *, path: str | None = None) -> Plan:
             hint="compile the recipe again to get a new actions.json",
         ) from None
     except msgspec.DecodeError as exc:
-        raise PlanError(f"not valid JSON: {exc}", path=path, hint="check the file is an actions.json written by the compiler") from None
+        raise PlanError(
+            f"not valid JSON: {exc}", path=path, hint="check the file is an actions.json written by the compiler"
+        ) from None
     if plan.format != FORMAT:
         raise PlanError(
             f"unsupported format {plan.format!r}; this engine reads {FORMAT!r}",

@@ -67,7 +67,9 @@ RESUMABLE_RUN_STATES = frozenset({RunState.PARKED, RunState.INTERRUPTED})
 """A run in one of these may be taken by any process (a running one only when its owner is gone)."""
 
 NODE_STATES = frozenset(NodeState)
-TERMINAL_NODE_STATES = frozenset({NodeState.SUCCEEDED, NodeState.FAILED, NodeState.CANCELLED, NodeState.SKIPPED, NodeState.REJECTED})
+TERMINAL_NODE_STATES = frozenset(
+    {NodeState.SUCCEEDED, NodeState.FAILED, NodeState.CANCELLED, NodeState.SKIPPED, NodeState.REJECTED}
+)
 """A node in one of these never runs again in its run: a resume needs no server for it."""
 
 APPROVAL_STATES = frozenset(ApprovalState)

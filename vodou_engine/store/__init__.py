@@ -9,26 +9,25 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..errors import StoreError
 from .base import SqlRunStore, latest_version
 from .protocol import RunStore
 from .records import (
     APPROVAL_STATES,
-    AgentRecord,
-    ApproverRecord,
-    AuditRecord,
-    FiringRecord,
-    RecipeRecord,
-    ScheduleRecord,
     DECISION_STATES,
     EFFECT_STATES,
     RUN_STATES,
     TERMINAL_RUN_STATES,
+    AgentRecord,
     ApprovalRecord,
+    ApproverRecord,
+    AuditRecord,
     EffectRecord,
     EventRecord,
+    FiringRecord,
     NodeRecord,
+    RecipeRecord,
     RunRecord,
+    ScheduleRecord,
 )
 from .sqlite import SqliteRunStore
 
@@ -46,7 +45,9 @@ def default_store_path() -> str:
     return str(base / "vodou" / "runs.db")
 
 
-def open_store(path_or_url: str | os.PathLike[str] | None = None, *, readonly: bool = False, create: bool = True) -> RunStore:
+def open_store(
+    path_or_url: str | os.PathLike[str] | None = None, *, readonly: bool = False, create: bool = True
+) -> RunStore:
     """The store at a path (SQLite) or URL. ``readonly``: for commands that only
     look, on a file this user may not be able to write. ``create=False``: an
     absent store is an error naming the path, not a new empty store."""
@@ -60,22 +61,22 @@ def open_store(path_or_url: str | os.PathLike[str] | None = None, *, readonly: b
 
 __all__ = [
     "APPROVAL_STATES",
-    "AgentRecord",
-    "ApproverRecord",
-    "AuditRecord",
-    "FiringRecord",
-    "RecipeRecord",
-    "ScheduleRecord",
     "DECISION_STATES",
     "EFFECT_STATES",
     "RUN_STATES",
     "TERMINAL_RUN_STATES",
+    "AgentRecord",
     "ApprovalRecord",
+    "ApproverRecord",
+    "AuditRecord",
     "EffectRecord",
     "EventRecord",
+    "FiringRecord",
     "NodeRecord",
+    "RecipeRecord",
     "RunRecord",
     "RunStore",
+    "ScheduleRecord",
     "SqlRunStore",
     "SqliteRunStore",
     "default_store_path",

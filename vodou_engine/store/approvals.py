@@ -16,7 +16,7 @@ import msgspec
 
 from ..errors import AlreadyDecidedError, ExpiredError, NotAllowedError, RefusedError, StaleError, StoreError
 from .core import StoreCore
-from .dialect import _check_states, _cols, _in, _json, _now, _states, _text, _values, iso
+from .dialect import _check_states, _cols, _in, _json, _now, _required_row, _states, _text, _values, iso
 from .records import (
     APPROVAL_STATES,
     DECISION_STATES,
@@ -194,7 +194,9 @@ class ApprovalsMixin(StoreCore):
             )
         return None
 
-    def withdraw(self, run_id: str, node_id: str, *, reason: str, owner: str | None = None, now: float | None = None) -> int:
+    def withdraw(
+        self, run_id: str, node_id: str, *, reason: str, owner: str | None = None, now: float | None = None
+    ) -> int:
         """The pending question of one gate can no longer be decided (its branch was dropped)."""
         now = _now(now)
         with self._write() as cur:
@@ -323,7 +325,7 @@ class ApprovalsMixin(StoreCore):
             data = {"step": step, "state": state, "reason": reason}
             self._insert_event(cur, run_id, "effect.settled", step, by, _json(data), now)
             cur.execute(self._q(SELECT_EFFECT), (run_id, step))
-            return EffectRecord(*cur.fetchone())
+            return EffectRecord(*_required_row(cur.fetchone()))
 
     def _not_unknown(self, run_id: str, step: str) -> RefusedError:
         row = self._one(SELECT_EFFECT, (run_id, step))

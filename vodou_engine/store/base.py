@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ..errors import StoreError
 from .approvals import ApprovalsMixin, describe_decision
 from .dialect import Dialect
 from .people import PeopleMixin
@@ -88,4 +89,6 @@ class SqlRunStore(SchemaMixin, RunsMixin, ApprovalsMixin, SavedMixin, PeopleMixi
 
     def compact(self) -> None:
         """Give the space of removed rows back to the file system (a dialect may do nothing)."""
+        if self._conn is None:
+            raise StoreError(f"the store at {self.location} is closed; nothing was compacted")
         self._d.compact(self._conn)

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import LostRunError, RefusedError, UnknownRunError, VodouError
 from ..states import RunState
-from .dialect import Dialect, _text
+from .dialect import Connection, Cursor, Dialect, Row, _text
 
 RUNS_HINT = "list the runs in this store to find the one you mean"
 
@@ -39,8 +39,8 @@ class StoreCore:
     time, though not necessarily the one that opened it.
     """
 
-    def __init__(self, conn: Any, dialect: Dialect, location: str):
-        self._conn = conn
+    def __init__(self, conn: Connection, dialect: Dialect, location: str):
+        self._conn: Connection | None = conn  # None once closed
         self._d = dialect
         self._cur = conn.cursor()
         self._depth = 0
@@ -55,7 +55,7 @@ class StoreCore:
         return self._d.store_error(exc, self.location) or exc
 
     @contextmanager
-    def _write(self) -> Iterator[Any]:
+    def _write(self) -> Iterator[Cursor]:
         """One write transaction; nested uses join the outer one."""
         cur = self._cur
         if self._depth:
@@ -94,7 +94,7 @@ class StoreCore:
             pass  # the engine already rolled back (e.g. after a busy or I/O error)
 
     @contextmanager
-    def _read(self) -> Iterator[Any]:
+    def _read(self) -> Iterator[Cursor]:
         try:
             yield self._cur
         except self._d.Error as exc:
@@ -103,12 +103,12 @@ class StoreCore:
                 raise new from exc
             raise
 
-    def _one(self, sql: str, params: tuple) -> Any:
+    def _one(self, sql: str, params: tuple[Any, ...]) -> Row | None:
         with self._read() as cur:
             cur.execute(self._q(sql), params)
             return cur.fetchone()
 
-    def _all(self, sql: str, params: tuple) -> list[Any]:
+    def _all(self, sql: str, params: tuple[Any, ...]) -> list[Row]:
         with self._read() as cur:
             cur.execute(self._q(sql), params)
             return cur.fetchall()
@@ -119,7 +119,7 @@ class StoreCore:
     # -- checks and writes more than one aggregate makes -------------------
 
     def _insert_event(
-        self, cur: Any, run_id: str, kind: str, node_id: str | None, actor: str | None, data_json: Any, ts: float
+        self, cur: Cursor, run_id: str, kind: str, node_id: str | None, actor: str | None, data_json: Any, ts: float
     ) -> int:
         params = (run_id, ts, kind, node_id, actor, _text(data_json))
         return self._d.insert_returning(cur, self._q(INSERT_EVENT), params, "seq")
@@ -149,7 +149,7 @@ class StoreCore:
             return RefusedError(f"{duplicate} already exists in the store at {self.location}; nothing was changed")
         return exc
 
-    def _check_owner(self, cur: Any, run_id: str, owner: str | None) -> None:
+    def _check_owner(self, cur: Cursor, run_id: str, owner: str | None) -> None:
         """Inside a write: refuse unless ``owner`` still drives ``run_id`` (None: no check)."""
         if owner is None:
             return

@@ -2,7 +2,9 @@
 
 A :class:`Dialect` supplies the few things SQLite and PostgreSQL do differently
 (placeholder style, how a write transaction starts, row locks, identity columns,
-how driver errors read); ``sqlite.py`` and ``postgres.py`` subclass it. The
+how driver errors read); ``sqlite.py`` and ``postgres.py`` subclass it.
+:class:`Connection` and :class:`Cursor` are the part of a DB-API 2 driver the
+store uses, which ``sqlite3`` and psycopg 3 both provide. The
 underscored helpers build the shared statements' column lists and placeholders
 and shape values for them; they belong to the store package alone.
 """
@@ -11,13 +13,42 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable
-from datetime import datetime, timezone
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, ClassVar, Protocol
 
 import msgspec
 
 from ..errors import VodouError
+
+Row = tuple[Any, ...]
+"""A row as both drivers return it; its columns are what the statement selected."""
+
+
+class Cursor(Protocol):
+    """The part of a DB-API 2 cursor the store uses."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def execute(self, sql: str, params: Sequence[Any] = (), /) -> object: ...
+
+    def executemany(self, sql: str, params: Iterable[Sequence[Any]], /) -> object: ...
+
+    def fetchone(self) -> Row | None: ...
+
+    def fetchall(self) -> list[Row]: ...
+
+
+class Connection(Protocol):
+    """The part of a DB-API 2 connection the store uses (``execute`` without a cursor
+    is an extension both drivers have)."""
+
+    def cursor(self) -> Cursor: ...
+
+    def execute(self, sql: str, /) -> object: ...
+
+    def close(self) -> None: ...
 
 
 class Dialect:
@@ -29,7 +60,7 @@ class Dialect:
     # Appended to a SELECT that precedes an UPDATE of the same row, so a
     # row-locking engine serialises the read with the write.
     for_update = ""
-    tokens: dict[str, str] = {}
+    tokens: ClassVar[Mapping[str, str]] = {}
     tables_sql = ""
     Error: type[Exception] = Exception
     IntegrityError: type[Exception] = Exception
@@ -61,22 +92,30 @@ class Dialect:
         """The person-facing error for a driver error, or None for a bug."""
         raise NotImplementedError
 
-    def insert_returning(self, cur: Any, sql: str, params: tuple, column: str) -> int:
+    def insert_returning(self, cur: Cursor, sql: str, params: Sequence[Any], column: str) -> int:
         raise NotImplementedError
 
-    def compact(self, conn: Any) -> None:
+    def compact(self, conn: Connection) -> None:
         """Return freed space to the file system, outside any transaction."""
 
-    def lock(self, cur: Any, key: str) -> None:
+    def lock(self, cur: Cursor, key: str) -> None:
         """Inside a write: serialise with every other writer holding ``key`` until commit.
         SQLite's writes are serialised already (BEGIN IMMEDIATE): nothing to do there."""
 
-    def migration_lock(self, cur: Any) -> None:
+    def migration_lock(self, cur: Cursor) -> None:
         """Inside the migrating transaction: one process migrates at a time."""
 
 
 def _now(now: float | None) -> float:
     return time.time() if now is None else now
+
+
+def _required_row(row: Row | None) -> Row:
+    """The row a statement always returns: an aggregate's, ``RETURNING``'s, or one the
+    same transaction has just written."""
+    if row is None:
+        raise RuntimeError("a statement that always returns a row returned none")
+    return row
 
 
 def _text(value: Any) -> Any:
@@ -107,7 +146,7 @@ def _in(n: int) -> str:
 def iso(ts: float | None) -> str:
     if ts is None:
         return "an unknown time"
-    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def _json(data: dict[str, Any]) -> str:

@@ -16,7 +16,7 @@ import msgspec
 
 from ..errors import RefusedError
 from .core import INSERT_AUDIT, StoreCore
-from .dialect import _cols, _json, _now, _values, iso
+from .dialect import _cols, _json, _now, _required_row, _values, iso
 from .records import AgentRecord, ApproverRecord, AuditRecord, WebLinkRecord, WebSessionRecord
 
 _APPROVER_COLS = _cols(ApproverRecord)
@@ -60,7 +60,15 @@ class PeopleMixin(StoreCore):
                 cur.execute(self._q(INSERT_AUDIT), (now, "approver.removed", by, None, _json({"name": name})))
         return gone
 
-    def audit(self, kind: str, *, actor: str | None, run_id: str | None = None, data: dict[str, Any] | None = None, now: float | None = None) -> None:
+    def audit(
+        self,
+        kind: str,
+        *,
+        actor: str | None,
+        run_id: str | None = None,
+        data: dict[str, Any] | None = None,
+        now: float | None = None,
+    ) -> None:
         """Record an attempt in the store-wide log (no run needed: the run may not exist)."""
         with self._write() as cur:
             cur.execute(self._q(INSERT_AUDIT), (_now(now), kind, actor, run_id, _json(data or {})))
@@ -93,22 +101,33 @@ class PeopleMixin(StoreCore):
         """The store's signing key called ``name`` (hex), made on first use."""
         row = self._one(self._WEB_KEY, (name,))
         if row is not None:
-            return row[0]
+            secret: str = row[0]
+            return secret
         with self._write() as cur:
             cur.execute(self._q(self._WEB_KEY_ADD), (name, secrets.token_hex(32), _now(now)))
             cur.execute(self._q(self._WEB_KEY), (name,))
-            return cur.fetchone()[0]
+            secret = _required_row(cur.fetchone())[0]
+            return secret
 
-    def add_web_link(self, token_sha256: str, name: str, *, by: str, expires_at: float, now: float | None = None) -> WebLinkRecord:
+    def add_web_link(
+        self, token_sha256: str, name: str, *, by: str, expires_at: float, now: float | None = None
+    ) -> WebLinkRecord:
         """Record a one-time sign-in link for the approver ``name`` (who must exist)."""
         now = _now(now)
         rec = WebLinkRecord(token_sha256, name, now, by, expires_at)
         with self._write() as cur:
             cur.execute(self._q(SELECT_APPROVER), (name,))
             if cur.fetchone() is None:
-                raise RefusedError(f"there is no approver {name!r} in the store at {self.location}; no link was made", hint="add the approver first", approver=name)
+                raise RefusedError(
+                    f"there is no approver {name!r} in the store at {self.location}; no link was made",
+                    hint="add the approver first",
+                    approver=name,
+                )
             cur.execute(self._q(self._WEB_LINK_ADD), msgspec.structs.astuple(rec))
-            cur.execute(self._q(INSERT_AUDIT), (now, "web.link_issued", by, None, _json({"name": name, "expires_at": expires_at})))
+            cur.execute(
+                self._q(INSERT_AUDIT),
+                (now, "web.link_issued", by, None, _json({"name": name, "expires_at": expires_at})),
+            )
         return rec
 
     def get_web_link(self, token_sha256: str) -> WebLinkRecord | None:
@@ -127,7 +146,15 @@ class PeopleMixin(StoreCore):
             return f"{link.name} was removed or given a new secret after this link was made"
         return None
 
-    def use_web_link(self, token_sha256: str, session_sha256: str, *, session_expires_at: float, user_agent: str | None = None, now: float | None = None) -> tuple[WebSessionRecord | None, str | None]:
+    def use_web_link(
+        self,
+        token_sha256: str,
+        session_sha256: str,
+        *,
+        session_expires_at: float,
+        user_agent: str | None = None,
+        now: float | None = None,
+    ) -> tuple[WebSessionRecord | None, str | None]:
         """Spend a sign-in link on a new session, once: (session, None) for the one caller
         that wins, (None, why) for everyone else. Either way the audit log has it."""
         now = _now(now)
@@ -136,17 +163,30 @@ class PeopleMixin(StoreCore):
             row = cur.fetchone()
             link = None if row is None else WebLinkRecord(*row)
             why = "no such sign-in link" if link is None else self.web_link_usable(link, now=now)
-            if why is None:
+            if link is not None and why is None:
                 cur.execute(self._q(self._WEB_LINK_USE), (now, token_sha256, now))
                 if cur.rowcount != 1:  # only reachable if the engine let another writer in between
                     why = "this sign-in link was used just now"
-            if why is not None:
+            if link is None or why is not None:
                 data = {"why": why, "link": token_sha256[:12]}
-                cur.execute(self._q(INSERT_AUDIT), (now, "web.sign_in_refused", link.name if link else None, None, _json(data)))
+                cur.execute(
+                    self._q(INSERT_AUDIT), (now, "web.sign_in_refused", link.name if link else None, None, _json(data))
+                )
                 return None, why
-            session = WebSessionRecord(session_sha256, link.name, now, session_expires_at, None, token_sha256, (user_agent or "")[:200] or None)
+            session = WebSessionRecord(
+                session_sha256, link.name, now, session_expires_at, None, token_sha256, (user_agent or "")[:200] or None
+            )
             cur.execute(self._q(self._WEB_SESSION_ADD), msgspec.structs.astuple(session))
-            cur.execute(self._q(INSERT_AUDIT), (now, "web.signed_in", link.name, None, _json({"link": token_sha256[:12], "expires_at": session_expires_at})))
+            cur.execute(
+                self._q(INSERT_AUDIT),
+                (
+                    now,
+                    "web.signed_in",
+                    link.name,
+                    None,
+                    _json({"link": token_sha256[:12], "expires_at": session_expires_at}),
+                ),
+            )
         return session, None
 
     def get_web_session(self, session_sha256: str, *, now: float | None = None) -> WebSessionRecord | None:
@@ -177,7 +217,16 @@ class PeopleMixin(StoreCore):
     _AGENTS = f"SELECT {_AGENT_COLS} FROM agents ORDER BY name"
     _AGENT_REMOVE = "DELETE FROM agents WHERE name = ?"
 
-    def set_agent(self, name: str, token_sha256: str, *, by: str, sees: str = "own", approvers: list[str] | None = None, now: float | None = None) -> AgentRecord:
+    def set_agent(
+        self,
+        name: str,
+        token_sha256: str,
+        *,
+        by: str,
+        sees: str = "own",
+        approvers: list[str] | None = None,
+        now: float | None = None,
+    ) -> AgentRecord:
         """Add the agent ``name``, or give it a new token (the old one stops working)."""
         now = _now(now)
         rec = AgentRecord(name, token_sha256, sees, msgspec.json.encode(list(approvers or [])).decode("utf-8"), now, by)
@@ -185,7 +234,10 @@ class PeopleMixin(StoreCore):
             cur.execute(self._q(self._AGENT_SET), (token_sha256, sees, rec.approvers_json, now, by, name))
             if cur.rowcount == 0:
                 cur.execute(self._q(self._AGENT_ADD), msgspec.structs.astuple(rec))
-            cur.execute(self._q(INSERT_AUDIT), (now, "agent.set", by, None, _json({"name": name, "sees": sees, "approvers": approvers or []})))
+            cur.execute(
+                self._q(INSERT_AUDIT),
+                (now, "agent.set", by, None, _json({"name": name, "sees": sees, "approvers": approvers or []})),
+            )
         return rec
 
     def get_agent(self, name: str) -> AgentRecord | None:

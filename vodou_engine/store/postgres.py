@@ -21,10 +21,12 @@ other than the default can be chosen with libpq's own
 from __future__ import annotations
 
 import zlib
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 from ..errors import StoreError, StoreMissingError, VodouError
 from .base import Dialect, SqlRunStore
+from .dialect import Connection, Cursor, _required_row
 
 MIGRATION_LOCK = 0x766F646F  # "vodo": one key for every store's migrations on a server
 
@@ -45,7 +47,7 @@ class PostgresDialect(Dialect):
     placeholder = "%s"
     begin_write = "BEGIN"
     for_update = " FOR UPDATE"
-    tokens = {"serial_pk": "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"}
+    tokens: ClassVar[Mapping[str, str]] = {"serial_pk": "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"}
     tables_sql = "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
 
     def __init__(self) -> None:
@@ -65,24 +67,34 @@ class PostgresDialect(Dialect):
     def store_error(self, exc: Exception, location: str) -> VodouError | None:
         e = self._errors
         if isinstance(exc, (e.OperationalError, e.InterfaceError)) and not isinstance(exc, e.QueryCanceled):
-            return StoreError(f"the store at {_safe(location)} cannot be reached: {_first_line(exc)}", hint="check that PostgreSQL is running and the URL (VODOU_STORE or --store) is right")
+            return StoreError(
+                f"the store at {_safe(location)} cannot be reached: {_first_line(exc)}",
+                hint="check that PostgreSQL is running and the URL (VODOU_STORE or --store) is right",
+            )
         if isinstance(exc, e.InsufficientPrivilege):
-            return StoreError(f"cannot use the store at {_safe(location)}: {_first_line(exc)}", hint="the database user needs to read and write the store's tables")
+            return StoreError(
+                f"cannot use the store at {_safe(location)}: {_first_line(exc)}",
+                hint="the database user needs to read and write the store's tables",
+            )
         if isinstance(exc, (e.LockNotAvailable, e.QueryCanceled)):
-            return StoreError(f"the store at {_safe(location)} stayed locked by another process: {_first_line(exc)}", hint="retry; if it keeps happening, look for a stuck recipe process")
+            return StoreError(
+                f"the store at {_safe(location)} stayed locked by another process: {_first_line(exc)}",
+                hint="retry; if it keeps happening, look for a stuck recipe process",
+            )
         return None
 
-    def insert_returning(self, cur: Any, sql: str, params: tuple, column: str) -> int:
+    def insert_returning(self, cur: Cursor, sql: str, params: Sequence[Any], column: str) -> int:
         cur.execute(f"{sql} RETURNING {column}", params)
-        return cur.fetchone()[0]
+        value: int = _required_row(cur.fetchone())[0]
+        return value
 
-    def compact(self, conn: Any) -> None:
+    def compact(self, conn: Connection) -> None:
         conn.execute("VACUUM")
 
-    def lock(self, cur: Any, key: str) -> None:
+    def lock(self, cur: Cursor, key: str) -> None:
         cur.execute("SELECT pg_advisory_xact_lock(%s)", (zlib.crc32(key.encode()),))
 
-    def migration_lock(self, cur: Any) -> None:
+    def migration_lock(self, cur: Cursor) -> None:
         cur.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
 
 
@@ -115,16 +127,31 @@ class PostgresRunStore(SqlRunStore):
         except psycopg.OperationalError as exc:
             text = str(exc)
             if "does not exist" in text and "database" in text:
-                raise StoreMissingError(f"there is no database for the store at {_safe(url)}; nothing was created", hint="create the database first (createdb NAME), or check VODOU_STORE / --store", path=_safe(url)) from None
-            raise StoreError(f"the store at {_safe(url)} cannot be reached: {_first_line(exc)}", hint="check that PostgreSQL is running and the URL (VODOU_STORE or --store) is right") from None
+                raise StoreMissingError(
+                    f"there is no database for the store at {_safe(url)}; nothing was created",
+                    hint="create the database first (createdb NAME), or check VODOU_STORE / --store",
+                    path=_safe(url),
+                ) from None
+            raise StoreError(
+                f"the store at {_safe(url)} cannot be reached: {_first_line(exc)}",
+                hint="check that PostgreSQL is running and the URL (VODOU_STORE or --store) is right",
+            ) from None
         super().__init__(conn, dialect, _safe(url))
         try:
             found = self.schema_version()
             if found == 0 and conn.execute("SELECT current_schema()").fetchone()[0] is None:
                 # the URL's search_path names no schema that exists: nowhere to create the tables
-                raise StoreMissingError(f"there is no schema for the store at {_safe(url)} (its search_path names none that exists); nothing was created", hint="create the schema first (CREATE SCHEMA name), or check the URL's options=-csearch_path=... (VODOU_STORE or --store)", path=_safe(url))
+                raise StoreMissingError(
+                    f"there is no schema for the store at {_safe(url)} (its search_path names none that exists); nothing was created",
+                    hint="create the schema first (CREATE SCHEMA name), or check the URL's options=-csearch_path=... (VODOU_STORE or --store)",
+                    path=_safe(url),
+                )
             if found == 0 and (readonly or not create):
-                raise StoreMissingError(f"there is no run store in {_safe(url)}; nothing was created", hint="a store is created by the first run", path=_safe(url))
+                raise StoreMissingError(
+                    f"there is no run store in {_safe(url)}; nothing was created",
+                    hint="a store is created by the first run",
+                    path=_safe(url),
+                )
             if readonly and found != 0:
                 conn.execute("SET default_transaction_read_only = on")
             self._prepare_schema()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from .records import (
     AgentRecord,
@@ -84,7 +84,9 @@ class RunStore(Protocol):
     ) -> bool: ...
 
     # owners
-    def take_run(self, run_id: str, owner: str, *, lease_s: float, dead_owner: str | None = None, now: float | None = None) -> bool: ...
+    def take_run(
+        self, run_id: str, owner: str, *, lease_s: float, dead_owner: str | None = None, now: float | None = None
+    ) -> bool: ...
 
     def renew_lease(self, run_id: str, owner: str, *, lease_s: float, now: float | None = None) -> bool: ...
 
@@ -96,7 +98,9 @@ class RunStore(Protocol):
     # approvals
     def ask(self, approval: ApprovalRecord, *, owner: str | None = None) -> None: ...
 
-    def withdraw(self, run_id: str, node_id: str, *, reason: str, owner: str | None = None, now: float | None = None) -> int: ...
+    def withdraw(
+        self, run_id: str, node_id: str, *, reason: str, owner: str | None = None, now: float | None = None
+    ) -> int: ...
 
     def get_approval(self, approval_id: str) -> ApprovalRecord: ...
 
@@ -186,7 +190,17 @@ class RunStore(Protocol):
     def events(self, run_id: str, *, after: int = 0, limit: int | None = None) -> list[EventRecord]: ...
 
     # saved recipes and schedules
-    def save_recipe(self, name: str, *, source: str, plan_json: Json, plan_fingerprint: str, by: str, origin: str = "person", now: float | None = None) -> RecipeRecord: ...
+    def save_recipe(
+        self,
+        name: str,
+        *,
+        source: str,
+        plan_json: Json,
+        plan_fingerprint: str,
+        by: str,
+        origin: str = "person",
+        now: float | None = None,
+    ) -> RecipeRecord: ...
 
     def get_recipe(self, name: str, version: int | None = None) -> RecipeRecord: ...
 
@@ -202,7 +216,16 @@ class RunStore(Protocol):
 
     def due_schedules(self, now: float) -> list[ScheduleRecord]: ...
 
-    def set_schedule_state(self, name: str, state: str, *, expected: Iterable[str], next_due: float | None, by: str, now: float | None = None) -> bool: ...
+    def set_schedule_state(
+        self,
+        name: str,
+        state: str,
+        *,
+        expected: Iterable[str],
+        next_due: float | None,
+        by: str,
+        now: float | None = None,
+    ) -> bool: ...
 
     def remove_schedule(self, name: str, *, by: str, now: float | None = None) -> bool: ...
 
@@ -223,12 +246,29 @@ class RunStore(Protocol):
 
     def remove_approver(self, name: str, *, by: str, now: float | None = None) -> bool: ...
 
-    def audit(self, kind: str, *, actor: str | None, run_id: str | None = None, data: dict | None = None, now: float | None = None) -> None: ...
+    def audit(
+        self,
+        kind: str,
+        *,
+        actor: str | None,
+        run_id: str | None = None,
+        data: dict[str, Any] | None = None,
+        now: float | None = None,
+    ) -> None: ...
 
     def audit_log(self, *, after: int = 0) -> list[AuditRecord]: ...
 
     # agents that may use /mcp over HTTP (`recipe agent add`; only the sha256 of a token is kept)
-    def set_agent(self, name: str, token_sha256: str, *, by: str, sees: str = "own", approvers: list[str] | None = None, now: float | None = None) -> AgentRecord: ...
+    def set_agent(
+        self,
+        name: str,
+        token_sha256: str,
+        *,
+        by: str,
+        sees: str = "own",
+        approvers: list[str] | None = None,
+        now: float | None = None,
+    ) -> AgentRecord: ...
 
     def get_agent(self, name: str) -> AgentRecord | None: ...
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from msgspec import Struct
 
-from ..states import (  # noqa: F401 - re-exported: the store names states through these
+# Re-exported (listed in __all__): the store names states through these.
+from ..states import (
     APPROVAL_STATES,
     DECISION_STATES,
     EFFECT_STATES,
@@ -237,3 +238,29 @@ class InboxRow(Struct, frozen=True, gc=False):
     started_by: str
     run_state: str
     schedule: str | None = None
+
+
+__all__ = [
+    "APPROVAL_STATES",
+    "DECISION_STATES",
+    "EFFECT_STATES",
+    "RESUMABLE_RUN_STATES",
+    "RUN_STATES",
+    "SETTLEABLE_EFFECT_STATES",
+    "TERMINAL_NODE_STATES",
+    "TERMINAL_RUN_STATES",
+    "AgentRecord",
+    "ApprovalRecord",
+    "ApproverRecord",
+    "AuditRecord",
+    "EffectRecord",
+    "EventRecord",
+    "FiringRecord",
+    "InboxRow",
+    "NodeRecord",
+    "RecipeRecord",
+    "RunRecord",
+    "ScheduleRecord",
+    "WebLinkRecord",
+    "WebSessionRecord",
+]

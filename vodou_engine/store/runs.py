@@ -151,7 +151,7 @@ class RunsMixin(StoreCore):
         """
         _check_states((new,), RUN_STATES, "run state")
         now = _now(now)
-        params: tuple = (new, now, now if new in TERMINAL_RUN_STATES else None, error, new, new, run_id)
+        params: tuple[Any, ...] = (new, now, now if new in TERMINAL_RUN_STATES else None, error, new, new, run_id)
         sql = SET_RUN_STATE
         if expected is not None:
             states = _states(expected, RUN_STATES, "run state")
@@ -171,7 +171,9 @@ class RunsMixin(StoreCore):
 
     # -- owners -----------------------------------------------------------
 
-    def take_run(self, run_id: str, owner: str, *, lease_s: float, dead_owner: str | None = None, now: float | None = None) -> bool:
+    def take_run(
+        self, run_id: str, owner: str, *, lease_s: float, dead_owner: str | None = None, now: float | None = None
+    ) -> bool:
         """Make ``owner`` the one driver of a run: True if it won.
 
         A run can be taken when it is parked or interrupted, or running under
@@ -257,5 +259,14 @@ class RunsMixin(StoreCore):
                 for table in PRUNE_TABLES:
                     key = "id" if table == "runs" else "run_id"
                     cur.execute(self._q(f"DELETE FROM {table} WHERE {key} IN {_in(len(chunk))}"), chunk)
-            cur.execute(self._q(INSERT_AUDIT), (_now(now), "runs.pruned", by, None, _json({"runs": len(ids), "ended_before": ended_before, "states": list(wanted)})))
+            cur.execute(
+                self._q(INSERT_AUDIT),
+                (
+                    _now(now),
+                    "runs.pruned",
+                    by,
+                    None,
+                    _json({"runs": len(ids), "ended_before": ended_before, "states": list(wanted)}),
+                ),
+            )
         return len(ids)

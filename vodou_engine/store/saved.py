@@ -15,7 +15,7 @@ import msgspec
 
 from ..errors import RefusedError
 from .core import INSERT_AUDIT, StoreCore
-from .dialect import _cols, _in, _json, _now, _text, _values
+from .dialect import _cols, _in, _json, _now, _required_row, _text, _values
 from .records import FiringRecord, RecipeRecord, ScheduleRecord
 
 _RECIPE_COLS = _cols(RecipeRecord)
@@ -46,7 +46,9 @@ SELECT_ORPHAN_FIRINGS = (
     f"SELECT {_cols(FiringRecord, 'f.')} FROM firings f WHERE f.outcome = 'fired' AND f.decided_at < ? "
     "AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = f.run_id) ORDER BY f.decided_at"
 )
-FIRING_FAILED = "UPDATE firings SET outcome = 'failed', note = ? WHERE schedule = ? AND due_at = ? AND outcome = 'fired'"
+FIRING_FAILED = (
+    "UPDATE firings SET outcome = 'failed', note = ? WHERE schedule = ? AND due_at = ? AND outcome = 'fired'"
+)
 
 
 class SavedMixin(StoreCore):
@@ -54,23 +56,41 @@ class SavedMixin(StoreCore):
 
     # -- saved recipes ------------------------------------------------------
 
-    def save_recipe(self, name: str, *, source: str, plan_json: Any, plan_fingerprint: str, by: str, origin: str = "person", now: float | None = None) -> RecipeRecord:
+    def save_recipe(
+        self,
+        name: str,
+        *,
+        source: str,
+        plan_json: Any,
+        plan_fingerprint: str,
+        by: str,
+        origin: str = "person",
+        now: float | None = None,
+    ) -> RecipeRecord:
         """Store a new version of ``name`` (1 for the first); older versions stay."""
         now = _now(now)
         with self._write() as cur:
             self._d.lock(cur, f"recipe:{name}")  # two saves of one name number their versions in turn
             cur.execute(self._q(LAST_RECIPE_VERSION), (name,))
-            version = (cur.fetchone()[0] or 0) + 1
+            version: int = (_required_row(cur.fetchone())[0] or 0) + 1
             rec = RecipeRecord(name, version, source, _text(plan_json), plan_fingerprint, now, by, origin)
             cur.execute(self._q(INSERT_RECIPE), msgspec.structs.astuple(rec))
-            cur.execute(self._q(INSERT_AUDIT), (now, "recipe.saved", by, None, _json({"name": name, "version": version, "origin": origin})))
+            cur.execute(
+                self._q(INSERT_AUDIT),
+                (now, "recipe.saved", by, None, _json({"name": name, "version": version, "origin": origin})),
+            )
         return rec
 
     def get_recipe(self, name: str, version: int | None = None) -> RecipeRecord:
         row = self._one(SELECT_RECIPE_LATEST, (name,)) if version is None else self._one(SELECT_RECIPE, (name, version))
         if row is None:
             which = f"{name!r}" + ("" if version is None else f" version {version}")
-            raise RefusedError(f"no saved recipe {which} in the store at {self.location}", hint="list the saved recipes to find it", recipe=name, version=version)
+            raise RefusedError(
+                f"no saved recipe {which} in the store at {self.location}",
+                hint="list the saved recipes to find it",
+                recipe=name,
+                version=version,
+            )
         return RecipeRecord(*row)
 
     def recipe_versions(self, name: str) -> list[RecipeRecord]:
@@ -85,15 +105,33 @@ class SavedMixin(StoreCore):
         try:
             with self._write() as cur:
                 cur.execute(self._q(INSERT_SCHEDULE), msgspec.structs.astuple(schedule))
-                data = {"name": schedule.name, "recipe": schedule.recipe, "cron": schedule.cron, "tz": schedule.tz, "state": schedule.state, "origin": schedule.origin}
-                cur.execute(self._q(INSERT_AUDIT), (schedule.created_at, "schedule.added", schedule.created_by, None, _json(data)))
+                data = {
+                    "name": schedule.name,
+                    "recipe": schedule.recipe,
+                    "cron": schedule.cron,
+                    "tz": schedule.tz,
+                    "state": schedule.state,
+                    "origin": schedule.origin,
+                }
+                cur.execute(
+                    self._q(INSERT_AUDIT),
+                    (schedule.created_at, "schedule.added", schedule.created_by, None, _json(data)),
+                )
         except self._d.IntegrityError as exc:
-            raise RefusedError(f"a schedule named {schedule.name!r} already exists; nothing was changed", hint="choose another name, or remove the old schedule first", schedule=schedule.name) from exc
+            raise RefusedError(
+                f"a schedule named {schedule.name!r} already exists; nothing was changed",
+                hint="choose another name, or remove the old schedule first",
+                schedule=schedule.name,
+            ) from exc
 
     def get_schedule(self, name: str) -> ScheduleRecord:
         row = self._one(SELECT_SCHEDULE, (name,))
         if row is None:
-            raise RefusedError(f"no schedule {name!r} in the store at {self.location}", hint="list the schedules to find it", schedule=name)
+            raise RefusedError(
+                f"no schedule {name!r} in the store at {self.location}",
+                hint="list the schedules to find it",
+                schedule=name,
+            )
         return ScheduleRecord(*row)
 
     def schedules(self) -> list[ScheduleRecord]:
@@ -102,7 +140,16 @@ class SavedMixin(StoreCore):
     def due_schedules(self, now: float) -> list[ScheduleRecord]:
         return [ScheduleRecord(*r) for r in self._all(SELECT_DUE, (now,))]
 
-    def set_schedule_state(self, name: str, state: str, *, expected: Iterable[str], next_due: float | None, by: str, now: float | None = None) -> bool:
+    def set_schedule_state(
+        self,
+        name: str,
+        state: str,
+        *,
+        expected: Iterable[str],
+        next_due: float | None,
+        by: str,
+        now: float | None = None,
+    ) -> bool:
         """Pause or resume (compare-and-set on the state); resuming sets the next due time afresh."""
         now = _now(now)
         states = tuple(expected)

@@ -16,12 +16,18 @@ from functools import cache
 
 from ..errors import StoreError
 from .core import StoreCore
+from .dialect import _required_row
 
 # Tables every store of schema version >= 1 has; used to tell a damaged store
 # from a healthy one before touching it.
 CORE_TABLES = frozenset({"schema_version", "runs", "nodes", "approvals", "effects", "events"})
 # Tables added by later migrations: a store of that version must have them too.
-TABLES_SINCE = {2: frozenset({"approvers", "audit"}), 3: frozenset({"recipes", "schedules", "firings"}), 4: frozenset({"web_links", "web_sessions", "web_keys"}), 5: frozenset({"agents"})}
+TABLES_SINCE = {
+    2: frozenset({"approvers", "audit"}),
+    3: frozenset({"recipes", "schedules", "firings"}),
+    4: frozenset({"web_links", "web_sessions", "web_keys"}),
+    5: frozenset({"agents"}),
+}
 
 
 @dataclass(frozen=True)
@@ -97,7 +103,8 @@ class SchemaMixin(StoreCore):
     def schema_version(self) -> int:
         if "schema_version" not in self._table_names():
             return 0
-        return self._one(SELECT_VERSION, ())[0] or 0
+        version: int = _required_row(self._one(SELECT_VERSION, ()))[0] or 0
+        return version
 
     def _prepare_schema(self) -> None:
         """Bring the schema up to date; a no-op (and no write) when it is."""
@@ -108,7 +115,7 @@ class SchemaMixin(StoreCore):
             self._d.migration_lock(cur)
             cur.execute(CREATE_SCHEMA_VERSION)
             cur.execute(SELECT_VERSION)
-            current = cur.fetchone()[0] or 0
+            current: int = _required_row(cur.fetchone())[0] or 0
             if current > latest:
                 raise newer_store_error(self.location, current, latest)
             for m in migrations()[current:]:

@@ -27,11 +27,13 @@ import sqlite3
 import stat
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal, TypeVar, cast
 
 from ..errors import StoreError, StoreMissingError, VodouError
 from .base import CORE_TABLES, TABLES_SINCE, Dialect, SqlRunStore, latest_version, newer_store_error
+from .dialect import Connection, Cursor
 
 BUSY_TIMEOUT_MS = 5000
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -57,7 +59,7 @@ class SqliteDialect(Dialect):
     # both read and then write would deadlock on the upgrade instead.
     begin_write = "BEGIN IMMEDIATE"
     for_update = ""
-    tokens = {"serial_pk": "INTEGER PRIMARY KEY AUTOINCREMENT"}
+    tokens: ClassVar[Mapping[str, str]] = {"serial_pk": "INTEGER PRIMARY KEY AUTOINCREMENT"}
     tables_sql = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite!_%' ESCAPE '!'"
     Error = sqlite3.Error
     IntegrityError = sqlite3.IntegrityError
@@ -79,19 +81,22 @@ class SqliteDialect(Dialect):
             return damaged(location, str(exc))
         if primary in (_BUSY, _LOCKED):
             return StoreError(
-                f"the store at {location} stayed locked by another process for more than "
-                f"{BUSY_TIMEOUT_MS // 1000} s",
+                f"the store at {location} stayed locked by another process for more than {BUSY_TIMEOUT_MS // 1000} s",
                 hint="retry; if it keeps happening, look for a stuck recipe process",
             )
         if primary in _SQLITE_ERROR_NAMES:
             return StoreError(f"cannot use the store at {location}: {_SQLITE_ERROR_NAMES[primary]} ({exc})")
         return None
 
-    def insert_returning(self, cur: Any, sql: str, params: tuple, column: str) -> int:
-        cur.execute(sql, params)
-        return cur.lastrowid
+    def insert_returning(self, cur: Cursor, sql: str, params: Sequence[Any], column: str) -> int:
+        sqlite_cur = cast(sqlite3.Cursor, cur)  # this dialect only ever gets its own store's cursor
+        sqlite_cur.execute(sql, params)
+        rowid = sqlite_cur.lastrowid
+        if rowid is None:  # sqlite3 sets it after every INSERT into a table with a rowid
+            raise RuntimeError(f"SQLite gave no row id for: {sql}")
+        return rowid
 
-    def compact(self, conn: Any) -> None:
+    def compact(self, conn: Connection) -> None:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         conn.execute("VACUUM")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -107,7 +112,9 @@ def damaged(location: str, detail: str) -> StoreError:
 class SqliteRunStore(SqlRunStore):
     """A run store in one SQLite file, shared safely by many processes."""
 
-    def __init__(self, path: str | os.PathLike[str], *, verify: bool = False, readonly: bool = False, create: bool = True):
+    def __init__(
+        self, path: str | os.PathLike[str], *, verify: bool = False, readonly: bool = False, create: bool = True
+    ):
         """``verify`` reads every page first (about 2 ms per MB) instead of
         trusting the file until a damaged page is touched; a store about to be
         migrated is always verified. ``readonly`` opens it for reading only
@@ -116,7 +123,7 @@ class SqliteRunStore(SqlRunStore):
         refuses a path where no store exists yet, instead of creating one."""
         p = Path(os.fspath(path)).expanduser()
         location = str(p)
-        self._file: tuple | None = _claim(p)  # before any connection to the file (its header is read here)
+        self._file: _Claim | None = _claim(p)  # before any connection to the file (its header is read here)
         try:
             self._open(p, location, verify=verify, readonly=readonly, create=create)
         except BaseException:
@@ -188,7 +195,9 @@ def _connect_readonly(path: Path) -> sqlite3.Connection:
     as immutable instead: a reader here cannot be racing a writer it shares
     permissions with."""
     uri = path.resolve().as_uri()
-    conn = sqlite3.connect(uri + "?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
+    conn = sqlite3.connect(
+        uri + "?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
+    )
     try:
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except sqlite3.Error as exc:
@@ -250,7 +259,12 @@ _CREATING: dict[str, int] = {}
 _CONNECTED_LOCK = threading.Lock()
 
 
-def _claim(path: Path) -> tuple:
+_Claim = tuple[Literal["path"], str] | tuple[Literal["file"], tuple[int, int]]
+"""A store's place in the counts below: a path where no store file exists yet, or a file."""
+_Key = TypeVar("_Key")
+
+
+def _claim(path: Path) -> _Claim:
     """Count a store about to open ``path``; read and check the file's header first when
     nothing else of this process is open on it. Returns what :func:`_release` takes."""
     name = os.path.abspath(path)
@@ -274,7 +288,7 @@ def _claim(path: Path) -> tuple:
         return ("file", key)
 
 
-def _created(path: Path, claim: tuple | None) -> tuple | None:
+def _created(path: Path, claim: _Claim | None) -> _Claim | None:
     """After the first connection: a claim on a path becomes a claim on the file made there."""
     if claim is None or claim[0] != "path":
         return claim
@@ -289,14 +303,17 @@ def _created(path: Path, claim: tuple | None) -> tuple | None:
     return ("file", key)
 
 
-def _release(claim: tuple | None) -> None:
+def _release(claim: _Claim | None) -> None:
     if claim is None:
         return
     with _CONNECTED_LOCK:
-        _drop(_CONNECTED if claim[0] == "file" else _CREATING, claim[1])
+        if claim[0] == "file":
+            _drop(_CONNECTED, claim[1])
+        else:
+            _drop(_CREATING, claim[1])
 
 
-def _drop(counts: dict, key: Any) -> None:
+def _drop(counts: dict[_Key, int], key: _Key) -> None:
     left = counts.get(key, 0) - 1
     if left > 0:
         counts[key] = left
@@ -340,8 +357,7 @@ def inspect_file(path: Path, *, verify: bool = False) -> bool:
         if "schema_version" not in tables:
             shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
             raise StoreError(
-                f"{location} is a SQLite database but not a vodou run store (its tables: {shown}); "
-                "nothing was changed",
+                f"{location} is a SQLite database but not a vodou run store (its tables: {shown}); nothing was changed",
                 hint=MOVE_ASIDE,
             )
         version = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] or 0
