@@ -334,7 +334,10 @@ class _Check:
         if type(ref.server) is not str or type(ref.tool) is not str or address not in addresses:
             if type(ref.server) is str and "." in ref.server:  # `a.b.c` would name server a's tool b.c too
                 raise self.fail(
-                    f"{at}.server", ref.server, f"a server name has no `.`, so `{ref.server}.{ref.tool}` could be read two ways", node
+                    f"{at}.server",
+                    ref.server,
+                    f"a server name has no `.`, so `{ref.server}.{ref.tool}` could be read two ways",
+                    node,
                 )
             self.text(f"{at}.server", ref.server, _SERVER, "a server's name", node)
             self.text(f"{at}.tool", ref.tool, _TOOL, "a tool's name", node)
