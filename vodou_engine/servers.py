@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from vodou_engine.errors import ServerConfigError
+from vodou_engine.masking import Mask
 
 if TYPE_CHECKING:
     from vodou_engine.plan import Plan
@@ -69,11 +70,6 @@ HTTP = "http"
 
 _TYPES = {"stdio": STDIO, "http": HTTP, "streamable-http": HTTP, "streamable_http": HTTP, "streamablehttp": HTTP}
 """Accepted values of "type" (case-insensitive), as other clients spell them."""
-
-MASK_MIN = 4
-"""Values taken from the environment shorter than this are not masked in messages:
-they cannot be secrets worth the name, and masking them would garble the text."""
-
 
 class ServerConfig(msgspec.Struct, omit_defaults=True):
     """How to reach one MCP server: a command started here (stdio), or a URL (streamable HTTP).
@@ -218,7 +214,7 @@ class ResolvedServer:
     through :meth:`mask` first.
     """
 
-    __slots__ = ("name", "template", "config", "used", "secrets", "_masks")
+    __slots__ = ("name", "template", "config", "used", "secrets", "masking")
 
     def __init__(self, name: str, template: ServerConfig, config: ServerConfig, used: dict[str, str], secrets: dict[str, str]):
         self.name = name
@@ -228,21 +224,12 @@ class ResolvedServer:
         """``${VAR}`` in command, args and url -> the value it took (for the binding)."""
         self.secrets = secrets
         """Every value taken from the caller's environment (``${VAR}`` and ``inherit``), by variable."""
-        masks: list[tuple[str, str]] = []
-        for var, value in secrets.items():
-            if len(value) < MASK_MIN:
-                continue
-            for form in dict.fromkeys((value, urllib.parse.quote(value, safe=""), urllib.parse.quote_plus(value))):
-                masks.append((form, f"${{{var}}}"))
-        masks.sort(key=lambda m: len(m[0]), reverse=True)  # a longer value containing a shorter one goes first
-        self._masks = masks
+        self.masking = Mask(secrets)
+        """What hides those values in everything the server sends (``vodou_engine/masking.py``)."""
 
     def mask(self, text: str) -> str:
         """``text`` with every value taken from the environment replaced by its ``${VAR}``."""
-        for value, shown in self._masks:
-            if value in text:
-                text = text.replace(value, shown)
-        return text
+        return self.masking.text(text)
 
 
 # -- ${VAR} -------------------------------------------------------------------
