@@ -1,12 +1,36 @@
-"""The masking rule (vodou_engine/masking.py): every spelling of a ``${VAR}`` value, and nothing else."""
+"""A ``${VAR}`` value a server echoes is masked in everything it sends, before anything stores or
+shows it (vodou_engine/masking.py, applied where the transports receive each message).
+
+End to end: tests/rogue_server.py (stdio) echoes the value it was given in its environment, and
+tests/http_server.py echoes the ``Authorization`` header it received, in many spellings (as it is,
+JSON-escaped, ``\\u``-escaped, percent-encoded, base64, split across two text blocks), in a
+result, a tool error, a JSON-RPC error, a notification and its stderr. The value holds ``"``,
+``\\`` and a non-ASCII letter. Every output (CLI text and ``--json``, ``show --audit``, the run
+API's reports, the web page) and the store itself (the SQLite file and its write-ahead log, or
+every row of the PostgreSQL schema) is searched for each spelling.
+"""
 
 from __future__ import annotations
 
 import base64
 import json
+import secrets as random
+import sys
 import urllib.parse
+from pathlib import Path
 
+import pytest
+import trio
+
+from conftest import rogue_calls, store_sql
+from http_server import HttpServer
 from vodou_engine.masking import Mask
+from vodou_engine.servers import ServerConfig, parse_servers
+
+ROGUE = str(Path(__file__).with_name("rogue_server.py"))
+SECRET_VAR = "VODOU_TEST_ECHOED"
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="the test servers run in POSIX process groups")
 
 
 def spellings(value: str) -> dict[str, tuple[str, str]]:
@@ -27,6 +51,13 @@ def spellings(value: str) -> dict[str, tuple[str, str]]:
 
 def leaks(text: str, value: str) -> list[str]:
     return [name for name, (_, shown) in spellings(value).items() if shown in text]
+
+
+@pytest.fixture
+def secret(monkeypatch) -> str:
+    value = 's3cr3t"quote\\back-' + random.token_hex(8) + "-é"
+    monkeypatch.setenv(SECRET_VAR, value)
+    return value
 
 
 # -- the rule, one function at a time -----------------------------------------------------
@@ -85,3 +116,132 @@ def test_masking_never_takes_long_on_a_long_run_of_backslashes():
     run = "\\" * 2_000_000
     assert mask.text(run) == run
     assert mask.message(json.dumps({"jsonrpc": "2.0", "id": 1, "result": {"t": run + "u"}}).encode())
+
+
+# -- end to end -----------------------------------------------------------------------------
+
+
+def rogue_entry(tmp: Path, **extra) -> dict:
+    return {
+        "command": sys.executable,
+        "args": ["-I", "-S", ROGUE],
+        "env": {
+            "ROGUE_LOG": str(tmp / "rogue.log"),
+            "ROGUE_MODES_FILE": str(tmp / "modes"),
+            "ROGUE_TOOLS": "get_status,get_status2,post_message",
+            "API_TOKEN": f"${{{SECRET_VAR}}}",
+            "ROGUE_ECHO": "API_TOKEN",
+        },
+        **extra,
+    }
+
+
+ECHO = """recipe "echo"
+seen: ops.get_status {}
+post: ops.post_message {"channel": "#ops", "text": "{seen.token}"}
+"""
+THEN_DIE = 'recipe "die"\nfirst: ops.get_status {}\nsecond: ops.get_status2 {}\n'
+READ = 'recipe "read"\nseen: ops.get_status {}\n'
+
+
+def store_text(cli) -> bytes:
+    """Everything the store holds, as bytes: the SQLite file and its write-ahead log, or
+    every row of every table of the PostgreSQL schema."""
+    if cli.kind == "sqlite":
+        return b"".join(p.read_bytes() for p in sorted(cli.tmp.glob("runs.db*")))
+    tables = store_sql(cli.location, "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
+    return "\n".join(str(store_sql(cli.location, f'SELECT t::text FROM "{t}" t')) for (t,) in tables).encode()
+
+
+@pytest.mark.both_stores
+def test_a_secret_a_server_echoes_is_masked_in_every_output_and_in_the_store(cli, secret, tmp_path):
+    cli.servers_file({"ops": rogue_entry(tmp_path)})
+    modes = tmp_path / "modes"
+    for name, text in (("echo", ECHO), ("die", THEN_DIE), ("read", READ)):
+        (cli.tmp / f"{name}.recipe").write_text(text)
+    env = {SECRET_VAR: secret}
+    outputs: list[tuple[str, str]] = []
+
+    def call(*args, expect):
+        res = cli(*args, expect=expect, env=env)
+        outputs.append((" ".join(args), res.out + res.err))
+        return res
+
+    modes.write_text("get_status=echo_secret,post_message=echo_secret")
+    parked = call("run", "echo.recipe", "--json", expect=3).json()
+    run = parked["run"]
+    assert f"${{{SECRET_VAR}}}" in parked["pending"][0]["card"]  # what the read returned, as the card shows it
+    done = call("approve", run, "post", "--yes", "--json", expect=0).json()
+    assert done["state"] == "succeeded"
+    shown = call("show", run, "--json", "--audit", expect=0).json()
+    assert f"${{{SECRET_VAR}}}" in json.dumps(shown)
+    call("show", run, "--audit", "--full", expect=0)
+    call("show", run, expect=0)
+    call("runs", "--json", expect=0)
+
+    modes.write_text("get_status=echo_secret_error")
+    failed = call("run", "read.recipe", expect=1)
+    assert f"invalid key ${{{SECRET_VAR}}}" in failed.out + failed.err
+    modes.write_text("get_status=echo_secret_rpc")
+    refused = call("run", "read.recipe", "--json", expect=1)
+    assert f"invalid key ${{{SECRET_VAR}}}" in refused.out + refused.err
+    # stderr as the engine shows it for a server that died mid-call: masked, JSON-escaped line too
+    modes.write_text("get_status=echo_secret,get_status2=exit1")
+    died = call("run", "die.recipe", expect=1)
+    assert f"rogue: the key is ${{{SECRET_VAR}}}" in died.out + died.err and 'rogue: {"key": "${' in died.out + died.err
+
+    # the run page of `recipe serve`, from the same store
+    from starlette.testclient import TestClient
+
+    from vodou_engine.policy import Policy
+    from vodou_engine.servers import ServerSet
+    from vodou_engine.service import Service
+    from vodou_engine.web.app import create_app
+    from vodou_engine.web.config import WebConfig
+    from vodou_engine.web.identity import add_approver
+    from web_helpers import sign_in
+
+    servers = parse_servers((cli.tmp / "mcp.json").read_text(), str(cli.tmp / "mcp.json"))
+    svc = Service(store=cli.location, servers=ServerSet(servers, str(cli.tmp / "mcp.json")), policy=Policy())
+    runs = svc.runs()
+    try:
+        with TestClient(create_app(svc, WebConfig(allowed_hosts=["testserver"])), backend="trio", base_url="http://testserver") as client:
+            ana = sign_in(client, add_approver(runs, "ana", by="test", base_url="http://testserver")[1], "ana")
+            page = ana.get(f"/runs/{run}").text
+            assert f"${{{SECRET_VAR}}}" in page, page  # what the step read, as the page shows it
+            outputs.append(("the run page", page))
+    finally:
+        runs.close()
+
+    assert len(rogue_calls(tmp_path / "rogue.log", "post_message")) == 1
+    for where, text in outputs:
+        assert leaks(text, secret) == [], f"{where} shows the secret"
+    assert leaks(store_text(cli).decode("utf-8", "replace"), secret) == []
+
+
+def test_a_secret_an_http_server_echoes_from_its_headers_is_masked(tmp_path, monkeypatch):
+    """The server echoes the Authorization header and the URL's key it got (and sends them in a
+    notification first): the result, the store and the reports hold ``${VAR}`` only. (A header
+    holds ASCII only, so this value has no accent.)"""
+    from vodou_engine.runs import Runs
+
+    secret = 's3cr3t"quote\\back-' + random.token_hex(8)
+    monkeypatch.setenv(SECRET_VAR, secret)
+
+    web = HttpServer(tmp_path, "web").start()
+    web.set("get_status=echo_auth")
+    config = ServerConfig(url=web.url + f"?key=${{{SECRET_VAR}}}", headers={"Authorization": f"Bearer ${{{SECRET_VAR}}}"})
+    runs = Runs(store=tmp_path / "runs.db", servers={"web": config})
+    try:
+        report = trio.run(lambda: runs.start("r.recipe", text='recipe "r"\nseen: web.get_status {}\n', actor="ana"))
+        assert report.state == "succeeded"
+        import msgspec
+
+        shown = msgspec.json.encode([report, runs.show(report.run)]).decode()
+        store = b"".join(p.read_bytes() for p in sorted(tmp_path.glob("runs.db*"))).decode("utf-8", "replace")
+    finally:
+        runs.close()
+        web.stop()
+    assert f"${{{SECRET_VAR}}}" in shown and "split: ${" in shown
+    assert leaks(shown, secret) == [] and leaks(store, secret) == []
+    assert len(web.calls("get_status")) == 1

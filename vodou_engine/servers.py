@@ -12,9 +12,10 @@ in "command", "args", "env", "url" and "headers" are taken from the caller's
 environment when the server starts (:meth:`ServerConfig.resolve`); ``$$`` is
 a literal ``$``. Keys this engine does not use ("disabled", a top-level
 "globalShortcut", ...) are ignored rather than rejected: the same file is
-shared with other programs that put their own settings in it. Three keys are
+shared with other programs that put their own settings in it. Four keys are
 this engine's own, all optional: "startTimeout" and "callTimeout" (seconds),
-and "inherit" (names of the caller's variables a started server gets).
+"maxMessageBytes", and "inherit" (names of the caller's variables a started
+server gets).
 
 Importing this module must stay cheap (the CLI imports it for every
 command), so it depends on msgspec and the standard library only; the MCP
@@ -87,8 +88,9 @@ class ServerConfig(msgspec.Struct, omit_defaults=True):
     ``start_timeout`` and ``call_timeout`` (JSON keys ``startTimeout`` and
     ``callTimeout``, camelCase like the rest of the file's format) are in
     seconds; unset, the hub's defaults apply (``tools.hub.DEFAULT_START_TIMEOUT``,
-    ``tools.hub.DEFAULT_CALL_TIMEOUT``). :func:`parse_servers` checks they are
-    positive finite numbers; a struct built in code is taken as it is.
+    ``tools.hub.DEFAULT_CALL_TIMEOUT``). ``max_message_bytes`` (``maxMessageBytes``)
+    bounds what is read from the server. :func:`parse_servers` checks they are
+    positive; a struct built in code is taken as it is.
 
     ``type`` is what the file said; :func:`parse_servers` settles the
     transport and clears it (a parsed entry has exactly one of ``command``
@@ -103,6 +105,9 @@ class ServerConfig(msgspec.Struct, omit_defaults=True):
     """Seconds the server gets to start (or be reached), answer ``initialize`` and list its tools."""
     call_timeout: float | None = msgspec.field(default=None, name="callTimeout")
     """Seconds one tool call may take before it is given up as unanswered (and cancelled)."""
+    max_message_bytes: int | None = msgspec.field(default=None, name="maxMessageBytes")
+    """The largest message read from the server (a line over stdio; an event or a body over
+    HTTP), in bytes; unset, ``limits.MAX_MESSAGE_BYTES``. A larger one ends the session."""
     url: str | None = None
     """The endpoint of a streamable HTTP server."""
     headers: dict[str, str] = {}
@@ -449,6 +454,7 @@ _SHAPE_HINT = (
     'or "url" (an http:// or https:// URL; "headers" an object of strings)'
 )
 _TIMEOUT_HINT = '"startTimeout" and "callTimeout" are numbers of seconds, e.g. "callTimeout": 300'
+_SIZE_HINT = '"maxMessageBytes" is a whole number of bytes, e.g. "maxMessageBytes": 67108864 for 64 MiB'
 
 
 def parse_servers(data: bytes | str, path: str) -> dict[str, ServerConfig]:
@@ -481,9 +487,10 @@ def parse_servers(data: bytes | str, path: str) -> dict[str, ServerConfig]:
         except msgspec.ValidationError as exc:
             detail = str(exc).replace("`$.", "`").replace(" - at `$`", "")
             timing = "`startTimeout`" in detail or "`callTimeout`" in detail
+            sizing = "`maxMessageBytes`" in detail
             raise ServerConfigError(
                 f"{path}: server {name!r}: {detail}",
-                hint=_TIMEOUT_HINT if timing else _SHAPE_HINT,
+                hint=_TIMEOUT_HINT if timing else _SIZE_HINT if sizing else _SHAPE_HINT,
             ) from None
         _settle_transport(config, name, path)
         for key, value in (("startTimeout", config.start_timeout), ("callTimeout", config.call_timeout)):
@@ -492,6 +499,11 @@ def parse_servers(data: bytes | str, path: str) -> dict[str, ServerConfig]:
                     f"{path}: server {name!r}: \"{key}\" must be a number of seconds greater than 0, not {value:g}",
                     hint=_TIMEOUT_HINT,
                 )
+        if config.max_message_bytes is not None and config.max_message_bytes <= 0:
+            raise ServerConfigError(
+                f"{path}: server {name!r}: \"maxMessageBytes\" must be a number of bytes greater than 0, not {config.max_message_bytes}",
+                hint=_SIZE_HINT,
+            )
         _check_templates(config, name, path)
         if config.cwd is not None and base is not None and not os.path.isabs(config.cwd):
             # Relative to the file, so a project's mcp.json works wherever it is run from.
