@@ -56,6 +56,8 @@ Environment
     * ``huge_declared``: a JSON reply that declares a Content-Length of 300,000,000
       bytes and sends a few.
     * ``sse_flood``: an event stream of small notifications for ever, and no reply.
+    * ``gzip_json``: a JSON reply compressed with gzip (``Content-Encoding: gzip``), though the
+      client asked for none: 60 KB that inflate to 60 MB.
     * ``echo_auth``: a reply (an event stream) whose text blocks hold the value of the
       ``Authorization`` header after ``Bearer `` (and the ``key`` query parameter's) as
       it is, JSON-escaped, ``\\u``-escaped, percent-encoded, base64-encoded and split
@@ -244,16 +246,27 @@ def build_app():
         raise ToolError("quota exceeded")
 
     async def streamed(send, mode: str, request_id, headers: dict, query: dict) -> None:
-        """The large and echoing answers, written piece by piece (never held whole)."""
+        """The large and echoing answers, written piece by piece (never held whole; the compressed
+        one is made whole in this process, which only the client must not do)."""
         kind, _, size_text = mode.partition(":")
         size = int(size_text or 300_000_000)
         rid = json.dumps(request_id).encode()
         sse = kind in ("huge_sse", "sse_flood", "echo_auth")
         content_type = b"text/event-stream" if sse else b"application/json"
         response_headers = [(b"content-type", content_type)]
+        start = {"type": "http.response.start", "status": 200, "headers": response_headers}
         if kind == "huge_declared":
             response_headers.append((b"content-length", b"300000000"))
-        await send({"type": "http.response.start", "status": 200, "headers": response_headers})
+        if kind == "gzip_json":
+            import gzip
+
+            text = b"x" * 60_000_000
+            reply = b'{"jsonrpc": "2.0", "id": ' + rid + b', "result": {"content": [{"type": "text", "text": "' + text + b'"}]}}'
+            packed = gzip.compress(reply, compresslevel=9)
+            await send({"type": "http.response.start", "status": 200, "headers": [*response_headers, (b"content-encoding", b"gzip")]})
+            await send({"type": "http.response.body", "body": packed, "more_body": False})
+            return
+        await send(start)
 
         async def body(data: bytes, more: bool = True) -> None:
             await send({"type": "http.response.body", "body": data, "more_body": more})
@@ -328,7 +341,7 @@ def build_app():
                 if isinstance(rpc, dict) and rpc.get("method") == "tools/call":
                     tool = (rpc.get("params") or {}).get("name")
                     mode = modes().get(tool, "ok")
-                    if mode.partition(":")[0] in ("huge_sse", "huge_json", "huge_declared", "sse_flood", "echo_auth"):
+                    if mode.partition(":")[0] in ("huge_sse", "huge_json", "huge_declared", "sse_flood", "echo_auth", "gzip_json"):
                         log(tool=tool, arguments=(rpc.get("params") or {}).get("arguments"), gateway=True)
                         await streamed(send, mode, rpc.get("id"), headers, query)
                         return

@@ -226,6 +226,23 @@ def test_an_http_reply_over_the_size_limit_ends_the_call_and_the_session(web, mo
     assert [c["tool"] for c in web.calls()] == ["get_status"]
 
 
+def test_a_compressed_http_reply_is_not_read(web):
+    """Asked for an uncompressed body, a server that sends gzip anyway (60 KB that inflate to
+    60 MB) gets its reply refused unread: it could be neither bounded nor masked on its way."""
+    web.set("get_status=gzip_json")
+
+    async def main():
+        async with open_hub({"web": ServerConfig(url=web.url, call_timeout=SAFETY)}, ["web"]) as hub:
+            with pytest.raises(NoReplyError) as info:
+                await hub.call("web", "get_status", {})
+            after = await hub.call("web", "echo", {"text": "still here"})
+        return info.value, after
+
+    refused, after = trio.run(main)
+    assert "MCP server 'web'" in str(refused) and "compressed (gzip)" in str(refused) and "not read" in str(refused)
+    assert after.text == "still here"  # only that reply was refused
+
+
 def test_an_http_effect_over_the_size_limit_is_unknown(web, tmp_path):
     runs = Runs(store=tmp_path / "runs.db", servers={"web": ServerConfig(url=web.url, call_timeout=SAFETY)})
     try:

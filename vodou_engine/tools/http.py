@@ -212,6 +212,13 @@ class _WatchingTransport(httpx2.AsyncBaseTransport):
         # As the SDK tells them apart (it reads a body of either kind, and no other).
         content_type = response.headers.get("content-type", "").lower()
         kind = "json" if content_type.startswith("application/json") else "sse" if content_type.startswith("text/event-stream") else None
+        encoding = response.headers.get("content-encoding", "").strip().lower()
+        if kind is not None and encoding not in ("", "identity"):
+            # Asked for uncompressed: a compressed body could be neither bounded nor masked on
+            # its way (httpx would inflate it after this transport). It is not read at all.
+            del response.headers["content-encoding"]
+            kind = "refused"
+            wire.last_failure = f"{wire.url} sent a compressed body ({encoding}), which was not asked for"
         if watch is None:
             if is_request and status >= 300:
                 wire.last_failure = f"{wire.url} answered {_status_words(response)}"
@@ -232,6 +239,8 @@ class _WatchingTransport(httpx2.AsyncBaseTransport):
         else:
             # A body that carries (or may carry) the reply: read it on its way to the SDK.
             response.stream = _ScreenedBody(response, kind, wire, watch, rpc_id)  # type: ignore[assignment]
+            if kind == "refused":
+                watch.lost = f"the server sent its reply compressed ({encoding}), which was not asked for; it was not read"
         return response
 
     def _stand_in(self, request: httpx2.Request, is_request: bool) -> httpx2.Response:
@@ -332,10 +341,12 @@ class _ScreenedBody(httpx2.AsyncByteStream):
     (``HttpWire.overflowed``) and wakes the caller at once."""
 
     def __init__(self, response: httpx2.Response, kind: str, wire: HttpWire, watch: CallWatch | None, rpc_id: Any):
+        """``kind``: ``"json"``, ``"sse"``, or ``"refused"`` (a compressed body: nothing of it is read)."""
         self._inner = response.stream
         self._declared = response.headers.get("content-length", "")
         self._status = response.status_code
-        self._sse = kind == "sse"
+        self._sse = response.headers.get("content-type", "").lower().startswith("text/event-stream")
+        self._refused = kind == "refused"
         self._wire = wire
         self._watch = watch
         self._rpc_id = rpc_id
@@ -351,6 +362,13 @@ class _ScreenedBody(httpx2.AsyncByteStream):
     async def __anext__(self) -> bytes:
         if self._done:
             raise StopAsyncIteration
+        if self._refused:
+            self._done = True
+            with suppress(Exception):
+                await self._inner.aclose()
+            if self._sse:
+                raise StopAsyncIteration  # an event stream that ends without a reply
+            return self._stand_in()
         if not self._sse:
             return await self._whole()
         while True:
@@ -403,11 +421,8 @@ class _ScreenedBody(httpx2.AsyncByteStream):
         off or too large is replaced by a stand-in error for the call, as the SDK's own
         stand-ins are: the SDK would otherwise log a parse failure as if the server had sent
         garbage."""
-        import msgspec
-
         limit = self._wire.limit
-        error = {"code": -32000, "message": "Connection closed"}
-        stand_in = msgspec.json.encode({"jsonrpc": "2.0", "id": self._rpc_id, "error": error})
+        stand_in = self._stand_in()
         self._done = True
         if self._declared.isdigit() and int(self._declared) > limit:
             await self._overflow(int(self._declared))
@@ -425,6 +440,16 @@ class _ScreenedBody(httpx2.AsyncByteStream):
         self._body = bytearray()
         self._ended(verdicts)
         return body
+
+    def _stand_in(self) -> bytes:
+        """What the SDK gets instead of a body it must not read: for a request, an error of the
+        kind it makes up itself for a connection that closed; nothing, for anything else."""
+        import msgspec
+
+        if self._rpc_id is None:
+            return b""
+        error = {"code": -32000, "message": "Connection closed"}
+        return msgspec.json.encode({"jsonrpc": "2.0", "id": self._rpc_id, "error": error})
 
     def _masked_json(self, body: bytes) -> tuple[bytes, list[tuple[str, Any, Any]]]:
         body = self._wire.masking.message(body)
