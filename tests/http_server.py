@@ -56,6 +56,8 @@ Environment
     * ``huge_declared``: a JSON reply that declares a Content-Length of 300,000,000
       bytes and sends a few.
     * ``sse_flood``: an event stream of small notifications for ever, and no reply.
+    * ``sse_lines[:N]``: an event stream whose one event is N bytes (default 15,000,000,
+      under the engine's default limit) of ``data: xy`` lines, which no JSON-RPC reply is.
     * ``gzip_json``: a JSON reply compressed with gzip (``Content-Encoding: gzip``), though the
       client asked for none: 60 KB that inflate to 60 MB.
     * ``echo_auth``: a reply (an event stream) whose text blocks hold the value of the
@@ -249,9 +251,9 @@ def build_app():
         """The large and echoing answers, written piece by piece (never held whole; the compressed
         one is made whole in this process, which only the client must not do)."""
         kind, _, size_text = mode.partition(":")
-        size = int(size_text or 300_000_000)
+        size = int(size_text or (15_000_000 if kind == "sse_lines" else 300_000_000))
         rid = json.dumps(request_id).encode()
-        sse = kind in ("huge_sse", "sse_flood", "echo_auth")
+        sse = kind in ("huge_sse", "sse_flood", "sse_lines", "echo_auth")
         content_type = b"text/event-stream" if sse else b"application/json"
         response_headers = [(b"content-type", content_type)]
         start = {"type": "http.response.start", "status": 200, "headers": response_headers}
@@ -271,6 +273,12 @@ def build_app():
         async def body(data: bytes, more: bool = True) -> None:
             await send({"type": "http.response.body", "body": data, "more_body": more})
 
+        if kind == "sse_lines":
+            lines = b"data: xy\n" * (1 << 17)
+            for _ in range(max(1, size // len(lines))):
+                await body(lines)
+            await body(b"\n", more=False)
+            return
         if kind == "sse_flood":
             note = json.dumps({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "x" * 1000}})
             while True:
@@ -341,7 +349,7 @@ def build_app():
                 if isinstance(rpc, dict) and rpc.get("method") == "tools/call":
                     tool = (rpc.get("params") or {}).get("name")
                     mode = modes().get(tool, "ok")
-                    if mode.partition(":")[0] in ("huge_sse", "huge_json", "huge_declared", "sse_flood", "echo_auth", "gzip_json"):
+                    if mode.partition(":")[0] in ("huge_sse", "huge_json", "huge_declared", "sse_flood", "sse_lines", "echo_auth", "gzip_json"):
                         log(tool=tool, arguments=(rpc.get("params") or {}).get("arguments"), gateway=True)
                         await streamed(send, mode, rpc.get("id"), headers, query)
                         return

@@ -262,23 +262,42 @@ class _TooLarge(Exception):
         self.size = size
 
 
+class _Event:
+    """One server-sent event: its data lines joined, and the last ``event``, ``id`` and
+    ``retry`` it gave (the ones that count)."""
+
+    __slots__ = ("data", "event", "id", "retry")
+
+    def __init__(self) -> None:
+        self.data: bytearray | None = None
+        self.event: bytes | None = None
+        self.id: bytes | None = None
+        self.retry: bytes | None = None
+
+    def __bool__(self) -> bool:
+        return self.data is not None or self.event is not None or self.id is not None or self.retry is not None
+
+    @property
+    def size(self) -> int:
+        return len(self.data) if self.data is not None else 0
+
+
 class _Events:
     """Server-sent events, parsed from the bytes as they arrive and bounded: each complete
-    event comes back as its fields, in order (comments and unknown fields dropped).
+    event comes back whole (comments and unknown fields dropped).
 
     Holds at most the limit (the event's field lines and the line still coming) plus one
-    chunk; raises :class:`_TooLarge` past it."""
-
-    _FIELDS = (b"data", b"event", b"id", b"retry")
+    chunk, as bytes (many short lines are not kept one object each); raises
+    :class:`_TooLarge` past it."""
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
         self._partial = bytearray()
         self._cr = False  # the last chunk ended with \r: a \n opening the next one belongs to it
-        self._fields: list[tuple[bytes, bytes]] = []
+        self._event = _Event()
         self._size = 0
 
-    def feed(self, chunk: bytes) -> list[list[tuple[bytes, bytes]]]:
+    def feed(self, chunk: bytes) -> list[_Event]:
         if self._cr and chunk[:1] == b"\n":
             chunk = chunk[1:]
         self._cr = chunk[-1:] == b"\r"
@@ -299,21 +318,32 @@ class _Events:
         if self._size + coming > self._limit:
             raise _TooLarge(self._size + coming)
 
-    def _lines(self, lines: list[bytes]) -> list[list[tuple[bytes, bytes]]]:
+    def _lines(self, lines: list[bytes]) -> list[_Event]:
         events = []
         for line in lines:
             if not line:
-                if self._fields:
-                    events.append(self._fields)
-                self._fields, self._size = [], 0
+                if self._event:
+                    events.append(self._event)
+                self._event, self._size = _Event(), 0
                 continue
             if line[:1] == b":":
                 continue
             self._size += len(line)
             self._check(0)
             name, _, value = line.partition(b":")
-            if name in self._FIELDS:
-                self._fields.append((name, value[1:] if value[:1] == b" " else value))
+            value = value[1:] if value[:1] == b" " else value
+            event = self._event
+            if name == b"data":
+                if event.data is None:
+                    event.data = bytearray(value)
+                else:
+                    event.data += b"\n" + value
+            elif name == b"event":
+                event.event = value
+            elif name == b"id":
+                event.id = value
+            elif name == b"retry":
+                event.retry = value
         return events
 
 
@@ -389,30 +419,34 @@ class _ScreenedBody(httpx2.AsyncByteStream):
                 await self._overflow(exc.size, wake=True)
                 raise StopAsyncIteration from None
             if events:
-                body, verdicts = await self._off_thread(self._rewrite, events, size=sum(len(v) for e in events for _, v in e))
+                body, verdicts = await self._off_thread(self._rewrite, events, size=sum(e.size for e in events))
                 for verdict in verdicts:
                     self._note(verdict, substituted=True)
                 return body
 
-    def _rewrite(self, events: list[list[tuple[bytes, bytes]]]) -> tuple[bytes, list[tuple[str, Any, Any]]]:
-        """The events masked, as the SDK will read them, and the verdict on each message."""
+    def _rewrite(self, events: list[_Event]) -> tuple[bytes, list[tuple[str, Any, Any]]]:
+        """The events masked, as the SDK will read them, and the verdict on each message.
+
+        A message's data is JSON, where a line break is only ever whitespace: it is handed on
+        as one line. Another kind of event is only logged by the SDK: its data is dropped."""
         masking = self._wire.masking
         out: list[bytes] = []
         verdicts = []
-        for fields in events:
-            kind = next((v for n, v in reversed(fields) if n == b"event"), b"message") or b"message"
-            data = b"\n".join(v for n, v in fields if n == b"data")
-            if kind == b"message":
-                data = masking.message(data)
+        for event in events:
+            kind = event.event or b"message"
+            if event.event is not None:
+                out.append(b"event: " + masking.text(event.event.decode("utf-8", "replace")).encode() + b"\n")
+            if event.id is not None:
+                out.append(b"id: " + masking.text(event.id.decode("utf-8", "replace")).encode() + b"\n")
+            if event.retry is not None:
+                out.append(b"retry: " + event.retry + b"\n")
+            if event.data is not None and kind == b"message":
+                data = masking.message(bytes(event.data)).replace(b"\n", b" ")
                 if data:
                     verdicts.append(_verdict(data))
-            else:
-                data = masking.text(data.decode("utf-8", "replace")).encode()
-            for name, value in fields:
-                if name != b"data":
-                    out.append(name + b": " + (masking.text(value.decode("utf-8", "replace")).encode() if name != b"retry" else value) + b"\n")
-            if any(n == b"data" for n, _ in fields):
-                out.extend(b"data: " + line + b"\n" for line in data.split(b"\n"))
+                out.append(b"data: " + data + b"\n")
+            elif event.data is not None:
+                out.append(b"data:\n")
             out.append(b"\n")
         return b"".join(out), verdicts
 
@@ -459,7 +493,8 @@ class _ScreenedBody(httpx2.AsyncByteStream):
         """``fn(arg)``, on a worker thread when the message is large (see ``tools/stdio.py``)."""
         if size < OFF_THREAD_BYTES:
             return fn(arg)
-        return await trio.to_thread.run_sync(fn, arg)
+        # Pure work: a caller that stops waiting (the session closing) need not wait for it.
+        return await trio.to_thread.run_sync(fn, arg, abandon_on_cancel=True)
 
     def _ended(self, verdicts: list[tuple[str, Any, Any]] | None = None) -> None:
         self._done = True

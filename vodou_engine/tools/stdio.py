@@ -447,7 +447,8 @@ async def session_streams(
         if len(line) < OFF_THREAD_BYTES:
             message, request_id, reason = parse(line)
         else:
-            message, request_id, reason = await trio.to_thread.run_sync(parse, line)
+            # Pure work: the session closing need not wait for it.
+            message, request_id, reason = await trio.to_thread.run_sync(parse, line, abandon_on_cancel=True)
         if reason is not None:
             wire.bad_line_read(request_id, reason)
         elif isinstance(message.message, replies):
