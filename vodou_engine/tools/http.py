@@ -425,7 +425,8 @@ class _ScreenedBody(httpx2.AsyncByteStream):
                 return body
 
     def _rewrite(self, events: list[_Event]) -> tuple[bytes, list[tuple[str, Any, Any]]]:
-        """The events masked, as the SDK will read them, and the verdict on each message.
+        """The events masked, as the SDK will read them, and (for a watched call) the verdict
+        on each message.
 
         A message's data is JSON, where a line break is only ever whitespace: it is handed on
         as one line. Another kind of event is only logged by the SDK: its data is dropped."""
@@ -442,7 +443,7 @@ class _ScreenedBody(httpx2.AsyncByteStream):
                 out.append(b"retry: " + event.retry + b"\n")
             if event.data is not None and kind == b"message":
                 data = masking.message(bytes(event.data)).replace(b"\n", b" ")
-                if data:
+                if data and self._watch is not None:
                     verdicts.append(_verdict(data))
                 out.append(b"data: " + data + b"\n")
             elif event.data is not None:
@@ -487,7 +488,7 @@ class _ScreenedBody(httpx2.AsyncByteStream):
 
     def _masked_json(self, body: bytes) -> tuple[bytes, list[tuple[str, Any, Any]]]:
         body = self._wire.masking.message(body)
-        return body, [_verdict(body)]
+        return body, [_verdict(body)] if self._watch is not None else []
 
     async def _off_thread(self, fn: Any, arg: Any, *, size: int) -> Any:
         """``fn(arg)``, on a worker thread when the message is large (see ``tools/stdio.py``)."""
