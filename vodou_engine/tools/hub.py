@@ -21,8 +21,12 @@ it wrote and read for each call, and the hub judges by that.
 A server's configuration may hold ``${VAR}``: each is taken from the
 environment once, when the hub opens (:meth:`ServerConfig.resolve`), and
 only what starts or reaches the server sees the values. Every message the
-hub writes shows the configuration as written, and any text that may carry
-a value anyway (a server's stderr, an exception) is masked first.
+hub writes shows the configuration as written, any text that may carry a
+value anyway (a server's stderr, an exception) is masked first, and so is
+every message a server sends, where the transport receives it
+(``vodou_engine/masking.py``). The transport also bounds each message by the
+server's ``maxMessageBytes``; one over it ends the session (:meth:`Hub.call`
+says so, naming the setting).
 
 The MCP SDK costs about a second to import. It is imported inside the
 functions that start servers and call tools, never at module level, so
