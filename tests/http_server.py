@@ -50,6 +50,20 @@ Environment
     * ``html``: HTTP 200 with an HTML page.
     * ``rpc400``: HTTP 400 with a JSON-RPC error for the request (code -32602,
       ``refused by the gateway``).
+    * ``huge_sse[:N]``: an event stream whose one event, a reply, is N bytes
+      (default 300,000,000), written in 1 MiB pieces.
+    * ``huge_json[:N]``: a JSON reply of N bytes, chunked (no Content-Length).
+    * ``huge_declared``: a JSON reply that declares a Content-Length of 300,000,000
+      bytes and sends a few.
+    * ``sse_flood``: an event stream of small notifications for ever, and no reply.
+    * ``sse_lines[:N]``: an event stream whose one event is N bytes (default 15,000,000,
+      under the engine's default limit) of ``data: xy`` lines, which no JSON-RPC reply is.
+    * ``gzip_json``: a JSON reply compressed with gzip (``Content-Encoding: gzip``), though the
+      client asked for none: 60 KB that inflate to 60 MB.
+    * ``echo_auth``: a reply (an event stream) whose text blocks hold the value of the
+      ``Authorization`` header after ``Bearer `` (and the ``key`` query parameter's) as
+      it is, JSON-escaped, ``\\u``-escaped, percent-encoded, base64-encoded and split
+      across two blocks; and an error event before it with the same.
 ``HTTP_JSON_RESPONSE``, ``HTTP_STATELESS``
     When ``1``: answer each request with one JSON body instead of an event stream;
     keep no session (the SDK's ``json_response`` and ``stateless_http``).
@@ -59,6 +73,7 @@ Environment
     When set, every request's URL must have the query parameter ``key`` equal to it; else 401.
 """
 
+import base64
 import json
 import os
 import select
@@ -232,6 +247,75 @@ def build_app():
         log(tool="fail", arguments={})
         raise ToolError("quota exceeded")
 
+    async def streamed(send, mode: str, request_id, headers: dict, query: dict) -> None:
+        """The large and echoing answers, written piece by piece (never held whole; the compressed
+        one is made whole in this process, which only the client must not do)."""
+        kind, _, size_text = mode.partition(":")
+        size = int(size_text or (15_000_000 if kind == "sse_lines" else 300_000_000))
+        rid = json.dumps(request_id).encode()
+        sse = kind in ("huge_sse", "sse_flood", "sse_lines", "echo_auth")
+        content_type = b"text/event-stream" if sse else b"application/json"
+        response_headers = [(b"content-type", content_type)]
+        start = {"type": "http.response.start", "status": 200, "headers": response_headers}
+        if kind == "huge_declared":
+            response_headers.append((b"content-length", b"300000000"))
+        if kind == "gzip_json":
+            import gzip
+
+            text = b"x" * 60_000_000
+            reply = b'{"jsonrpc": "2.0", "id": ' + rid + b', "result": {"content": [{"type": "text", "text": "' + text + b'"}]}}'
+            packed = gzip.compress(reply, compresslevel=9)
+            await send({"type": "http.response.start", "status": 200, "headers": [*response_headers, (b"content-encoding", b"gzip")]})
+            await send({"type": "http.response.body", "body": packed, "more_body": False})
+            return
+        await send(start)
+
+        async def body(data: bytes, more: bool = True) -> None:
+            await send({"type": "http.response.body", "body": data, "more_body": more})
+
+        if kind == "sse_lines":
+            lines = b"data: xy\n" * (1 << 17)
+            for _ in range(max(1, size // len(lines))):
+                await body(lines)
+            await body(b"\n", more=False)
+            return
+        if kind == "sse_flood":
+            note = json.dumps({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "x" * 1000}})
+            while True:
+                await body(f"event: message\ndata: {note}\n\n".encode() * 10)
+        if kind == "echo_auth":
+            value = headers.get("authorization", "").removeprefix("Bearer ")
+            key = (query.get("key") or [""])[0]
+            half = len(value) // 2
+            blocks = [
+                f"raw: {value} and {key}",
+                "json: " + json.dumps({"token": value}),
+                "escaped: " + "".join(f"\\u{ord(c):04x}" for c in value),
+                "url: https://example.com/?key=" + urllib.parse.quote(value, safe=""),
+                "base64: " + base64.b64encode(("user:" + value).encode()).decode(),
+                "split: " + value[:half],
+                value[half:] + " (end)",
+            ]
+            note = {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "error", "data": f"bad key {value}"}}
+            result = {"content": [{"type": "text", "text": b} for b in blocks], "isError": False}
+            reply = {"jsonrpc": "2.0", "id": request_id, "result": result}
+            await body(f"event: message\ndata: {json.dumps(note)}\n\n".encode())
+            await body(f"event: message\ndata: {json.dumps(reply)}\n\n".encode(), more=False)
+            return
+        head = (b"event: message\ndata: " if sse else b"") + b'{"jsonrpc": "2.0", "id": ' + rid + b', "result": {"content": [{"type": "text", "text": "'
+        tail = b'"}]}}' + (b"\n\n" if sse else b"")
+        if kind == "huge_declared":
+            await body(head + b"x" * 1000, more=False)
+            return
+        await body(head)
+        piece = b"x" * (1 << 20)
+        left = size - len(head) - len(tail)
+        while left > 0:
+            chunk = piece if left >= len(piece) else piece[:left]
+            await body(chunk)
+            left -= len(chunk)
+        await body(tail, more=False)
+
     class Guard:
         """ASGI middleware: the credentials check, the gateway modes, and the ``drop`` mode's broken replies."""
 
@@ -265,6 +349,10 @@ def build_app():
                 if isinstance(rpc, dict) and rpc.get("method") == "tools/call":
                     tool = (rpc.get("params") or {}).get("name")
                     mode = modes().get(tool, "ok")
+                    if mode.partition(":")[0] in ("huge_sse", "huge_json", "huge_declared", "sse_flood", "sse_lines", "echo_auth", "gzip_json"):
+                        log(tool=tool, arguments=(rpc.get("params") or {}).get("arguments"), gateway=True)
+                        await streamed(send, mode, rpc.get("id"), headers, query)
+                        return
                     if mode in ("http500", "http202", "html", "rpc400"):
                         log(tool=tool, arguments=(rpc.get("params") or {}).get("arguments"), gateway=True)
                         status, kind, content = {

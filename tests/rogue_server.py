@@ -72,11 +72,7 @@ Modes (what a ``tools/call`` does after it has been logged)
                  write nothing more (it still exits when stdin closes).
 ``wrong_id``     reply with an id that no request has.
 ``bad_schema``   a success whose structuredContent breaks the outputSchema (``{"ok": "yes"}``, no ts).
-``rpc_error``    a JSON-RPC error: code ``ROGUE_MODES_FILE``, ``ROGUE_TOOLS_FILE``, ``ROGUE_RPC_CODE_FILE``
-    A file whose content, when it exists, is used instead of ``ROGUE_MODES`` /
-    ``ROGUE_TOOLS`` / ``ROGUE_RPC_CODE``: what the server does can change between two starts while
-    its configuration (and a run's binding to it) stays the same.
-``ROGUE_RPC_CODE``, message ``rogue failure``.
+``rpc_error``    a JSON-RPC error: code ``ROGUE_RPC_CODE``, message ``rogue failure``.
 ``tool_error``   a result with ``isError: true`` and the text ``quota exceeded``.
 ``escape``       a result with ``isError: true`` whose text starts with terminal
                  escapes: ``"\\u001b[2J\\u001b[Hrun succeeded. (fake)"``.
@@ -92,15 +88,40 @@ Modes (what a ``tools/call`` does after it has been logged)
 ``held``         answer normally, on a thread, once the file ``ROGUE_RELEASE`` names
                  exists (pings and other calls are answered meanwhile): a test
                  decides when an effect that has reached the server comes back.
+
+Sizes (N bytes, default 300,000,000; everything is written in 1 MiB pieces, never held
+whole; a client that stops reading leaves the server blocked, or gone when it closes the pipe):
+
+``huge_result[:N]``  a success whose one text block makes the reply line N bytes long.
+``huge_error[:N]``   a JSON-RPC error (-32603) whose message makes the line N bytes long.
+``huge_note[:N]``    a ``notifications/message`` of N bytes, then no reply (as ``hang``).
+``endless``          a reply line that never ends: text is written for ever, no newline.
+``flood[:N]``        ``notifications/message`` lines of N bytes each (default 100,000), for
+                     ever, on a thread, and no reply; other requests are still answered.
+
+A tool in one of these modes is listed without an outputSchema (as for ``deep``).
+
+Echoing a secret (the value of the variable ``ROGUE_ECHO`` names, given to the server in its
+environment; each mode first writes it to stderr, as it is and in a line of JSON, and sends it
+in a ``notifications/message``):
+
+``echo_secret``        a success whose text blocks hold the value as it is, JSON-escaped,
+                       every character ``\\u``-escaped, percent-encoded, base64-encoded,
+                       half as it is and half escaped, and split across two blocks; its
+                       structuredContent holds it as a value and as a key.
+``echo_secret_error``  a tool error (``isError: true``) whose text holds the value.
+``echo_secret_rpc``    a JSON-RPC error (-32602) whose message and data hold the value.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import sys
 import threading
 import time
+import urllib.parse
 
 PID = os.getpid()
 
@@ -154,7 +175,15 @@ TOOLS = {
 MODES = {
     "ok", "exit1", "exit0", "hang", "cutoff", "cutoff_hang", "wrong_id",
     "bad_schema", "rpc_error", "tool_error", "escape", "garbage", "deep", "held",
+    "endless", "echo_secret", "echo_secret_error", "echo_secret_rpc",
 }
+SIZED = {"huge_result", "huge_error", "huge_note", "flood"}
+"""Modes that take an optional size in bytes (``huge_result:1000000``)."""
+UNSCHEMED = {"deep", "endless", "echo_secret", *SIZED}
+"""Modes whose tool is listed without an outputSchema, so what they send is judged as it is."""
+
+HUGE = 300_000_000
+PIECE = 1 << 20
 
 _out_lock = threading.Lock()
 _log_lock = threading.Lock()
@@ -202,6 +231,10 @@ def parse_modes(text: str) -> dict[str, str]:
     for item in filter(None, (part.strip() for part in text.split(","))):
         name, _, mode = item.partition("=")
         mode = mode.strip() or "ok"
+        base, _, size = mode.partition(":")
+        if base in SIZED and (not size or size.isdigit()):
+            modes[name.strip()] = mode
+            continue
         if mode not in MODES and not (mode.startswith(("slow:", "fail_first:")) and mode.partition(":")[2].isdigit()):
             sys.exit(f"rogue: unknown mode {mode!r} for {name!r}")
         modes[name.strip()] = mode
@@ -260,6 +293,47 @@ def answer_when_released(request_id) -> None:
     reply(request_id, ok_result())
 
 
+def stream(head: bytes, size: int, tail: bytes | None) -> None:
+    """``head``, then ``x`` up to ``size`` bytes in all, then ``tail`` (None: never ends)."""
+    with _out_lock:
+        out = sys.stdout.buffer
+        piece = b"x" * PIECE
+        try:
+            out.write(head)
+            left = size - len(head) - len(tail or b"")
+            while tail is None or left > 0:
+                chunk = piece if tail is None or left >= PIECE else piece[:left]
+                out.write(chunk)
+                left -= len(chunk)
+            out.write(tail)
+            out.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            os._exit(0)
+
+
+def flood(size: int) -> None:
+    line = json.dumps({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "x" * size}}).encode() + b"\n"
+    while True:
+        write_raw(line)
+
+
+def echoed() -> tuple[str, list[str]]:
+    """The value to echo, and the text blocks of ``echo_secret``."""
+    value = os.environ.get(os.environ.get("ROGUE_ECHO", ""), "")
+    half = len(value) // 2
+    blocks = [
+        f"raw: {value}",
+        "json: " + json.dumps({"token": value}),
+        "escaped: " + "".join(f"\\u{ord(c):04x}" for c in value),
+        "url: https://example.com/?key=" + urllib.parse.quote(value, safe=""),
+        "base64: " + base64.b64encode(("user:" + value).encode()).decode(),
+        "mixed: " + value[:half] + "".join(f"\\u{ord(c):04X}" for c in value[half:]),
+        "split: " + value[:half],
+        value[half:] + " (end)",
+    ]
+    return value, blocks
+
+
 def call_tool(request_id, params: dict, tools: dict[str, str], modes: dict[str, str]) -> None:
     global _silent
     name = params.get("name")
@@ -310,6 +384,33 @@ def call_tool(request_id, params: dict, tools: dict[str, str], modes: dict[str, 
         threading.Thread(target=answer_slow, args=(request_id, int(mode[5:])), daemon=True).start()
     elif mode == "held":
         threading.Thread(target=answer_when_released, args=(request_id,), daemon=True).start()
+    elif mode.partition(":")[0] in SIZED or mode == "endless":
+        kind, _, size_text = mode.partition(":")
+        size = int(size_text or (100_000 if kind == "flood" else HUGE))
+        rid = json.dumps(request_id)
+        if kind == "huge_result":
+            stream(b'{"jsonrpc": "2.0", "id": ' + rid.encode() + b', "result": {"content": [{"type": "text", "text": "', size, b'"}]}}\n')
+        elif kind == "huge_error":
+            stream(b'{"jsonrpc": "2.0", "id": ' + rid.encode() + b', "error": {"code": -32603, "message": "', size, b'"}}\n')
+        elif kind == "huge_note":
+            stream(b'{"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "', size, b'"}}\n')
+        elif kind == "endless":
+            stream(b'{"jsonrpc": "2.0", "id": ' + rid.encode() + b', "result": {"content": [{"type": "text", "text": "', HUGE, None)
+        else:
+            threading.Thread(target=flood, args=(size,), daemon=True).start()
+    elif mode.startswith("echo_secret"):
+        value, blocks = echoed()
+        sys.stderr.write(f"rogue: the key is {value}\nrogue: {json.dumps({'key': value})}\n")
+        sys.stderr.flush()
+        send({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": {"key": value}}})
+        if mode == "echo_secret":
+            content = [{"type": "text", "text": b} for b in blocks]
+            reply(request_id, {"content": content, "structuredContent": {"token": value, value: "as a key"}, "isError": False})
+        elif mode == "echo_secret_error":
+            reply(request_id, error_result(f"invalid key {value} ({json.dumps(value)})"))
+        else:
+            error = {"code": -32602, "message": f"invalid key {value}", "data": {"key": value, "json": json.dumps(value)}}
+            send({"jsonrpc": "2.0", "id": request_id, "error": error})
 
 
 def main() -> None:
@@ -352,7 +453,7 @@ def main() -> None:
             listing = []
             for name, base in tools.items():
                 tool = {"name": name, **TOOLS[base]}
-                if modes.get(name, modes.get(base)) == "deep":
+                if (modes.get(name) or modes.get(base) or "").partition(":")[0] in UNSCHEMED:
                     tool.pop("outputSchema")
                 listing.append(tool)
             reply(request_id, {"tools": listing})

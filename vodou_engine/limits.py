@@ -2,7 +2,8 @@
 
 Every document the engine reads from a person or a server (a recipe, an
 actions.json, a server or policy file, a ``--set`` value, a tool's result)
-passes through here first, so a FIFO, ``/dev/zero`` or a value nested five
+passes through here first (a server's messages are bounded by size where the
+transports read them, ``MAX_MESSAGE_BYTES``), so a FIFO, ``/dev/zero`` or a value nested five
 thousand deep is a clear error at the door instead of a hang, a read until
 the machine runs out of memory, or a ``RecursionError`` deep inside the run.
 """
@@ -18,12 +19,25 @@ from itertools import accumulate
 MAX_FILE_BYTES = 16 * 1024 * 1024
 """The largest recipe, actions.json, server or policy file read (a 10,000-step recipe is about 1 MB)."""
 
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+"""The largest message read from an MCP server unless its ``maxMessageBytes`` says otherwise:
+a line over stdio, a server-sent event or a JSON body over HTTP. A larger one is not read
+(nor kept in memory) and ends the server's session (docs/servers.md)."""
+
 MAX_DEPTH = 100
 """The deepest nesting of JSON arrays and objects accepted from outside.
 
 Real tool results and arguments stay well under 20 levels; Python's own
 recursion limit (1,000 frames) is what a deeper value would hit later, in
 some place that cannot say which input was at fault."""
+
+
+def size_words(size: int) -> str:
+    """A number of bytes as a person reads it: ``16 MiB``, ``64 KiB``, ``1,000 bytes``."""
+    for unit, name in ((1024 * 1024, "MiB"), (1024, "KiB")):
+        if size >= unit and size % unit == 0:
+            return f"{size // unit:,} {name}"
+    return f"{size:,} bytes"
 
 
 class TooDeep(ValueError):

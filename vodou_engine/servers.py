@@ -16,9 +16,10 @@ in "command", "args", "env", "url" and "headers" are taken from the caller's
 environment when the server starts (:meth:`ServerConfig.resolve`); ``$$`` is
 a literal ``$``. Keys this engine does not use ("autoApprove", a top-level
 "globalShortcut", ...) are ignored rather than rejected: the same file is
-shared with other programs that put their own settings in it. Three keys are
+shared with other programs that put their own settings in it. Four keys are
 this engine's own, all optional: "startTimeout" and "callTimeout" (seconds),
-and "inherit" (names of the caller's variables a started server gets).
+"maxMessageBytes", and "inherit" (names of the caller's variables a started
+server gets).
 
 Importing this module must stay cheap (the CLI imports it for every
 command), so it depends on msgspec and the standard library only; the MCP
@@ -40,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from vodou_engine.errors import ServerConfigError
+from vodou_engine.masking import Mask
 
 if TYPE_CHECKING:
     from vodou_engine.plan import Plan
@@ -75,11 +77,6 @@ HTTP = "http"
 _TYPES = {"stdio": STDIO, "http": HTTP, "streamable-http": HTTP, "streamable_http": HTTP, "streamablehttp": HTTP}
 """Accepted values of "type" (case-insensitive), as other clients spell them."""
 
-MASK_MIN = 4
-"""Values taken from the environment shorter than this are not masked in messages:
-they cannot be secrets worth the name, and masking them would garble the text."""
-
-
 class ServerConfig(msgspec.Struct, omit_defaults=True):
     """How to reach one MCP server: a command started here (stdio), or a URL (streamable HTTP).
 
@@ -96,8 +93,9 @@ class ServerConfig(msgspec.Struct, omit_defaults=True):
     ``start_timeout`` and ``call_timeout`` (JSON keys ``startTimeout`` and
     ``callTimeout``, camelCase like the rest of the file's format) are in
     seconds; unset, the hub's defaults apply (``tools.hub.DEFAULT_START_TIMEOUT``,
-    ``tools.hub.DEFAULT_CALL_TIMEOUT``). :func:`parse_servers` checks they are
-    positive finite numbers; a struct built in code is taken as it is.
+    ``tools.hub.DEFAULT_CALL_TIMEOUT``). ``max_message_bytes`` (``maxMessageBytes``)
+    bounds what is read from the server. :func:`parse_servers` checks they are
+    positive; a struct built in code is taken as it is.
 
     ``type`` is what the file said; :func:`parse_servers` settles the
     transport and clears it (a parsed entry has exactly one of ``command``
@@ -112,6 +110,9 @@ class ServerConfig(msgspec.Struct, omit_defaults=True):
     """Seconds the server gets to start (or be reached), answer ``initialize`` and list its tools."""
     call_timeout: float | None = msgspec.field(default=None, name="callTimeout")
     """Seconds one tool call may take before it is given up as unanswered (and cancelled)."""
+    max_message_bytes: int | None = msgspec.field(default=None, name="maxMessageBytes")
+    """The largest message read from the server (a line over stdio; an event or a body over
+    HTTP), in bytes; unset, ``limits.MAX_MESSAGE_BYTES``. A larger one ends the session."""
     url: str | None = None
     """The endpoint of a streamable HTTP server."""
     headers: dict[str, str] = {}
@@ -223,7 +224,7 @@ class ResolvedServer:
     through :meth:`mask` first.
     """
 
-    __slots__ = ("name", "template", "config", "used", "secrets", "_masks")
+    __slots__ = ("name", "template", "config", "used", "secrets", "masking")
 
     def __init__(self, name: str, template: ServerConfig, config: ServerConfig, used: dict[str, str], secrets: dict[str, str]):
         self.name = name
@@ -233,21 +234,12 @@ class ResolvedServer:
         """``${VAR}`` in command, args and url -> the value it took (for the binding)."""
         self.secrets = secrets
         """Every value taken from the caller's environment (``${VAR}`` and ``inherit``), by variable."""
-        masks: list[tuple[str, str]] = []
-        for var, value in secrets.items():
-            if len(value) < MASK_MIN:
-                continue
-            for form in dict.fromkeys((value, urllib.parse.quote(value, safe=""), urllib.parse.quote_plus(value))):
-                masks.append((form, f"${{{var}}}"))
-        masks.sort(key=lambda m: len(m[0]), reverse=True)  # a longer value containing a shorter one goes first
-        self._masks = masks
+        self.masking = Mask(secrets)
+        """What hides those values in everything the server sends (``vodou_engine/masking.py``)."""
 
     def mask(self, text: str) -> str:
         """``text`` with every value taken from the environment replaced by its ``${VAR}``."""
-        for value, shown in self._masks:
-            if value in text:
-                text = text.replace(value, shown)
-        return text
+        return self.masking.text(text)
 
 
 # -- ${VAR} -------------------------------------------------------------------
@@ -491,6 +483,7 @@ _SHAPE_HINT = (
 )
 _TIMEOUT_HINT = '"startTimeout" and "callTimeout" are numbers of seconds, e.g. "callTimeout": 300'
 _DISABLED_HINT = '"disabled" is true (the server is never started) or false, without quotes'
+_SIZE_HINT = '"maxMessageBytes" is a whole number of bytes, e.g. "maxMessageBytes": 67108864 for 64 MiB'
 
 
 def parse_servers(data: bytes | str, path: str) -> dict[str, ServerConfig]:
@@ -542,9 +535,10 @@ def parse_server_file(data: bytes | str, path: str) -> tuple[dict[str, ServerCon
         except msgspec.ValidationError as exc:
             detail = str(exc).replace("`$.", "`").replace(" - at `$`", "")
             timing = "`startTimeout`" in detail or "`callTimeout`" in detail
+            sizing = "`maxMessageBytes`" in detail
             raise ServerConfigError(
                 f"{path}: server {name!r}: {detail}",
-                hint=_TIMEOUT_HINT if timing else _DISABLED_HINT if "`disabled`" in detail else _SHAPE_HINT,
+                hint=_TIMEOUT_HINT if timing else _SIZE_HINT if sizing else _DISABLED_HINT if "`disabled`" in detail else _SHAPE_HINT,
             ) from None
         _settle_transport(config, name, path)
         for key, value in (("startTimeout", config.start_timeout), ("callTimeout", config.call_timeout)):
@@ -553,6 +547,11 @@ def parse_server_file(data: bytes | str, path: str) -> tuple[dict[str, ServerCon
                     f"{path}: server {name!r}: \"{key}\" must be a number of seconds greater than 0, not {value:g}",
                     hint=_TIMEOUT_HINT,
                 )
+        if config.max_message_bytes is not None and config.max_message_bytes <= 0:
+            raise ServerConfigError(
+                f"{path}: server {name!r}: \"maxMessageBytes\" must be a number of bytes greater than 0, not {config.max_message_bytes}",
+                hint=_SIZE_HINT,
+            )
         _check_templates(config, name, path)
         if config.cwd is not None and base is not None and not os.path.isabs(config.cwd):
             # Relative to the file, so a project's mcp.json works wherever it is run from.

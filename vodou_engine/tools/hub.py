@@ -21,8 +21,12 @@ it wrote and read for each call, and the hub judges by that.
 A server's configuration may hold ``${VAR}``: each is taken from the
 environment once, when the hub opens (:meth:`ServerConfig.resolve`), and
 only what starts or reaches the server sees the values. Every message the
-hub writes shows the configuration as written, and any text that may carry
-a value anyway (a server's stderr, an exception) is masked first.
+hub writes shows the configuration as written, any text that may carry a
+value anyway (a server's stderr, an exception) is masked first, and so is
+every message a server sends, where the transport receives it
+(``vodou_engine/masking.py``). The transport also bounds each message by the
+server's ``maxMessageBytes``; one over it ends the session (:meth:`Hub.call`
+says so, naming the setting).
 
 The MCP SDK costs about a second to import. It is imported inside the
 functions that start servers and call tools, never at module level, so
@@ -54,7 +58,7 @@ from vodou_engine.errors import (
     ToolError,
     UnknownToolError,
 )
-from vodou_engine.limits import check_json_depth, check_value_depth
+from vodou_engine.limits import MAX_MESSAGE_BYTES, check_json_depth, check_value_depth, size_words
 from vodou_engine.servers import HTTP, ResolvedServer, ServerConfig, unknown_server_error
 
 if TYPE_CHECKING:
@@ -154,6 +158,11 @@ class _Server:
     @property
     def is_http(self) -> bool:
         return self.config.transport == HTTP
+
+    @property
+    def limit(self) -> int:
+        """The largest message read from it: its ``maxMessageBytes``, else MAX_MESSAGE_BYTES."""
+        return self.config.max_message_bytes or MAX_MESSAGE_BYTES
 
     def mask(self, text: str) -> str:
         return self.resolved.mask(text)
@@ -428,6 +437,8 @@ class Hub:
             if not watch.may_have_left:
                 why = f"it could not be sent within {limit:g} s" + (f" ({watch.lost})" if watch.lost else "")
                 raise await self._not_sent(srv, tool, why)
+            if wire.overflow is not None:
+                raise self._too_large(srv, tool)
             if watch.bad_reply is not None:
                 raise self._no_reply(srv, tool, f"its reply could not be read: {watch.bad_reply}")
             raise self._timed_out(srv, tool, limit, explicit=timeout is not None)
@@ -440,6 +451,8 @@ class Hub:
                 raise await self._not_sent(srv, tool, why) from error
             if isinstance(error, MCPError) and watch.error_reply:
                 return ToolResult(value=None, is_error=True, text=error.message, duration_s=elapsed, error_code=error.code)
+            if wire.overflow is not None:
+                raise self._too_large(srv, tool) from error
             if isinstance(error, MCPError):
                 # No error reply came for this call: the SDK made this one up (the connection
                 # closed, an HTTP request failed); the transport noted what really happened.
@@ -520,6 +533,8 @@ class Hub:
     async def _ending(self, srv: _Server) -> str:
         """How the connection to a server that stopped answering ended, as far as the transport saw."""
         wire = srv.wire
+        if wire is not None and wire.overflow is not None:
+            return self._overflow_words(srv)
         if srv.is_http:
             return wire.ending() if wire is not None else "the session ended"  # type: ignore[attr-defined]
         status = await self._exit_status(srv)
@@ -532,6 +547,19 @@ class Hub:
             return "its input pipe broke"
         return "it closed its output"
 
+    def _overflow_words(self, srv: _Server, who: str = "it") -> str:
+        return (
+            f"{who} sent a message larger than {size_words(srv.limit)} (its \"maxMessageBytes\"), which was not read; "
+            "nothing more is read from it and its session was closed"
+        )
+
+    def _overflow_hint(self, srv: _Server) -> str:
+        return f'raise "maxMessageBytes" for server {srv.name!r} in the server file (now {srv.limit} bytes), or check the server'
+
+    def _too_large(self, srv: _Server, tool: str) -> NoReplyError:
+        message = f"no usable reply from MCP server {srv.name!r} to {tool}: {self._overflow_words(srv)}"
+        return NoReplyError(srv.mask(message), hint=self._overflow_hint(srv), server=srv.name, tool=tool, limit=srv.limit)
+
     def _no_reply(self, srv: _Server, tool: str, what: str) -> NoReplyError:
         message = f"no usable reply from MCP server {srv.name!r} to {tool}: {what}"
         if srv.wire is not None and srv.wire.gone:
@@ -541,6 +569,9 @@ class Hub:
     async def _not_sent(self, srv: _Server, tool: str, why: str | None = None) -> NotSentError:
         """``why`` is what stopped the request; by default, how the server ended."""
         if why is None:
+            if srv.wire is not None and srv.wire.overflow is not None:
+                message = f"{srv.name}.{tool} was not sent: {self._overflow_words(srv, f'MCP server {srv.name!r}')}"
+                return NotSentError(srv.mask(message), hint=self._overflow_hint(srv), server=srv.name, tool=tool)
             if srv.is_http:
                 why = f"the session with MCP server {srv.name!r} has ended: {await self._ending(srv)}"
             else:
@@ -583,7 +614,9 @@ class Hub:
         url = srv.config.url
         failure = getattr(srv.link, "last_failure", None)
         hint = f'check that the server is up and that "url" is right ({url}), e.g. with curl'
-        if isinstance(cause, trio.TooSlowError):
+        if srv.link is not None and srv.link.overflow is not None:
+            reason, hint = self._overflow_words(srv), self._overflow_hint(srv)
+        elif isinstance(cause, trio.TooSlowError):
             limit = self._start_timeout_for(srv.config)
             reason = f"it did not finish initializing within {limit:g} s"
             hint = f'raise "startTimeout" for server {srv.name!r} in the server file (now {limit:g} s), or check the server'
@@ -611,7 +644,9 @@ class Hub:
         leaves = _leaves(exc)
         cause = leaves[0]
         hint = f"run it by hand to see what it prints: {config.command_line()}"
-        if isinstance(cause, FileNotFoundError):
+        if srv.link is not None and srv.link.overflow is not None:
+            reason, hint = self._overflow_words(srv), self._overflow_hint(srv)
+        elif isinstance(cause, FileNotFoundError):
             if config.cwd and not os.path.isdir(config.cwd):
                 reason = f"its working directory {config.cwd} does not exist"
             else:
@@ -713,7 +748,7 @@ class Hub:
                 await trio.to_thread.run_sync(_import_http)
             from . import http
 
-            async with http.session_streams(srv.resolved.config, srv.config.url or "") as streams:
+            async with http.session_streams(srv.resolved.config, srv.config.url or "", limit=srv.limit, masking=srv.resolved.masking) as streams:
                 yield streams
             return
         from . import stdio
@@ -723,7 +758,7 @@ class Hub:
             srv.process = process
         finally:
             spawned.set()
-        async with stdio.session_streams(process) as streams:
+        async with stdio.session_streams(process, limit=srv.limit, masking=srv.resolved.masking) as streams:
             yield streams
 
     async def _spawn_all(self, owners: trio.Nursery) -> None:

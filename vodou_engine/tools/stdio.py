@@ -15,6 +15,15 @@ output ended, mid-line or not. The SDK folds all of that into one error code
 (a server's own -32000 error and a closed connection look the same), so the
 hub asks the transport, which saw the bytes, what really happened.
 
+Everything the server writes is bounded and masked here, before the SDK
+parses it: a line longer than the server's ``maxMessageBytes`` is not read
+on (at most that much and one chunk is ever held), and the session ends,
+since nothing after a line given up on can be trusted to be framed right;
+each line is masked (``vodou_engine/masking.py``) so no value taken from the
+environment reaches the SDK, the hub, the store or a person. Reading goes in
+chunks, each a checkpoint, and a large line is masked and parsed on a worker
+thread, so a server that floods its output never holds up a timeout.
+
 The transport follows the spec's shutdown order (close stdin, wait, then
 terminate, then kill), bounded and shielded, so neither a cancelled caller nor
 a stuck server leaves a process behind. A server still working on a call its
@@ -37,6 +46,8 @@ from typing import IO, Any
 
 import trio
 
+from vodou_engine.limits import MAX_MESSAGE_BYTES
+from vodou_engine.masking import Mask
 from vodou_engine.servers import ServerConfig
 from vodou_engine.tools.process import STDIN_GRACE_S, TERM_GRACE_S, forget, signal_group, start
 
@@ -47,6 +58,12 @@ FLUSH_S = 0.5
 
 _READ_CHUNK = 1 << 16
 _STRAY_KEPT = 5
+
+OFF_THREAD_BYTES = 1 << 20
+"""A line at least this long is masked and parsed on a worker thread: the trio thread
+keeps serving timeouts and the other sessions meanwhile."""
+
+_NO_MASK = Mask({})
 
 
 class ServerProcess:
@@ -139,8 +156,13 @@ CURRENT_CALL: ContextVar[CallWatch | None] = ContextVar("vodou_current_call", de
 class Wire:
     """The transport's own knowledge of one server connection."""
 
-    def __init__(self, process: ServerProcess | None):
+    def __init__(self, process: ServerProcess | None, limit: int = MAX_MESSAGE_BYTES):
         self.process = process
+        self.limit = limit
+        """The largest message read from this server, in bytes (its ``maxMessageBytes``)."""
+        self.overflow: int | None = None
+        """Set when a message went over ``limit``: how many of its bytes had come. Nothing was
+        read from the server after that, and the session has ended (``gone``)."""
         self.calls: dict[Any, CallWatch] = {}
         """Calls by request id, from the moment they are sent until they are answered, or
         until their caller is done with them: a call its caller abandoned stays here,
@@ -205,9 +227,9 @@ class Wire:
             if watch.caller_done:  # a late reply to a call given up on: nothing more to keep
                 del self.calls[key]
 
-    def bad_line_read(self, line: bytes, exc: Exception) -> None:
-        reason = _describe(line, exc)
-        request_id = _top_level_id(line)
+    def bad_line_read(self, request_id: Any, reason: str) -> None:
+        """A line that is not JSON-RPC: ``request_id`` is the top-level id it names, if any
+        (:func:`_top_level_id`), ``reason`` why it is not (:func:`_describe`)."""
         watch = self.calls.get(_key(request_id)) if request_id is not None else None
         if watch is None:
             self.bad_lines += 1
@@ -224,6 +246,12 @@ class Wire:
     def ended(self, unfinished: int) -> None:
         self.eof = True
         self.cut_off = unfinished
+
+    def overflowed(self, size: int) -> None:
+        """A message went over the limit: the session ends (every call in flight gets no
+        reply, a later one is not sent), whatever the server writes next."""
+        self.overflow = size
+        self.eof = True
 
 
 def _key(request_id: Any) -> Any:
@@ -348,9 +376,12 @@ async def load_sdk() -> None:
 
 
 @asynccontextmanager
-async def session_streams(process: ServerProcess) -> AsyncIterator[tuple[Any, Any, Wire]]:
+async def session_streams(
+    process: ServerProcess, *, limit: int = MAX_MESSAGE_BYTES, masking: Mask = _NO_MASK
+) -> AsyncIterator[tuple[Any, Any, Wire]]:
     """The (read, write) message streams a ``ClientSession`` takes, bridged to the
-    process's pipes, and the :class:`Wire` that watches them.
+    process's pipes, and the :class:`Wire` that watches them. ``limit``: the largest
+    line read (bytes); ``masking``: applied to every line before the SDK parses it.
 
     The SDK is imported here, after the spawn, so the two overlap. On exit,
     or if the import is cancelled, the server is stopped (see the module
@@ -365,44 +396,65 @@ async def session_streams(process: ServerProcess) -> AsyncIterator[tuple[Any, An
     import mcp_types
     from mcp.shared.message import SessionMessage
 
-    wire = Wire(process)
+    wire = Wire(process, limit)
     to_session, read_stream = anyio.create_memory_object_stream[Any](0)
     write_stream, from_session = anyio.create_memory_object_stream[Any](0)
     writer_done = trio.Event()
     adapter = mcp_types.jsonrpc_message_adapter
     replies = (mcp_types.JSONRPCResponse, mcp_types.JSONRPCError)
 
+    def parse(line: bytes) -> tuple[Any, Any, str | None]:
+        """(the message, or the error the session reports against a pending request;
+        the id a line that is not JSON-RPC names; why it is not)"""
+        line = masking.message(line)
+        try:
+            return SessionMessage(adapter.validate_json(line, by_name=False)), None, None
+        except ValueError as exc:
+            return exc, _top_level_id(line), _describe(line, exc)
+
     async def read_pipe() -> None:
-        pending = bytearray()  # grows in place: a result of many chunks is not copied per chunk
+        pending = bytearray()  # grows in place: a line of many chunks is not copied per chunk
+        too_long = 0  # the size of a line given up on
         try:
             async with to_session:
                 try:
-                    while chunk := await process.stdout.receive_some(_READ_CHUNK):
+                    while not too_long and (chunk := await process.stdout.receive_some(_READ_CHUNK)):
                         pending += chunk
-                        if b"\n" not in chunk:
-                            wire.unfinished = len(pending)
-                            continue
-                        *lines, rest = pending.split(b"\n")
-                        pending = bytearray(rest)
+                        if b"\n" in chunk:
+                            *lines, rest = pending.split(b"\n")
+                            pending = bytearray(rest)
+                            for line in lines:
+                                if len(line) > limit:
+                                    too_long = len(line)
+                                    break
+                                if line and not line.isspace():
+                                    await deliver(line)
                         wire.unfinished = len(pending)
-                        for line in lines:
-                            if not line.strip():
-                                continue
-                            try:
-                                message: Any = SessionMessage(adapter.validate_json(line, by_name=False))
-                            except ValueError as exc:  # the session reports it against the pending request
-                                wire.bad_line_read(bytes(line), exc)
-                                message = exc
-                            else:
-                                # Noted before the session sees it, so a caller woken by it finds the note.
-                                if isinstance(message.message, replies):
-                                    wire.reply_read(message.message.id, error=isinstance(message.message, mcp_types.JSONRPCError))
-                            await to_session.send(message)
+                        if len(pending) > limit:
+                            too_long = too_long or len(pending)
+                    if too_long:
+                        # Given up on: nothing more is read, and the server's next write fails.
+                        wire.overflowed(too_long)
+                        pending = bytearray()
+                        await process.stdout.aclose()
                 finally:
                     # Before the stream closes: the callers the SDK then wakes read this.
                     wire.ended(len(pending.strip()))
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, trio.ClosedResourceError, trio.BrokenResourceError, OSError):
             pass  # the session or our own shutdown closed one end; nothing is left to deliver
+
+    async def deliver(line: bytearray) -> None:
+        if len(line) < OFF_THREAD_BYTES:
+            message, request_id, reason = parse(line)
+        else:
+            # Pure work: the session closing need not wait for it.
+            message, request_id, reason = await trio.to_thread.run_sync(parse, line, abandon_on_cancel=True)
+        if reason is not None:
+            wire.bad_line_read(request_id, reason)
+        elif isinstance(message.message, replies):
+            # Noted before the session sees it, so a caller woken by it finds the note.
+            wire.reply_read(message.message.id, error=isinstance(message.message, mcp_types.JSONRPCError))
+        await to_session.send(message)
 
     async def write_pipe() -> None:
         try:
