@@ -94,7 +94,9 @@ def at_least(a: Risk, b: Risk) -> bool:
     return RISK_ORDER[a] >= RISK_ORDER[b]
 
 
-def policy_path(explicit: str | None = None, *, cwd: str | None = None, environ: dict[str, str] | None = None) -> str | None:
+def policy_path(
+    explicit: str | None = None, *, cwd: str | None = None, environ: dict[str, str] | None = None
+) -> str | None:
     """Where the policy comes from: --policy, VODOU_POLICY, ./vodou-policy.toml, user config."""
     env = os.environ if environ is None else environ
     if explicit:
@@ -115,7 +117,9 @@ def policy_path(explicit: str | None = None, *, cwd: str | None = None, environ:
 _INVALID_HINT = 'see docs/policy.md; e.g. [tools."slack.slack_post_message"] risk = "write"'
 
 
-def load_policy(explicit: str | None = None, *, cwd: str | None = None, environ: dict[str, str] | None = None) -> Policy:
+def load_policy(
+    explicit: str | None = None, *, cwd: str | None = None, environ: dict[str, str] | None = None
+) -> Policy:
     path = policy_path(explicit, cwd=cwd, environ=environ)
     if path is None:
         return Policy()
@@ -133,4 +137,3 @@ def load_policy(explicit: str | None = None, *, cwd: str | None = None, environ:
     except RecursionError:
         raise PolicyError(f"{path}: not a valid policy file: a value is nested too deep", hint=_INVALID_HINT) from None
     return Policy(data, path, hashlib.sha256(raw).hexdigest())
-

@@ -95,8 +95,8 @@ def _segment(s: str) -> tuple[list[str] | None, set[str]]:
     fewest[n] = 0
     for i in range(n - 1, -1, -1):
         for j in range(min(n, i + _MAX_WORD), i, -1):  # longer words first
-            rest = fewest[j]
-            if rest is not None and s[i:j] in CLASS and (fewest[i] is None or rest + 1 < fewest[i]):
+            rest, best = fewest[j], fewest[i]
+            if rest is not None and s[i:j] in CLASS and (best is None or rest + 1 < best):
                 fewest[i] = rest + 1
                 cut[i] = j
     pieces, i = [], 0
@@ -104,7 +104,11 @@ def _segment(s: str) -> tuple[list[str] | None, set[str]]:
         pieces.append(s[i : cut[i]])
         i = cut[i]
     possible = {
-        s[j:i] for j in range(n) if ends[j] for i in range(j + 1, min(n, j + _MAX_WORD) + 1) if fewest[i] is not None and s[j:i] in CLASS
+        s[j:i]
+        for j in range(n)
+        if ends[j]
+        for i in range(j + 1, min(n, j + _MAX_WORD) + 1)
+        if fewest[i] is not None and s[j:i] in CLASS
     }
     return pieces, possible
 
@@ -189,7 +193,9 @@ def words_of(tool: str) -> list[_Word]:
             # own (``4get`` is "forget"), so it is no read evidence
             first = len(_token(parts[0].lower(), parts[0]))
             glued = tool[match.start() - len(out[-1].text) : match.start()] + parts[0]
-            words = [_Word(w.text, PIECE, glued) if i < first and w.cls in _EVIDENCE else w for i, w in enumerate(words)]
+            words = [
+                _Word(w.text, PIECE, glued) if i < first and w.cls in _EVIDENCE else w for i, w in enumerate(words)
+            ]
         if len(parts) > 1 and any(w.cls in (UNKNOWN, PIECE, JOINT) for w in words):
             # the camel split may have cut a word in two (getDELETEitem: get, DELET, Eitem):
             # read the chunk as one merged word as well, and keep what that reading finds
@@ -214,9 +220,10 @@ def _q(word: _Word) -> str:
 
 
 _LOOK_ALIKES = str.maketrans(
-    "\u0430\u0435\u043e\u0440\u0441\u0443\u0445\u0456\u0458\u0455\u0501\u04cf\u043a\u043c\u043d\u0442\u0432"
-    "\u03bf\u03b1\u03b5\u03b9\u03ba\u03bd\u03c1\u03c4\u03c5\u03c7",
-    "aeopcyxijsdlkmhtb" "oaeiknptux",
+    "\u0430\u0435\u043e\u0440\u0441\u0443\u0445\u0456\u0458\u0455\u0501\u04cf\u043a\u043c\u043d\u0442\u0432"  # Cyrillic
+    "\u03bf\u03b1\u03b5\u03b9\u03ba\u03bd\u03c1\u03c4\u03c5\u03c7",  # Greek
+    "aeopcyxijsdlkmhtb"  # the Cyrillic ones as Latin
+    "oaeiknptux",  # the Greek ones
     "\u200b\u200c\u200d\u2060\ufeff\u00ad",
 )
 """Cyrillic and Greek letters that look like Latin ones, and invisible characters (dropped)."""
@@ -249,7 +256,7 @@ def verb_risk(tool: str) -> tuple[Risk, str]:
     unknown: str | None = None
     if not tool.isascii():
         # a letter outside ASCII would split a word where nobody sees a split (a Cyrillic
-        # "е" in "sеnd"): the name is not read, whatever the ASCII pieces say; and if it
+        # U+0435 for the "e" of "send"): the name is not read, whatever the ASCII pieces say; and if it
         # reads as a critical name once its look-alike letters are made ASCII, it is critical
         folded = _ascii_look_alike(tool)
         if folded != tool and folded.isascii():

@@ -57,8 +57,7 @@ WRITE_VERBS = _words(
 """Effect verbs: a name holding one is never read."""
 
 CODE_WORDS = _words(
-    "exec execute eval evaluate run shell bash sh zsh cmd command script sql spawn repl "
-    "powershell python javascript"
+    "exec execute eval evaluate run shell bash sh zsh cmd command script sql spawn repl powershell python javascript"
 )
 """Words that mean the tool runs code or an arbitrary query: effects, never read."""
 
@@ -191,14 +190,25 @@ word of that shape that real tools use (``online``, ``uptime``, ``inbox``) is a 
 SAFE_WORDS, never a reading."""
 
 # -- word classes -----------------------------------------------------------------------------
-# A word's class is what the name rule makes of it. The first eleven come from the vocabularies
-# above; the last four are given by the reader of names (names.py) to what is in no vocabulary:
-# an unknown word, a run of digits, a read word rebuilt from inside a longer word, and a
-# preposition or connector a merged word is run together through.
+# A word's class is what the name rule makes of it: one small int each, compared on every word
+# of every name. The vocabularies above give the first ones; the reader of names (names.py)
+# gives the last four to what no vocabulary holds as it stands.
 
-(READ, READ_NOUN, LOG, WRITE, CODE, CRITICAL, PARTICLE, AMBIGUOUS, PLURAL, CONNECTOR, SAFE, UNKNOWN, NUMBER, PIECE, JOINT) = (
-    range(15)
-)
+READ = 0  # READ_VERBS
+READ_NOUN = 1  # READ_NOUNS
+LOG = 2  # LOG_WORD
+WRITE = 3  # WRITE_VERBS
+CODE = 4  # CODE_WORDS
+CRITICAL = 5  # CRITICAL_VERBS
+PARTICLE = 6  # PARTICLES
+AMBIGUOUS = 7  # AMBIGUOUS_WORDS
+PLURAL = 8  # the plural of a word that is neither read nor safe (PLURALS)
+CONNECTOR = 9  # CONNECTORS
+SAFE = 10  # SAFE_WORDS, and the plurals of read and safe words
+UNKNOWN = 11  # a word in no vocabulary that reads as no words run together either
+NUMBER = 12  # a run of digits
+PIECE = 13  # a read word rebuilt from the inside of a longer word: no evidence
+JOINT = 14  # a preposition or connector a word is run together through
 
 _BASE_CLASS: dict[str, int] = {}
 for _cls, _vocab in (
