@@ -23,6 +23,7 @@ CLEAN = [
     "vodou_engine/compiler",
     "vodou_engine/graph",
     "vodou_engine/store",
+    "vodou_engine/policy",
     "vodou_engine/plan.py",
     "vodou_engine/states.py",
     "vodou_engine/errors.py",

@@ -37,7 +37,11 @@ _COMPILER_FILES = (
     "graph/gate.py",
     "graph/verify.py",
     "bounds.py",
-    "policy.py",
+    "policy/__init__.py",
+    "policy/words.py",
+    "policy/names.py",
+    "policy/annotations.py",
+    "policy/file.py",
     "plan.py",
 )
 
