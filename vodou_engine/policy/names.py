@@ -57,7 +57,9 @@ _OBJECT_PIECES = (SAFE, PLURAL, AMBIGUOUS, READ_NOUN, LOG)
 not a connector (``inspector``), not ``show`` (``showtime``)."""
 
 _MAX_WORD = max(map(len, VOCABULARY))
-_SCANNED_CRITICAL = tuple(sorted(CRITICAL_VERBS - NOT_SCANNED, key=len, reverse=True))
+# Longest first, then alphabetical: the word a verdict names is part of an approval's
+# fingerprint, so it may never depend on a set's order (PYTHONHASHSEED).
+_SCANNED_CRITICAL = tuple(sorted(CRITICAL_VERBS - NOT_SCANNED, key=lambda w: (-len(w), w)))
 _MERGED_MAX = 256
 """Longer merged words are not split into words (they stay unknown: write), only scanned."""
 
@@ -144,7 +146,7 @@ def _merged(token: str, shown: str) -> list[_Word]:
         if w in token:
             out.append(_Word(w, CRITICAL, shown))
             break
-    for w in sorted(possible, key=token.find):
+    for w in sorted(possible, key=lambda w: (token.find(w), -len(w), w)):
         if CLASS[w] in (CRITICAL, WRITE, CODE, PARTICLE) and (pieces is None or w not in pieces):
             out.append(_Word(w, CLASS[w], shown))
     if pieces is None:
@@ -153,7 +155,13 @@ def _merged(token: str, shown: str) -> list[_Word]:
         # its effect and critical pieces still count (``getrm``); its read words do not, and
         # the word is not read as harmless pieces either (``forgets``: ``for gets``)
         if not any(CLASS[p] in _EVIDENCE for p in pieces):
-            out.append(_Word(min((w for w in possible if CLASS[w] in _EVIDENCE), key=token.find), PIECE, shown))
+            out.append(
+                _Word(
+                    min((w for w in possible if CLASS[w] in _EVIDENCE), key=lambda w: (token.find(w), -len(w), w)),
+                    PIECE,
+                    shown,
+                )
+            )
         out.extend(_Word(p, PIECE if CLASS[p] in _EVIDENCE else CLASS[p], shown) for p in pieces)
     else:
         joint = next((p for p in pieces if p in JOINING), None)
