@@ -63,7 +63,9 @@ class Agent:
             from mcp.client.stdio import StdioServerParameters, stdio_client
 
             params = StdioServerParameters(command=self.argv[0], args=self.argv[1:], env=self.env, cwd=str(self.cli.tmp))
-            read, write = await self.stack.enter_async_context(stdio_client(params))
+            # the server's stderr to this test's stderr, named now: the SDK's default is whatever sys.stderr
+            # was when it was first imported, which an in-process `recipe` call of an earlier test may have swapped
+            read, write = await self.stack.enter_async_context(stdio_client(params, errlog=sys.stderr))
             self.session = await self.stack.enter_async_context(ClientSession(read, write, client_info=client_info))
             await self.session.initialize()
         else:

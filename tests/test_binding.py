@@ -106,15 +106,16 @@ def test_the_binding_is_in_the_fingerprint_and_holds_no_secret_value(cli, tmp_pa
     assert secret not in json.dumps(parked)
 
     from vodou_engine.binding import ServerBinding, digest
-    from vodou_engine.runtime.freeze import payload_fingerprint
+    from vodou_engine.runtime.freeze import card_doc, payload_fingerprint
 
     (pending,) = parked["pending"]
     conn = sqlite3.connect(cli.store)
-    payload, policy = (json.loads(v) for v in conn.execute("SELECT payload_json, policy_json FROM approvals").fetchone())
+    payload, policy, approvers = (json.loads(v) for v in conn.execute("SELECT payload_json, policy_json, approvers_json FROM approvals").fetchone())
     conn.close()
+    card = card_doc(approvers=approvers, source=slack["source"])
     bound = ServerBinding(**{k: v for k, v in slack.items() if k != "source"})
-    with_binding = payload_fingerprint(run_id=parked["run"], node_id="post", address="slack.slack_post_message", payload=payload, policy=policy, server=digest(bound))
-    without = payload_fingerprint(run_id=parked["run"], node_id="post", address="slack.slack_post_message", payload=payload, policy=policy)
+    with_binding = payload_fingerprint(run_id=parked["run"], node_id="post", address="slack.slack_post_message", payload=payload, policy=policy, server=digest(bound), card=card)
+    without = payload_fingerprint(run_id=parked["run"], node_id="post", address="slack.slack_post_message", payload=payload, policy=policy, card=card)
     assert pending["fingerprint"] == with_binding != without
 
 

@@ -174,8 +174,12 @@ def test_a_rewritten_payload_is_the_card_on_every_surface_and_the_old_card_decid
 def test_a_payload_that_no_longer_gives_its_fingerprint_is_shown_nowhere_and_decided_by_nobody(cli, tmp_path, ops):
     run = park(cli, write(tmp_path, "post.recipe", POST))["run"]
     rewrite(cli, run, "post", EVIL, refingerprint=False)
-    (card,) = [a["card"] for a in cli("show", run, "--json", expect=0).json()["approvals"] if a["state"] == "pending"]
-    assert card.startswith("✗ refused:") and "no longer matches the fingerprint" in card and "wire" not in card
+    (view,) = [a for a in cli("show", run, "--json", expect=0).json()["approvals"] if a["state"] == "pending"]
+    assert view["tampered"] is True and view["card"] == "" and view["payload"] is None  # flagged, no card, not the bytes
+    assert view["refusal"].startswith("✗ refused:") and "no longer matches the fingerprint" in view["refusal"]
+    assert "wire" not in json.dumps(view)
+    shown_text = cli("show", run, expect=0).out
+    assert "no longer matches the fingerprint" in shown_text and "wire" not in shown_text
     for verb in (("approve", "--yes"), ("reject",)):
         res = cli(*verb[:1], run, "post", *verb[1:])
         assert res.code == 5 and "no longer matches the fingerprint" in res.err and "wire" not in res.out
@@ -185,6 +189,49 @@ def test_a_payload_that_no_longer_gives_its_fingerprint_is_shown_nowhere_and_dec
         assert f'action="/runs/{run}/approve"' not in page  # no card, no form
     assert [a["state"] for a in cli("show", run, "--json", expect=0).json()["approvals"]] == ["pending"]
     assert posts(cli) == []
+
+
+PURGE = (
+    'recipe "purge"\n'
+    'purge: ops.post_message {"channel": "#daily", "text": "purge: delete every message in #daily"}\n'
+    "  preview: ops.get_status {}\n"
+)
+HARMLESS = {"ok": True, "ts": "nothing will be deleted"}
+
+
+@pytest.mark.both_stores
+def test_an_edited_preview_is_shown_nowhere_and_decided_by_nobody(cli, tmp_path, ops):
+    recipe = write(tmp_path, "purge.recipe", PURGE)
+    run = park(cli, recipe)["run"]
+    ((preview,),) = cli.sql("SELECT preview_json FROM approvals WHERE run_id = ?", (run,))
+    assert json.loads(preview)["ok"] is True and "preview:" in cli("show", run, expect=0).out
+    cli.sql("UPDATE approvals SET preview_json = ? WHERE run_id = ?", (json.dumps(HARMLESS), run))  # the payload untouched
+
+    res = cli("approve", run, "purge", "--yes")
+    assert res.code == 5 and "no longer matches the fingerprint" in res.err
+    (view,) = cli("show", run, "--json", expect=0).json()["approvals"]
+    assert view["tampered"] is True and view["card"] == "" and "no longer matches the fingerprint" in view["refusal"]
+    with run_page_for(cli) as (me, _svc):
+        page = me.get(f"/runs/{run}").text
+        assert "no longer matches the fingerprint" in problem(page) and f'action="/runs/{run}/approve"' not in page
+        inbox = me.get("/").text
+        assert "nobody can decide these" in inbox and "no longer matches the fingerprint" in problem(inbox)
+    from vodou_engine.agents.mcp_server import AgentConfig, AgentServer
+
+    (status,) = AgentServer(AgentConfig(store=cli.location, servers=str(cli.tmp / "mcp.json"), see="all")).run_status("agent:helper", run)["pending"]
+    assert status["tampered"] is True and status["card"] == ""
+    for text in (json.dumps(view), res.out, res.err, page, inbox, json.dumps(status), cli("show", run, expect=0).out):
+        assert "nothing will be deleted" not in text
+    assert posts(cli) == [] and [a["state"] for a in cli("show", run, "--json", expect=0).json()["approvals"]] == ["pending"]
+
+    # a question stored before the preview was in its fingerprint is checked as it was fingerprinted then
+    older = park(cli, recipe)["run"]
+    ((payload,),) = cli.sql("SELECT payload_json FROM approvals WHERE run_id = ?", (older,))
+    before = rewrite(cli, older, "purge", json.loads(payload))  # the formula without the rest of the card
+    (view,) = cli("show", older, "--json", expect=0).json()["approvals"]
+    assert not view["tampered"] and "preview:" in view["card"] and view["fingerprint"] == before
+    cli("approve", older, "purge", "--yes", "--fingerprint", before, expect=0)
+    assert posts(cli) == ["purge: delete every message in #daily"]
 
 
 # --- 2: nothing on the card hides ---------------------------------------------------------------------

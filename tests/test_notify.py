@@ -273,6 +273,24 @@ def test_each_pending_approval_goes_to_each_webhook(tmp_path):
     assert len(b.requests) == 2
 
 
+def test_a_question_edited_in_the_store_is_notified_to_nobody(tmp_path, smtp, caplog):
+    """A tampered question has no card and nobody can decide it: no webhook, no email for it;
+    the other question of the run still goes out, and the log says why."""
+    box, port = smtp()
+    with Receiver() as hook:
+        cfg = email_config(tmp_path, port, more=f'[[webhooks]]\nname = "a"\nurl = "{hook.url}"\nsecret = "x"\n')
+        rep = report(approvers=("ana",))
+        edited = PendingApproval(
+            step="mail", approval="a-2", fingerprint="sha256:def", approvers=["bob"], tampered=True,
+            refusal="✗ refused: the stored payload of `mail` … no longer matches the fingerprint it was asked with",
+        )  # fmt: skip
+        out = trio.run(notify_parked, cfg, RunReport(run=rep.run, state="parked", recipe="post", pending=[rep.pending[0], edited]), cfg.run_url(rep.run))
+    assert [(d.kind, d.step, d.status) for d in out] == [("webhook", "post", "sent"), ("email", "post", "sent")]
+    assert [json.loads(r["body"])["step"] for r in hook.requests] == ["post"]
+    assert [m["to"] for m in box.messages] == [["ana@example.org"]]
+    assert "nobody notified" in caplog.text and "mail" in caplog.text
+
+
 def test_nothing_configured_sends_nothing(tmp_path):
     assert trio.run(notify_parked, None, report(), "http://h/runs/x") == []
     assert trio.run(notify_parked, ServeConfig(), report(), "http://h/runs/x") == []

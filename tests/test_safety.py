@@ -203,6 +203,84 @@ def test_the_starter_is_the_default_approver(cli, tmp_path):
     assert len(posts(cli)) == 1
 
 
+def test_an_edited_list_of_approvers_lets_nobody_decide(cli, tmp_path):
+    recipe = write(tmp_path, "team.recipe", "approvers: ana\n" + POST)
+    ana, mallory = cli.approver("ana"), cli.approver("mallory")
+    run = park(cli, recipe, "--as", "ana", env=ana)["run"]
+    cli.sql("UPDATE approvals SET approvers_json = ? WHERE run_id = ?", ('["ana", "mallory"]', run))  # the store decides by it
+    res = cli("approve", run, "post", "--yes", "--as", "mallory", env=mallory)
+    assert res.code == 5 and "no longer matches the fingerprint" in res.err
+    assert posts(cli) == []
+    res = cli("approve", run, "post", "--yes", "--as", "ana", env=ana)  # nobody: who may decide is part of the question
+    assert res.code == 5 and "no longer matches the fingerprint" in res.err
+    (a,) = approvals(cli, run)
+    assert a["tampered"] and a["state"] == "pending" and posts(cli) == []
+    assert ("approval.decided", "mallory") not in cli.sql("SELECT kind, actor FROM events WHERE run_id = ?", (run,))
+
+
+def test_an_edited_expiry_is_refused_and_the_one_asked_still_holds(cli, tmp_path):
+    recipe = write(tmp_path, "soon.recipe", 'post: ops.post_message {"channel": "#daily", "text": "soon"}\n  expires: 1m\n')
+    run = park(cli, recipe)["run"]
+    ((asked, expires),) = cli.sql("SELECT asked_at, expires_at FROM approvals WHERE run_id = ?", (run,))
+    assert expires == asked + 60
+    for edited in (expires + 86400, None):  # a day more; never
+        cli.sql("UPDATE approvals SET expires_at = ? WHERE run_id = ?", (edited, run))
+        res = cli("approve", run, "post", "--yes")
+        assert res.code == 5 and "no longer matches the fingerprint" in res.err
+        assert posts(cli) == [] and approvals(cli, run)[0]["tampered"]
+    cli.sql("UPDATE approvals SET expires_at = ? WHERE run_id = ?", (expires, run))  # as it was asked
+    cli("approve", run, "post", "--yes", expect=0)
+    assert [c["arguments"]["text"] for c in posts(cli)] == ["soon"]
+
+
+def test_the_checks_arguments_are_in_the_fingerprint(cli, tmp_path):
+    (cli.tmp / "mcp.json").unlink()  # the demo chat server: its check reads a channel
+    run = park(cli, write(tmp_path, "guarded.recipe", GUARDED))["run"]
+    ((check,),) = cli.sql("SELECT check_json FROM approvals WHERE run_id = ?", (run,))
+    check = json.loads(check)
+    assert check["args"] == {"channel": "#daily"}
+    # read again before the effect with other arguments that read the same: only the fingerprint can tell
+    cli.sql("UPDATE approvals SET check_json = ? WHERE run_id = ?", (json.dumps({**check, "args": {"channel": "daily"}}), run))
+    res = cli("approve", run, "post", "--yes")
+    assert res.code == 5 and "no longer matches the fingerprint" in res.err
+    assert demo_posts(cli) == [] and approvals(cli, run)[0]["tampered"]
+    assert [c["arguments"] for c in demo_calls(cli.demo_db, tool="slack_get_channel")] == [{"channel": "#daily"}]  # asked once, not read again
+
+
+def test_a_question_stored_under_another_step_is_refused(cli, tmp_path):
+    run = park(cli, write(tmp_path, "plain.recipe", POST))["run"]
+    cli.sql("UPDATE approvals SET step = ? WHERE run_id = ?", ("cleanup", run))  # `approve RUN cleanup` would run `post`
+    res = cli("approve", run, "cleanup", "--yes")
+    assert res.code == 5 and "no longer matches the fingerprint" in res.err
+    assert posts(cli) == [] and approvals(cli, run)[0]["tampered"]
+
+
+def test_an_edit_after_the_decision_stops_the_effect(cli, tmp_path):
+    import functools
+
+    import trio
+
+    from vodou_engine import Runs
+    from vodou_engine.osuser import os_user
+    from vodou_engine.servers import load_servers
+
+    (cli.tmp / "mcp.json").unlink()  # the demo chat server: its check reads a channel
+    run = park(cli, write(tmp_path, "guarded.recipe", GUARDED))["run"]
+    runs = Runs(store=cli.location, servers=load_servers(cwd=cli.tmp, environ=cli.env))
+    try:
+        trio.run(functools.partial(runs.approve, run, "post", actor=os_user(), drive=False))  # decided, not yet driven
+    finally:
+        runs.close()
+    assert [a["state"] for a in approvals(cli, run)] == ["approved"]
+    ((check,),) = cli.sql("SELECT check_json FROM approvals WHERE run_id = ?", (run,))
+    check = json.loads(check)
+    cli.sql("UPDATE approvals SET check_json = ? WHERE run_id = ?", (json.dumps({**check, "args": {"channel": "daily"}}), run))
+    res = cli("resume", run, "--json")
+    assert res.code == 1 and "no longer matches the fingerprint" in res.json()["errors"]["post"]  # the step fails, nothing was executed
+    assert demo_posts(cli) == []
+    assert [c["arguments"] for c in demo_calls(cli.demo_db, tool="slack_get_channel")] == [{"channel": "#daily"}]  # not read again
+
+
 # --- 7: idempotency key ------------------------------------------------------------------
 def test_idempotency_key_is_derived_passed_and_recorded(cli, brief):
     from vodou_engine.runtime.freeze import idempotency_key

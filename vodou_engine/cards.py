@@ -280,8 +280,9 @@ def question_outputs(plan: Plan, node: QuestionNode, outputs: Mapping[str, Any])
 
 def stored_card(approval: Any, plan: Plan, bindings: Mapping[str, Any]) -> str:
     """The card of a stored question, rendered now from its frozen payload. Refused
-    (``TamperedError``) when the payload, check read or risk verdict stored with it no longer
-    give the fingerprint it was asked with: a person never reads, nor decides, a card whose
+    (``TamperedError``) when anything stored with it that the card shows or the run decides
+    by (payload, check, risk verdict, preview, who may decide, expiry) is no longer what it
+    was asked with (:func:`check_untampered`): a person never reads, nor decides, a card whose
     bytes are not the ones that would run."""
     import msgspec
 
@@ -300,55 +301,60 @@ REFUSED = "✗ refused: "
 """How the text in place of a tampered question's card begins (no card begins so)."""
 
 
-def card_or_refusal(approval: Any, plan: Plan, bindings: Mapping[str, Any]) -> str:
-    """:func:`stored_card`, or for a tampered question the refusal in its place (a run's
-    record still shows, without a card to decide from)."""
+def card_and_refusal(approval: Any, plan: Plan, bindings: Mapping[str, Any]) -> tuple[str, str | None]:
+    """(:func:`stored_card`, None), or for a tampered question ("", the refusal shown in its
+    place): a run's record still shows, with no card to decide from."""
     from .errors import TamperedError
 
     try:
-        return stored_card(approval, plan, bindings)
+        return stored_card(approval, plan, bindings), None
     except TamperedError as exc:
-        return REFUSED + exc.message
+        return "", REFUSED + exc.message
 
 
-def is_refusal(card: str | None) -> bool:
-    return bool(card) and card.startswith(REFUSED)
+def card_or_refusal(approval: Any, plan: Plan, bindings: Mapping[str, Any]) -> str:
+    """:func:`stored_card`, or for a tampered question the refusal in its place."""
+    card, refusal = card_and_refusal(approval, plan, bindings)
+    return refusal or card
 
 
 def check_untampered(approval: Any, plan: Plan, bindings: Mapping[str, Any], payload: Any = None) -> tuple[Any, ToolNode | None]:
-    """The question's gate and step, once the fingerprint recomputed over what is stored
-    (payload, node, address, risk verdict, check read, server binding) is the one it was
-    asked with; else ``TamperedError``."""
+    """The question's gate and step, once what is stored of it is what it was asked with; else
+    ``TamperedError``. The fingerprint recomputed over the row (payload, node, address, risk
+    verdict, check read, server binding, and the rest of what the card shows: who may decide,
+    the preview, the check's arguments, the server file's name) must be the one it was asked
+    with (a question stored before the rest of the card was covered: as it was fingerprinted
+    then); the step it is stored under must be the one its node guards; and it must expire when
+    the plan says, counted from when it was asked."""
     import msgspec
 
-    from .binding import digest
     from .errors import TamperedError
-    from .runtime.freeze import payload_fingerprint
+    from .runtime.freeze import expiry_s, gives_its_fingerprint
 
     index = plan.index()
     gate = index.get(approval.node_id)
     step = index.get(gate.step) if isinstance(gate, ApprovalNode) else None
-    fp = None
+    as_asked = False
     if (isinstance(gate, ApprovalNode) and isinstance(step, ToolNode)) or isinstance(gate, QuestionNode):
+        node_id = step.id if step is not None else gate.id
         try:
             if payload is None:
                 payload = msgspec.json.decode(approval.payload_json)
-            fp = payload_fingerprint(
-                run_id=approval.run_id,
-                node_id=step.id if step is not None else gate.id,
-                address=step.address if step is not None else "question",
-                payload=payload,
-                policy=msgspec.json.decode(approval.policy_json) if approval.policy_json else None,
-                observed=msgspec.json.decode(approval.check_json)["result"] if approval.check_json else None,
-                server=digest(bindings.get(step.server)) if step is not None else "",
-            )
+            as_asked = (
+                approval.step == node_id
+                and approval.expires_at == approval.asked_at + expiry_s(plan.options, step)
+                and gives_its_fingerprint(
+                    approval, node_id=node_id, address=step.address if step is not None else "question", payload=payload,
+                    server=bindings.get(step.server) if step is not None else None,
+                )
+            )  # fmt: skip
         except (msgspec.DecodeError, KeyError, TypeError):
-            fp = None
-    if fp is None or fp != approval.fingerprint or not approval.policy_json:
+            as_asked = False
+    if not as_asked or not approval.policy_json:
         raise TamperedError(
-            f"the stored payload of `{approval.step}` no longer matches the fingerprint it was asked with "
-            f"({approval.fingerprint}): it, or what was checked with it, was edited in the store; "
-            "it is not shown and cannot be decided",
+            f"the stored payload of `{approval.step}`, or what was checked or shown with it (the preview, who may "
+            f"decide, the expiry), no longer matches the fingerprint it was asked with ({approval.fingerprint}): "
+            "it was edited in the store; it is not shown and cannot be decided",
             hint=f"nobody can tell what was meant to run: cancel the run (recipe cancel {approval.run_id}) and start a new one",
             run=approval.run_id, step=approval.step, fingerprint=approval.fingerprint,
         )  # fmt: skip

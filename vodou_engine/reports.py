@@ -25,9 +25,12 @@ class PendingApproval(Doc):
     expires_at: float | None = None
     card: str = ""
     """Rendered from the frozen payload when this document was made (``cards.stored_card``),
-    every hidden character marked; for a question whose payload no longer gives its
-    fingerprint, the refusal instead."""
+    every hidden character marked; empty for a tampered question."""
     approvers: list[str] = []
+    tampered: bool = False
+    """What is stored of this question no longer gives its fingerprint (the store was edited):
+    it has no card and nobody can decide it (``refusal`` says so, to be shown in its place)."""
+    refusal: str | None = None
 
 
 class Together(Doc):
@@ -109,9 +112,15 @@ class ApprovalView(Doc):
     decided_at: float | None = None
     reason: str | None = None
     card: str = ""
-    """As :attr:`PendingApproval.card`: rendered now from the stored payload, never the stored text."""
+    """As :attr:`PendingApproval.card`: rendered now from the stored payload, never the stored text;
+    empty for a tampered question."""
     approvers: list[str] = []
     payload: Any = None
+    """The frozen payload; None for a tampered question, whose stored bytes are no longer the
+    question (they stay in the store, for whoever looks into the edit)."""
+    tampered: bool = False
+    """As :attr:`PendingApproval.tampered`."""
+    refusal: str | None = None
 
 
 class EffectView(Doc):

@@ -392,12 +392,14 @@ class Runs:
         from .runtime.driver import pending_view
 
         from .binding import decode_bindings
+        from .bounds import check_plan
         from .cards import check_untampered
         from .runtime.plans import check_stored_plan
 
         store = self.store(create=False)
         run, approval = _find_approval(store, run_id, step)
         plan, bindings = check_stored_plan(run.plan_json, run.plan_fingerprint), decode_bindings(run.servers_json)
+        check_plan(plan)  # a plan no drive would take (refused as a drive refuses it), before its expiry is read
         check_untampered(approval, plan, bindings)  # a card whose bytes are not those that would run is never shown
         return pending_view(approval, plan, bindings)
 
@@ -1264,6 +1266,20 @@ def _effect_view(eff: Any, approvals: Mapping[str, Any], plan: Plan | None, bind
 _EFFECT_STEP = {EffectState.EXECUTED: NodeState.SUCCEEDED, EffectState.FAILED: NodeState.FAILED, EffectState.EXECUTING: EffectState.EXECUTING}
 
 
+def _approval_view(a: Any, plan: Plan, bindings: Mapping[str, Any], dec: Any) -> ApprovalView:
+    """A question as every surface shows it: its card rendered now; a tampered one flagged,
+    with no card and no payload (its stored bytes are not the question any more)."""
+    from .cards import card_and_refusal
+
+    card, refusal = card_and_refusal(a, plan, bindings)
+    return ApprovalView(
+        id=a.id, step=a.step, state=a.state, fingerprint=a.fingerprint, asked_at=a.asked_at, expires_at=a.expires_at,
+        decided_by=a.decided_by, decided_at=a.decided_at, reason=a.reason, card=card,
+        approvers=dec.decode(a.approvers_json) if a.approvers_json else [],
+        payload=None if refusal is not None else dec.decode(a.payload_json), tampered=refusal is not None, refusal=refusal,
+    )  # fmt: skip
+
+
 def _view(store: Any, run: Any, now: float) -> RunView:
     from .runtime.plans import check_stored_plan
 
@@ -1282,8 +1298,6 @@ def _view(store: Any, run: Any, now: float) -> RunView:
     # `unknown` never stands for "not finished yet".
     by_effect = {e.step: _EFFECT_STEP.get(e.state, NodeState.UNKNOWN) for e in effects}
     bindings = decode_bindings(run.servers_json)
-    from .cards import card_or_refusal
-
     for n in plan.nodes:
         rec = nodes.get(n.id)
         st = by_effect.get(n.id) or (rec.state if rec else NodeState.PENDING)
@@ -1308,14 +1322,7 @@ def _view(store: Any, run: Any, now: float) -> RunView:
         recipe_path=run.recipe_path,
         inputs=dec.decode(run.inputs_json) if run.inputs_json else {},
         nodes=node_views,
-        approvals=[
-            ApprovalView(
-                id=a.id, step=a.step, state=a.state, fingerprint=a.fingerprint, asked_at=a.asked_at, expires_at=a.expires_at,
-                decided_by=a.decided_by, decided_at=a.decided_at, reason=a.reason, card=card_or_refusal(a, plan, bindings),
-                approvers=dec.decode(a.approvers_json) if a.approvers_json else [], payload=dec.decode(a.payload_json),
-            )
-            for a in approvals
-        ],  # fmt: skip
+        approvals=[_approval_view(a, plan, bindings, dec) for a in approvals],
         effects=[_effect_view(e, by_id, plan, bindings) for e in effects],
         together=together_stats(plan, times, states),
         servers={name: {"command": b.command_line(), "source": b.source, "executable": b.executable, "workdir": b.workdir} for name, b in bindings.items()},

@@ -187,7 +187,7 @@ class AgentServer:
         return [
             {
                 "step": p.step, "fingerprint": p.fingerprint, "expires_at": p.expires_at, "approvers": p.approvers,
-                "card": p.card, "decide": self.decide(run_id, p.step),
+                "card": p.card, "decide": self.decide(run_id, p.step), **({"tampered": True, "refusal": p.refusal} if p.tampered else {}),
             }
             for p in pending
         ]  # fmt: skip
@@ -368,6 +368,7 @@ class AgentServer:
             {
                 "step": a.step, "fingerprint": a.fingerprint, "asked_at": a.asked_at, "expires_at": a.expires_at,
                 "approvers": a.approvers, "card": a.card, "decide": self.decide(view.run, a.step),
+                **({"tampered": True, "refusal": a.refusal} if a.tampered else {}),
             }
             for a in pending
         ]  # fmt: skip

@@ -71,6 +71,9 @@ async def _notify(config: ServeConfig, report: RunReport, run_url: str, sleep: S
     mail: list[tuple[int, EmailMessage, PendingApproval, str]] = []
     slot = 0
     for p in report.pending:
+        if p.tampered:  # no card to show and nothing to decide: the run page says why
+            logger.warning("run %s step %s: nobody notified: %s", report.run, p.step, p.refusal)
+            continue
         for hook in config.webhooks:
             hooks.append((slot, hook, p))
             slot += 1

@@ -185,11 +185,12 @@ def report(run: Any, plan: Plan, verdict: RunState | None, journal: Journal, pen
 
 
 def pending_view(a: Any, plan: Plan, bindings: dict) -> PendingApproval:
-    """A waiting question, its card rendered now from its frozen payload (a tampered one
-    shows the refusal instead: ``cards.card_or_refusal``)."""
-    from ..cards import card_or_refusal
+    """A waiting question, its card rendered now from its frozen payload (a tampered one has
+    no card, and the refusal instead: ``cards.card_and_refusal``)."""
+    from ..cards import card_and_refusal
 
+    card, refusal = card_and_refusal(a, plan, bindings)
     return PendingApproval(
-        step=a.step, approval=a.id, fingerprint=a.fingerprint, expires_at=a.expires_at, card=card_or_refusal(a, plan, bindings),
-        approvers=msgspec.json.decode(a.approvers_json) if a.approvers_json else [],
-    )
+        step=a.step, approval=a.id, fingerprint=a.fingerprint, expires_at=a.expires_at, card=card,
+        approvers=msgspec.json.decode(a.approvers_json) if a.approvers_json else [], tampered=refusal is not None, refusal=refusal,
+    )  # fmt: skip

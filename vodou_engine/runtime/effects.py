@@ -34,7 +34,7 @@ from ..states import EffectState, NodeState
 from ..store import ApprovalRecord
 from .context import RunContext
 from .faults import crashpoint
-from .freeze import idempotency_key, payload_fingerprint
+from .freeze import gives_its_fingerprint, idempotency_key, payload_fingerprint
 from .gates import Gates
 from .journal import Journal
 
@@ -177,16 +177,17 @@ class Effects:
 
     def _check_untampered(self, node: ToolNode, approval: ApprovalRecord, payload: Any) -> None:
         ctx = self.ctx
-        policy = msgspec.json.decode(approval.policy_json) if approval.policy_json else ctx.policy_doc(node)
-        observed = msgspec.json.decode(approval.check_json)["result"] if approval.check_json else None
-        fp = payload_fingerprint(
-            run_id=ctx.run_id, node_id=node.id, address=node.address, payload=payload, policy=policy, observed=observed,
-            server=ctx.server_digest(node.server),
-        )
-        if fp != approval.fingerprint:
+        if not approval.policy_json:  # a question stored before its risk verdict was
+            approval = msgspec.structs.replace(approval, policy_json=_json.encode(ctx.policy_doc(node)))
+        policy = msgspec.json.decode(approval.policy_json)
+        try:
+            as_asked = gives_its_fingerprint(approval, node_id=node.id, address=node.address, payload=payload, server=ctx.servers.get(node.server))
+        except (msgspec.DecodeError, KeyError, TypeError):
+            as_asked = False
+        if approval.run_id != ctx.run_id or not as_asked:
             raise TamperedError(
-                f"the stored payload of `{node.id}` (or the server it is bound to) no longer matches the fingerprint "
-                f"that was approved ({approval.fingerprint}); nothing was executed",
+                f"the stored payload of `{node.id}` (or what was checked or shown with it, or the server it is bound to) "
+                f"no longer matches the fingerprint that was approved ({approval.fingerprint}); nothing was executed",
                 hint="the store was edited after the question; the audit log has what was approved",
                 run=ctx.run_id, step=node.id,
             )

@@ -2,13 +2,15 @@
 
 At an approval node the step's arguments are rendered once, its preview
 and check are read, and the payload is frozen and fingerprinted (payload,
-address, node, run, risk verdict, server binding, and what the check saw)
-and stored; the node then waits. A question with no effect of its own freezes
-the outputs it asks about with it (the steps it follows, and those it names),
-so its card shows what the person is asked to judge. Every surface renders the
-card again from the stored payload (``cards.stored_card``); the card text stored
-here is a record of what was shown when it was asked. A later drive finds
-the decision in the store. A gate whose branch a quorum dropped has its
+address, node, run, risk verdict, server binding, what the check saw, and
+the rest of what the card shows: who may decide, the preview, the check's
+arguments, the server file's name) and stored; the node then waits. A
+question with no effect of its own freezes the outputs it asks about with it
+(the steps it follows, and those it names), so its card shows what the
+person is asked to judge. Every surface renders the card again from the
+stored payload (``cards.stored_card``); the card text stored here is a
+record of what was shown when it was asked. A later drive finds the
+decision in the store. A gate whose branch a quorum dropped has its
 question withdrawn, so nobody can decide it afterwards.
 """
 
@@ -23,7 +25,7 @@ from ..states import ApprovalState, NodeState
 from ..store import ApprovalRecord
 from .context import RunContext
 from .faults import crashpoint
-from .freeze import payload_fingerprint
+from .freeze import card_doc, expiry_s, payload_fingerprint
 from .journal import Journal
 
 _json = msgspec.json.Encoder(order="deterministic")
@@ -85,7 +87,6 @@ class Gates:
             if step.check is not None:
                 args = self.render(step.check.args)
                 check = {"args": args, "result": await self.tools.read(step.check.server, step.check.tool, args)}
-            expires_s = step.expires_s or options.approval_expires_s
             server = ctx.servers.get(step.server)
         else:
             from ..cards import question_outputs
@@ -95,9 +96,10 @@ class Gates:
             if about:  # what the person is asked to judge is frozen with the question, and shown
                 payload["outputs"] = about
             address = "question"
-            expires_s = options.approval_expires_s
             server = None
         policy = ctx.policy_doc(step)
+        now = ctx.clock()
+        expires_at = now + expiry_s(options, step)  # checked against the plan whenever it is shown or decided
         fp = payload_fingerprint(
             run_id=ctx.run_id,
             node_id=step.id if step else node.id,
@@ -106,13 +108,16 @@ class Gates:
             policy=policy,
             observed=None if check is None else check["result"],
             server=ctx.server_digest(step.server) if step else "",
-        )
-        now = ctx.clock()
+            card=card_doc(
+                approvers=ctx.approvers, preview=preview, check_args=None if check is None else check["args"],
+                has_check=check is not None, source=server.source if server is not None else "",
+            ),
+        )  # fmt: skip
         from ..cards import approval_card_text
 
         card = approval_card_text(
             run_id=ctx.run_id, step=step, question=question, payload=payload, fingerprint=fp, preview=preview,
-            expires_at=now + expires_s, approvers=ctx.approvers, server=server,
+            expires_at=expires_at, approvers=ctx.approvers, server=server,
         )
         rec = ApprovalRecord(
             id=f"{ctx.run_id}/{node.id}/{int(now * 1000):x}",
@@ -126,7 +131,7 @@ class Gates:
             preview_json=None if preview is None else _json.encode(preview).decode(),
             check_json=None if check is None else _json.encode(check).decode(),
             policy_json=_json.encode(policy).decode(),
-            expires_at=now + expires_s,
+            expires_at=expires_at,
             approvers_json=_json.encode(ctx.approvers).decode(),
         )
         self.forget()

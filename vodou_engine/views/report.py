@@ -147,6 +147,10 @@ def report(rep: RunReport, *, json_out: bool = False, store_flag: str = "") -> i
     if rep.state == "parked":
         for a in rep.pending:
             say("")
+            if a.tampered:  # no card, nothing to decide: the refusal in its place
+                say(a.refusal or "", style="bold red")
+                say(f"cancel:   recipe cancel {rep.run}{store_flag}")
+                continue
             say(a.card)
             say(f"approve:  recipe approve {rep.run} {a.step} --fingerprint {a.fingerprint}{store_flag}", style="bold")
             say(f"reject:   recipe reject {rep.run} {a.step}{store_flag}")
@@ -278,8 +282,8 @@ def show(view: RunView, *, json_out: bool = False, audit: bool = False, full: bo
         if a.reason:
             line += f", reason: {a.reason}"
         say(line + f"  {a.fingerprint}")
-        if a.state == "pending" and a.card:  # rendered from the frozen payload just now, never the stored text
-            say("\n".join("  " + row for row in a.card.splitlines()))
+        if a.state == "pending" and (a.card or a.refusal):  # rendered from the frozen payload just now, never the stored text
+            say("\n".join("  " + row for row in (a.card or a.refusal or "").splitlines()))
     for e in view.effects:
         if e.state == "unknown":
             say(

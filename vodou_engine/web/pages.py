@@ -14,7 +14,6 @@ from typing import Any
 
 import msgspec
 
-from ..cards import is_refusal
 from ..text_safety import json_text, shown
 
 MAX_SHOWN = 64 * 1024
@@ -99,10 +98,18 @@ def _decode(raw: str | bytes | None) -> Any:
 
 
 def inbox(runs: Any, me: str, now: float) -> dict[str, Any]:
-    """Pending questions: those ``me`` may decide, and the others."""
-    mine, others = [], []
+    """Pending questions: those ``me`` may decide, the others, and those that no longer give
+    their fingerprint (the store was edited: listed for everyone, with who may decide left
+    out, since that is part of what was edited)."""
+    mine, others, tampered = [], [], []
     dec = msgspec.json.Decoder(list[str])
-    for row in runs.store(create=False, readonly=True).inbox():
+    store = runs.store(create=False, readonly=True)
+    rows = store.inbox()
+    edited = _tampered(store, rows)
+    for row in rows:
+        if row.approval_id in edited:
+            tampered.append({"run": row.run_id, "step": row.step, "recipe": row.recipe_name, "started_by": row.started_by, "refusal": edited[row.approval_id]})
+            continue
         approvers = dec.decode(row.approvers_json) if row.approvers_json else []
         item = {
             "run": row.run_id,
@@ -119,13 +126,12 @@ def inbox(runs: Any, me: str, now: float) -> dict[str, Any]:
         (mine if not approvers or me in approvers else others).append(item)
     mine.reverse()  # newest first
     others.reverse()
-    store = runs.store(create=False, readonly=True)
     lapsed, waiting = [], []
     for r, name, by, at in store.parked_unasked():
         why = parked_why(store, r, now)
         item = {"run": r, "recipe": name, "started_by": by, "since": ago(at, now), "why": why}
         (lapsed if why["kind"] == "expired" else waiting).append(item)
-    return {"mine": mine, "others": others, "lapsed": lapsed, "waiting": waiting}
+    return {"mine": mine, "others": others, "tampered": tampered, "lapsed": lapsed, "waiting": waiting}
 
 
 def parked_why(store: Any, run_id: str, now: float) -> dict[str, Any]:
@@ -163,13 +169,50 @@ def parked_why(store: Any, run_id: str, now: float) -> dict[str, Any]:
     return {"kind": "other", "text": "No question is open.", "detail": []}
 
 
+def _tampered(store: Any, rows: list[Any]) -> dict[str, str]:
+    """Of the inbox's questions, those whose stored row no longer gives its fingerprint (or
+    whose run's plan was edited): approval id -> the refusal. What the inbox lists beside a
+    question (who may decide, its expiry) is read from the same row, so it is checked first.
+    One read of the pending questions, one of each run, and each distinct plan decoded once:
+    the runs of one recipe share it."""
+    from ..binding import decode_bindings
+    from ..cards import REFUSED, check_untampered
+    from ..errors import VodouError
+    from ..runtime.plans import check_stored_plan
+
+    pending = {a.id: a for a in store.pending_approvals()}
+    by_run: dict[str, list[Any]] = {}
+    for row in rows:
+        if row.approval_id in pending:  # else decided since the inbox was read
+            by_run.setdefault(row.run_id, []).append(pending[row.approval_id])
+    plans: dict[tuple[str, str], Any] = {}
+    out: dict[str, str] = {}
+    for run_id, questions in by_run.items():
+        run = store.get_run(run_id)
+        key = (run.plan_json, run.plan_fingerprint)
+        if key not in plans:
+            try:
+                plans[key] = check_stored_plan(run.plan_json, run.plan_fingerprint)
+            except VodouError as exc:  # an edited plan: none of its questions can be decided
+                plans[key] = exc
+        plan = plans[key]
+        for a in questions:
+            try:
+                if isinstance(plan, VodouError):
+                    raise plan
+                check_untampered(a, plan, decode_bindings(run.servers_json))
+            except VodouError as exc:
+                out[a.id] = REFUSED + exc.message
+    return out
+
+
 # --- a run ------------------------------------------------------------------------------------------
 
 
 def run_page(runs: Any, run_id: str, me: str, now: float) -> dict[str, Any]:
-    view = runs.show(run_id)
     store = runs.store(create=False, readonly=True)
-    extras = store.approval_extras(run_id)
+    extras = store.approval_extras(run_id)  # read before Runs.show checks each question against its fingerprint
+    view = runs.show(run_id)
     record = store.get_run(run_id)
     pending = []
     history = []
@@ -190,11 +233,12 @@ def run_page(runs: Any, run_id: str, me: str, now: float) -> dict[str, Any]:
             "decided_by": a.decided_by,
             "decided": clock(a.decided_at),
             "reason": a.reason,
-            "card": a.card,  # rendered from the frozen payload just now (Runs.show), never the stored text
-            "refused": is_refusal(a.card),  # its payload no longer matches its fingerprint: no card, no form
-            "payload": json_text(a.payload),  # whole: it is what runs
-            "preview": None if preview_json is None else pretty(_decode(preview_json)),
-            "check": None if check_json is None else _decode(check_json),
+            "card": a.card or a.refusal,  # rendered from the frozen payload just now (Runs.show), never the stored text
+            "refused": a.tampered,  # what is stored no longer gives its fingerprint: no card, no form, nothing from its row
+            "payload": None if a.tampered else json_text(a.payload),  # whole: it is what runs
+            # checked with the card: the fingerprint covers the preview and the check's arguments and read
+            "preview": None if a.tampered or preview_json is None else pretty(_decode(preview_json)),
+            "check": None if a.tampered or check_json is None else _decode(check_json),
         }
         if item["check"] is not None:
             item["check"] = {"args": pretty(item["check"].get("args")), "result": pretty(item["check"].get("result"))}
