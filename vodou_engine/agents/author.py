@@ -196,7 +196,8 @@ def draft(
     system, user = prompt_for(sentence, catalogue)
     conversation = m.conversation()
     reply = _ask(conversation, user, system, m.model_id)
-    from .checks import check_text, error_data
+    from .checks import check_text
+    from .error_data import error_data
 
     for round_ in range(corrections + 1):
         text = extract_recipe(reply)

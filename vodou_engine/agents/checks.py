@@ -8,56 +8,17 @@ listed from the live servers (``catalogue.py``), so a misspelt tool is reported 
 the closest real name and a server's annotations raise a risk, exactly as
 ``Runs.inspect`` does, without starting the servers again for every check. A run is
 never started from a check: ``start_run`` resolves against the live servers afresh.
+
+An error becomes data in ``error_data.py``, which the server uses without loading the
+compiler; who decides an agent's run is ``approvers.py``'s.
 """
 
 from __future__ import annotations
 
 import io
-import re
 from typing import Any, Mapping
 
-MAX_ERROR_TEXT = 2000
-
-
-def caret_line(exc: Any) -> str | None:
-    """The line of spaces and carets that goes under ``exc.source_line``."""
-    source, column = getattr(exc, "source_line", None), getattr(exc, "column", None)
-    if source is None or column is None:
-        return None
-    text = source.rstrip("\n").expandtabs(1)
-    width = max(1, getattr(exc, "width", 1) or 1)
-    return " " * (column - 1) + "^" * min(width, max(1, len(text) - column + 1))
-
-
-def error_data(exc: BaseException) -> dict[str, Any]:
-    """An error as data: ``code``, ``message``, ``hint``, ``line``/``column``/``source_line``/
-    ``caret`` for a recipe error, ``facts``, and ``text`` (the whole rendering)."""
-    from ..errors import VodouError
-
-    if not isinstance(exc, VodouError):
-        return {"code": "failed", "message": f"{type(exc).__name__}: {exc}"[:MAX_ERROR_TEXT], "text": f"{type(exc).__name__}: {exc}"[:MAX_ERROR_TEXT]}
-    out: dict[str, Any] = {"code": exc.code, "message": exc.message}
-    if exc.hint:
-        out["hint"] = exc.hint
-    line = getattr(exc, "line", None)
-    if line is not None:
-        out["line"] = line
-        out["column"] = getattr(exc, "column", None)
-        source = getattr(exc, "source_line", None)
-        if source is not None:
-            out["source_line"] = source.rstrip("\n").expandtabs(1)
-            caret = caret_line(exc)
-            if caret is not None:
-                out["caret"] = caret
-    facts = {k: v for k, v in exc.facts.items() if k not in ("line", "column", "source_line", "path") and _plain(v)}
-    if facts:
-        out["facts"] = facts
-    out["text"] = str(exc)[:MAX_ERROR_TEXT]
-    return out
-
-
-def _plain(value: Any) -> bool:
-    return value is None or isinstance(value, (str, int, float, bool)) or (isinstance(value, (list, tuple)) and all(isinstance(v, (str, int, float, bool)) for v in value))
+from .error_data import error_data
 
 
 def render(renderable: Any, width: int = 120) -> str:
@@ -277,30 +238,3 @@ def _server_of(plan: Any, key: str) -> str | None:
         return None
     ref = getattr(node, what, None) if what else node
     return getattr(ref, "server", None)
-
-
-# --- who decides an agent's run ---------------------------------------------------------------
-
-PERSON = re.compile(r"[A-Za-z0-9_.@+-]+")
-"""An approver's name, as the recipe language spells one (``approvers: ana, bruno``)."""
-
-
-def with_approvers(text: str, plan: Any, approvers: list[str]) -> tuple[str, bool]:
-    """``text`` with ``approvers: ...`` added at the end when the recipe names none.
-
-    The run API makes whoever starts a run its approver when the recipe names no
-    ``approvers:``; for an agent that would be the agent itself, which never decides.
-    So an agent's recipe without that line gets the people this server runs for, as a
-    header line a person can read on the card. Returns (text, whether it was added)."""
-    from ..errors import UsageError
-
-    if plan.options.approvers:
-        return text, False
-    bad = [a for a in approvers if not PERSON.fullmatch(a)]
-    if not approvers or bad:
-        raise UsageError(
-            f"cannot name the approvers of an agent's run: {', '.join(map(repr, bad)) or 'none configured'} is not a usable approver name",
-            hint="start the agent server with --approver NAME (letters, digits and _ . @ + -)",
-        )
-    body = text if text.endswith("\n") or not text else text + "\n"
-    return body + "approvers: " + ", ".join(approvers) + "   # added: an agent's run is decided by a person\n", True

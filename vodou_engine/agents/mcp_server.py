@@ -235,7 +235,7 @@ class AgentServer:
         return data
 
     def save_recipe(self, identity: str, recipe: str, name: str | None) -> dict[str, Any]:
-        from .checks import with_approvers
+        from .approvers import with_approvers
 
         source = f"{name or 'agent'}.recipe"
         plan = self.compiled(recipe, name or "agent")
@@ -278,7 +278,7 @@ class AgentServer:
         ``start_wait_s`` (a long read must not hold the agent's call): then it is
         reported ``running`` and keeps going; run_status follows it."""
         from ..runs import new_run_id, resolve_inputs
-        from .checks import with_approvers
+        from .approvers import with_approvers
 
         plan = self.compiled(recipe, name or "agent")
         people = self.settings(identity).people()
@@ -630,7 +630,7 @@ def _offer_tools_only(server: Any) -> None:
 def _error_result(exc: BaseException, CallToolResult: Any, TextContent: Any, json: Any) -> Any:
     from ..errors import VodouError
     from ..runs import plain_error
-    from .checks import error_data
+    from .error_data import error_data
 
     if isinstance(exc, BaseExceptionGroup):
         leaf = plain_error(exc)

@@ -121,7 +121,7 @@ class ServedAgentServer(AgentServer):
     def start_run(self, identity: str, recipe: str, inputs: dict[str, Any] | None, name: str | None) -> dict[str, Any]:
         """In the service, on its warm servers; the call returns once the run parks or ends,
         or after ``start_wait_s`` (it goes on; run_status follows it)."""
-        from ..agents.checks import with_approvers
+        from ..agents.approvers import with_approvers
         from ..runs import resolve_inputs
 
         wait_s = self.config.start_wait_s
