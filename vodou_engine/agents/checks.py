@@ -16,16 +16,24 @@ compiler; who decides an agent's run is ``approvers.py``'s.
 from __future__ import annotations
 
 import io
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
+from rich.console import Console
+
+from ..cards import plan_card
+from ..compiler import compile_recipe
+from ..compiler.words import written_address
+from ..errors import RecipeError, VodouError
+from ..plan import ApprovalNode, JoinNode, QuestionNode, ToolNode, WriteNode
+from ..planning import missing, resolve, servers_of
+from ..text_safety import source_warnings
 from .error_data import error_data
 
 
 def render(renderable: Any, width: int = 120) -> str:
     """A rich renderable as plain text (no colour, no control codes). Columns are laid
     out for ``width``; a longer line is kept whole, not wrapped mid-sentence."""
-    from rich.console import Console
-
     buf = io.StringIO()
     Console(file=buf, width=width, color_system=None, highlight=False, emoji=False).print(renderable, soft_wrap=True)
     return buf.getvalue()
@@ -40,8 +48,6 @@ FOR_AN_AGENT = "Only a person can let it run without asking (their own recipe fi
 def card_text(
     plan: Any, *, status: Mapping[str, Any] | None = None, servers: Mapping[str, str] | None = None, servers_note: str | None = None, source: str | None = None, agent: bool = True
 ) -> str:
-    from ..cards import plan_card
-
     model = plan.options.model
     writer = f"model {model}" if model else "the model the run is started with, else the offline writer"
     text = render(plan_card(plan, source=source, status=status, writer=writer, servers_note=servers_note, servers=servers))
@@ -50,8 +56,6 @@ def card_text(
 
 def card_data(plan: Any, status: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The plan card as data: one entry per step, in the order the card shows them."""
-    from ..plan import ApprovalNode, JoinNode, QuestionNode, ToolNode, WriteNode
-
     status = status or {}
     gates = {n.step: n for n in plan.nodes if isinstance(n, ApprovalNode)}
     steps: list[dict[str, Any]] = []
@@ -100,9 +104,6 @@ def card_data(plan: Any, status: Mapping[str, Any] | None = None) -> dict[str, A
 def opt_out_error(plan: Any) -> Any:
     """The error an agent's recipe that opts out of asking gets: the run API refuses such a
     recipe from an agent when it is started or saved; a check says so first."""
-    from ..errors import RecipeError
-    from ..plan import ToolNode
-
     opted = [n for n in plan.nodes if isinstance(n, ToolNode) and n.without_asking]
     if not opted:
         return None
@@ -163,13 +164,8 @@ class Checked:
 def check_text(text: str, *, name: str | None = None, policy: Any, catalogue: Any = None, servers: Any = None, agent: bool = True) -> Checked:
     """Compile ``text``; with a ``catalogue``, resolve every tool in it and raise risks from
     the listed annotations; with ``agent``, an opt-out of asking is an error."""
-    from ..errors import RecipeError, VodouError
-
     out = Checked()
     path = f"{name}.recipe" if name else None
-    from ..compiler import compile_recipe
-    from ..text_safety import source_warnings
-
     out.warnings = source_warnings(text, path)
 
     try:
@@ -178,9 +174,6 @@ def check_text(text: str, *, name: str | None = None, policy: Any, catalogue: An
         out.add(_with_source(exc, text))
         return out
     if catalogue is not None:
-        from ..compiler.words import written_address
-        from ..planning import missing, resolve, servers_of
-
         configured = servers.servers if servers is not None else {s: None for s in catalogue.listed}
         status, hints = resolve(plan, configured, catalogue.listed, servers.disabled if servers is not None else ())
         for key, st in status.items():
