@@ -272,7 +272,8 @@ def test_a_fenced_reply_is_read_as_its_recipe():
 def test_draft_recipe_over_mcp_saves_and_runs_nothing(model, home, listed_once):
     from mcp.client.client import Client
 
-    from vodou_engine.agents.mcp_server import AgentConfig, build_server
+    from vodou_engine.agents.config import AgentConfig
+    from vodou_engine.agents.server import build_server
 
     model.replies = [MISTAKE, SCHEDULED]
     server = build_server(AgentConfig(model="scripted-author"))

@@ -212,7 +212,8 @@ def assert_marked(text: str, where: str) -> None:
 
 
 def test_hidden_and_look_alike_characters_are_marked_on_every_surface_and_what_is_marked_runs(cli, ops):
-    from vodou_engine.agents.mcp_server import AgentConfig, AgentServer
+    from vodou_engine.agents.config import AgentConfig
+    from vodou_engine.agents.handlers import AgentServer
     from vodou_engine.notify import Email, email_message, notify_parked
     from vodou_engine.reports import RunReport
 

@@ -1,7 +1,7 @@
 """The agent MCP server at ``/mcp`` of ``recipe serve``: MCP's streamable HTTP transport,
 behind bearer tokens.
 
-The same server as ``recipe mcp`` (``agents/mcp_server.py``: the same tools, the same
+The same server as ``recipe mcp`` (``agents/server.py``: the same tools, the same
 rules: no tool approves, rejects, cancels or reconciles; ``without asking`` is refused;
 an agent reads its own runs unless it was allowed more), reached over HTTP instead of
 stdio, with these differences:
@@ -54,7 +54,8 @@ from starlette.datastructures import Headers
 from starlette.responses import Response
 
 from ..agents.identity import approvers_of, bearer, identity, sha256
-from ..agents.mcp_server import APPROVERS_ENV, AgentConfig, AgentServer
+from ..agents.config import APPROVERS_ENV, AgentConfig
+from ..agents.handlers import AgentServer
 
 logger = logging.getLogger("vodou_engine.web.agents")
 
@@ -260,7 +261,7 @@ class AgentsOverHTTP:
         a second, once)."""
         from mcp.server.transport_security import TransportSecuritySettings
 
-        from ..agents.mcp_server import build_server
+        from ..agents.server import build_server
 
         sdk_log = logging.getLogger("mcp")
         if sdk_log.level == logging.NOTSET:
