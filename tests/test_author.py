@@ -246,7 +246,7 @@ def test_no_model_configured_says_how_and_exits_2(home, tmp_path):
 
 # --- the language, the schedule line ----------------------------------------------------------------
 def test_the_languages_example_compiles():
-    from vodou_engine.agents.author import parse_schedule
+    from vodou_engine.agents.drafting import parse_schedule
     from vodou_engine.agents.language import EXAMPLE, LANGUAGE
     from vodou_engine.compiler import compile_recipe
 
@@ -261,7 +261,7 @@ def test_the_languages_example_compiles():
 
 
 def test_a_fenced_reply_is_read_as_its_recipe():
-    from vodou_engine.agents.author import extract_recipe
+    from vodou_engine.agents.drafting import extract_recipe
 
     assert extract_recipe("Here you go:\n```recipe\n" + GOOD + "```\nEnjoy!") == GOOD
     assert extract_recipe(GOOD) == GOOD

@@ -352,7 +352,7 @@ class AgentServer:
         return record.version
 
     def draft_recipe(self, sentence: str, model: str | None) -> dict[str, Any]:
-        from .author import draft
+        from .drafting import draft
 
         cat = self.catalogue()
         runs = self.runs()
