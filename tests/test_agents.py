@@ -73,7 +73,9 @@ class Agent:
 
             from mcp.client.client import Client
 
-            from vodou_engine.agents.mcp_server import AgentConfig, add_arguments, build_server
+            from vodou_engine.agents.config import AgentConfig
+            from vodou_engine.agents.mcp_server import add_arguments
+            from vodou_engine.agents.server import build_server
 
             self.stack.callback(self._restore, dict(os.environ), os.getcwd())
             os.environ.clear()
@@ -571,17 +573,18 @@ def test_configuration_is_checked_before_serving(monkeypatch):
     import argparse
 
     from vodou_engine.agents import mcp_server
+    from vodou_engine.agents.config import AgentConfig, agent_identity
     from vodou_engine.errors import UsageError
 
     parser = argparse.ArgumentParser()
     mcp_server.add_arguments(parser)
     args = parser.parse_args(["--name", "Claude Desktop", "--approver", "ana", "--approver", "bruno"])
-    config = mcp_server.AgentConfig.from_args(args, environ={})
-    assert mcp_server.agent_identity(config, "ignored") == "agent:Claude-Desktop"
-    assert mcp_server.agent_identity(mcp_server.AgentConfig(), None) == "agent:unnamed"
-    assert mcp_server.agent_identity(mcp_server.AgentConfig(), "claude-ai") == "agent:claude-ai"
+    config = AgentConfig.from_args(args, environ={})
+    assert agent_identity(config, "ignored") == "agent:Claude-Desktop"
+    assert agent_identity(AgentConfig(), None) == "agent:unnamed"
+    assert agent_identity(AgentConfig(), "claude-ai") == "agent:claude-ai"
     assert config.people() == ["ana", "bruno"] and config.see == "own"
-    assert mcp_server.AgentConfig.from_args(parser.parse_args([]), environ={"VODOU_AGENT_APPROVERS": "ana, bob"}).people() == ["ana", "bob"]
+    assert AgentConfig.from_args(parser.parse_args([]), environ={"VODOU_AGENT_APPROVERS": "ana, bob"}).people() == ["ana", "bob"]
     monkeypatch.setenv("VODOU_AGENT_SEES", "everything")
     with pytest.raises(UsageError) as err:
         mcp_server.run(parser.parse_args([]))
@@ -602,7 +605,8 @@ def test_a_long_run_is_reported_running_and_followed(cli, monkeypatch):
     """start_run returns after a while even when no person is involved yet; the run goes on."""
     from mcp.client.client import Client
 
-    from vodou_engine.agents.mcp_server import AgentConfig, build_server
+    from vodou_engine.agents.config import AgentConfig
+    from vodou_engine.agents.server import build_server
 
     for key, value in cli.env.items():
         if key.startswith(("VODOU_", "XDG_")):

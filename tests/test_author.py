@@ -246,7 +246,7 @@ def test_no_model_configured_says_how_and_exits_2(home, tmp_path):
 
 # --- the language, the schedule line ----------------------------------------------------------------
 def test_the_languages_example_compiles():
-    from vodou_engine.agents.author import parse_schedule
+    from vodou_engine.agents.drafting import parse_schedule
     from vodou_engine.agents.language import EXAMPLE, LANGUAGE
     from vodou_engine.compiler import compile_recipe
 
@@ -261,7 +261,7 @@ def test_the_languages_example_compiles():
 
 
 def test_a_fenced_reply_is_read_as_its_recipe():
-    from vodou_engine.agents.author import extract_recipe
+    from vodou_engine.agents.drafting import extract_recipe
 
     assert extract_recipe("Here you go:\n```recipe\n" + GOOD + "```\nEnjoy!") == GOOD
     assert extract_recipe(GOOD) == GOOD
@@ -272,7 +272,8 @@ def test_a_fenced_reply_is_read_as_its_recipe():
 def test_draft_recipe_over_mcp_saves_and_runs_nothing(model, home, listed_once):
     from mcp.client.client import Client
 
-    from vodou_engine.agents.mcp_server import AgentConfig, build_server
+    from vodou_engine.agents.config import AgentConfig
+    from vodou_engine.agents.server import build_server
 
     model.replies = [MISTAKE, SCHEDULED]
     server = build_server(AgentConfig(model="scripted-author"))

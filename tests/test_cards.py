@@ -216,7 +216,8 @@ def test_an_edited_preview_is_shown_nowhere_and_decided_by_nobody(cli, tmp_path,
         assert "no longer matches the fingerprint" in problem(page) and f'action="/runs/{run}/approve"' not in page
         inbox = me.get("/").text
         assert "nobody can decide these" in inbox and "no longer matches the fingerprint" in problem(inbox)
-    from vodou_engine.agents.mcp_server import AgentConfig, AgentServer
+    from vodou_engine.agents.config import AgentConfig
+    from vodou_engine.agents.handlers import AgentServer
 
     (status,) = AgentServer(AgentConfig(store=cli.location, servers=str(cli.tmp / "mcp.json"), see="all")).run_status("agent:helper", run)["pending"]
     assert status["tampered"] is True and status["card"] == ""
@@ -259,7 +260,8 @@ def assert_marked(text: str, where: str) -> None:
 
 
 def test_hidden_and_look_alike_characters_are_marked_on_every_surface_and_what_is_marked_runs(cli, ops):
-    from vodou_engine.agents.mcp_server import AgentConfig, AgentServer
+    from vodou_engine.agents.config import AgentConfig
+    from vodou_engine.agents.handlers import AgentServer
     from vodou_engine.notify import Email, email_message, notify_parked
     from vodou_engine.reports import RunReport
 

@@ -13,9 +13,17 @@ same verdict the compiler gives a step that calls the tool.
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import msgspec
+import trio
+
+from ..compiler.words import written_address
+from ..errors import VodouError
+from ..policy import hints_from
+from ..runs import plain_error
+from ..tools.hub import open_hub
 
 SKIPPED_ARGS = ("idempotency_key",)
 """Arguments the engine fills in itself (an effect's idempotency key): never drafted."""
@@ -73,9 +81,6 @@ class Catalogue:
 
 
 def entry(server: str, info: Any, policy: Any) -> ToolEntry:
-    from ..compiler.words import written_address
-    from ..policy import hints_from
-
     risk, source = policy.assess(server, info.name, hints_from(info))
     annotations = {
         key: value
@@ -123,11 +128,6 @@ def _type_of(spec: Any) -> str:
 async def fetch(servers: Any, policy: Any, names: list[str] | None = None, *, start_timeout: float | None = None) -> Catalogue:
     """List the tools of ``names`` (default: every configured server), each server
     started on its own; one that fails is reported in ``unavailable``."""
-    import trio
-
-    from ..runs import plain_error
-    from ..tools.hub import open_hub
-
     configured = servers.servers
     wanted = [n for n in (names if names is not None else sorted(configured))]
     listed: dict[str, dict[str, Any]] = {}
@@ -156,10 +156,6 @@ async def fetch_warm(pool: Any, servers: Any, policy: Any) -> Catalogue:
     """:func:`fetch` over the servers a long-lived process keeps warm (``recipe serve``'s
     ``service.ServerPool``): each is started once, if it is not running yet, and kept for
     the runs that follow; none is started again to be listed."""
-    import trio
-
-    from ..runs import plain_error
-
     listed: dict[str, dict[str, Any]] = {}
     unavailable: dict[str, str] = {}
 
@@ -184,8 +180,6 @@ async def fetch_warm(pool: Any, servers: Any, policy: Any) -> Catalogue:
 
 
 def _why(exc: BaseException) -> str:
-    from ..errors import VodouError
-
     if isinstance(exc, VodouError):
         return exc.message.splitlines()[0]
     return f"{type(exc).__name__}: {exc}".splitlines()[0]

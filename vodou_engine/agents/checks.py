@@ -8,63 +8,32 @@ listed from the live servers (``catalogue.py``), so a misspelt tool is reported 
 the closest real name and a server's annotations raise a risk, exactly as
 ``Runs.inspect`` does, without starting the servers again for every check. A run is
 never started from a check: ``start_run`` resolves against the live servers afresh.
+
+An error becomes data in ``error_data.py``, which the server uses without loading the
+compiler; who decides an agent's run is ``approvers.py``'s.
 """
 
 from __future__ import annotations
 
 import io
-import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
-MAX_ERROR_TEXT = 2000
+from rich.console import Console
 
-
-def caret_line(exc: Any) -> str | None:
-    """The line of spaces and carets that goes under ``exc.source_line``."""
-    source, column = getattr(exc, "source_line", None), getattr(exc, "column", None)
-    if source is None or column is None:
-        return None
-    text = source.rstrip("\n").expandtabs(1)
-    width = max(1, getattr(exc, "width", 1) or 1)
-    return " " * (column - 1) + "^" * min(width, max(1, len(text) - column + 1))
-
-
-def error_data(exc: BaseException) -> dict[str, Any]:
-    """An error as data: ``code``, ``message``, ``hint``, ``line``/``column``/``source_line``/
-    ``caret`` for a recipe error, ``facts``, and ``text`` (the whole rendering)."""
-    from ..errors import VodouError
-
-    if not isinstance(exc, VodouError):
-        return {"code": "failed", "message": f"{type(exc).__name__}: {exc}"[:MAX_ERROR_TEXT], "text": f"{type(exc).__name__}: {exc}"[:MAX_ERROR_TEXT]}
-    out: dict[str, Any] = {"code": exc.code, "message": exc.message}
-    if exc.hint:
-        out["hint"] = exc.hint
-    line = getattr(exc, "line", None)
-    if line is not None:
-        out["line"] = line
-        out["column"] = getattr(exc, "column", None)
-        source = getattr(exc, "source_line", None)
-        if source is not None:
-            out["source_line"] = source.rstrip("\n").expandtabs(1)
-            caret = caret_line(exc)
-            if caret is not None:
-                out["caret"] = caret
-    facts = {k: v for k, v in exc.facts.items() if k not in ("line", "column", "source_line", "path") and _plain(v)}
-    if facts:
-        out["facts"] = facts
-    out["text"] = str(exc)[:MAX_ERROR_TEXT]
-    return out
-
-
-def _plain(value: Any) -> bool:
-    return value is None or isinstance(value, (str, int, float, bool)) or (isinstance(value, (list, tuple)) and all(isinstance(v, (str, int, float, bool)) for v in value))
+from ..cards import plan_card
+from ..compiler import compile_recipe
+from ..compiler.words import written_address
+from ..errors import RecipeError, VodouError
+from ..plan import ApprovalNode, JoinNode, QuestionNode, ToolNode, WriteNode
+from ..planning import missing, resolve, servers_of
+from ..text_safety import source_warnings
+from .error_data import error_data
 
 
 def render(renderable: Any, width: int = 120) -> str:
     """A rich renderable as plain text (no colour, no control codes). Columns are laid
     out for ``width``; a longer line is kept whole, not wrapped mid-sentence."""
-    from rich.console import Console
-
     buf = io.StringIO()
     Console(file=buf, width=width, color_system=None, highlight=False, emoji=False).print(renderable, soft_wrap=True)
     return buf.getvalue()
@@ -79,8 +48,6 @@ FOR_AN_AGENT = "Only a person can let it run without asking (their own recipe fi
 def card_text(
     plan: Any, *, status: Mapping[str, Any] | None = None, servers: Mapping[str, str] | None = None, servers_note: str | None = None, source: str | None = None, agent: bool = True
 ) -> str:
-    from ..cards import plan_card
-
     model = plan.options.model
     writer = f"model {model}" if model else "the model the run is started with, else the offline writer"
     text = render(plan_card(plan, source=source, status=status, writer=writer, servers_note=servers_note, servers=servers))
@@ -89,8 +56,6 @@ def card_text(
 
 def card_data(plan: Any, status: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The plan card as data: one entry per step, in the order the card shows them."""
-    from ..plan import ApprovalNode, JoinNode, QuestionNode, ToolNode, WriteNode
-
     status = status or {}
     gates = {n.step: n for n in plan.nodes if isinstance(n, ApprovalNode)}
     steps: list[dict[str, Any]] = []
@@ -139,9 +104,6 @@ def card_data(plan: Any, status: Mapping[str, Any] | None = None) -> dict[str, A
 def opt_out_error(plan: Any) -> Any:
     """The error an agent's recipe that opts out of asking gets: the run API refuses such a
     recipe from an agent when it is started or saved; a check says so first."""
-    from ..errors import RecipeError
-    from ..plan import ToolNode
-
     opted = [n for n in plan.nodes if isinstance(n, ToolNode) and n.without_asking]
     if not opted:
         return None
@@ -202,13 +164,8 @@ class Checked:
 def check_text(text: str, *, name: str | None = None, policy: Any, catalogue: Any = None, servers: Any = None, agent: bool = True) -> Checked:
     """Compile ``text``; with a ``catalogue``, resolve every tool in it and raise risks from
     the listed annotations; with ``agent``, an opt-out of asking is an error."""
-    from ..errors import RecipeError, VodouError
-
     out = Checked()
     path = f"{name}.recipe" if name else None
-    from ..compiler import compile_recipe
-    from ..text_safety import source_warnings
-
     out.warnings = source_warnings(text, path)
 
     try:
@@ -217,9 +174,6 @@ def check_text(text: str, *, name: str | None = None, policy: Any, catalogue: An
         out.add(_with_source(exc, text))
         return out
     if catalogue is not None:
-        from ..compiler.words import written_address
-        from ..planning import missing, resolve, servers_of
-
         configured = servers.servers if servers is not None else {s: None for s in catalogue.listed}
         status, hints = resolve(plan, configured, catalogue.listed, servers.disabled if servers is not None else ())
         for key, st in status.items():
@@ -277,30 +231,3 @@ def _server_of(plan: Any, key: str) -> str | None:
         return None
     ref = getattr(node, what, None) if what else node
     return getattr(ref, "server", None)
-
-
-# --- who decides an agent's run ---------------------------------------------------------------
-
-PERSON = re.compile(r"[A-Za-z0-9_.@+-]+")
-"""An approver's name, as the recipe language spells one (``approvers: ana, bruno``)."""
-
-
-def with_approvers(text: str, plan: Any, approvers: list[str]) -> tuple[str, bool]:
-    """``text`` with ``approvers: ...`` added at the end when the recipe names none.
-
-    The run API makes whoever starts a run its approver when the recipe names no
-    ``approvers:``; for an agent that would be the agent itself, which never decides.
-    So an agent's recipe without that line gets the people this server runs for, as a
-    header line a person can read on the card. Returns (text, whether it was added)."""
-    from ..errors import UsageError
-
-    if plan.options.approvers:
-        return text, False
-    bad = [a for a in approvers if not PERSON.fullmatch(a)]
-    if not approvers or bad:
-        raise UsageError(
-            f"cannot name the approvers of an agent's run: {', '.join(map(repr, bad)) or 'none configured'} is not a usable approver name",
-            hint="start the agent server with --approver NAME (letters, digits and _ . @ + -)",
-        )
-    body = text if text.endswith("\n") or not text else text + "\n"
-    return body + "approvers: " + ", ".join(approvers) + "   # added: an agent's run is decided by a person\n", True

@@ -1,7 +1,7 @@
 """Who an agent is over HTTP: bearer tokens for the MCP server ``recipe serve`` mounts at /mcp.
 
-Light on purpose (the standard library and the store): the CLI imports it for
-``recipe agent add | list | remove``.
+Light on purpose (the standard library, the error tree and the store): the
+CLI imports it for ``recipe agent add | list | remove``.
 
 * ``recipe agent add NAME`` makes a random token (256 bits, prefixed
   ``vodou_agent_``), prints it once and stores only its sha256, with whose
@@ -24,6 +24,9 @@ import re
 import secrets
 from typing import Any
 
+from ..errors import UsageError
+from .approvers import PERSON
+
 TOKEN_PREFIX = "vodou_agent_"
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,63}")
 """An agent's name: what follows ``agent:`` in the runs it starts."""
@@ -41,8 +44,6 @@ def _store_of(runs_or_store: Any, **opening: bool) -> Any:
 
 
 def check_name(name: str) -> str:
-    from ..errors import UsageError
-
     if not NAME.fullmatch(name or ""):
         raise UsageError(
             f"{name!r} is not a usable agent name; nothing was changed",
@@ -55,9 +56,6 @@ def check_name(name: str) -> str:
 def add_agent(runs_or_store: Any, name: str, *, by: str, sees: str = "own", approvers: list[str] | None = None) -> str:
     """What ``recipe agent add NAME`` does: the agent's bearer token (shown once; only its
     sha256 is kept). Adding a name again gives it a new token and revokes the old one."""
-    from ..errors import UsageError
-    from .checks import PERSON
-
     check_name(name)
     if sees not in ("own", "all"):
         raise UsageError(f"whose runs an agent may read is `own` or `all`, not {sees!r}; nothing was changed", sees=sees)

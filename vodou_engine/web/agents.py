@@ -1,7 +1,7 @@
 """The agent MCP server at ``/mcp`` of ``recipe serve``: MCP's streamable HTTP transport,
 behind bearer tokens.
 
-The same server as ``recipe mcp`` (``agents/mcp_server.py``: the same tools, the same
+The same server as ``recipe mcp`` (``agents/server.py``: the same tools, the same
 rules: no tool approves, rejects, cancels or reconciles; ``without asking`` is refused;
 an agent reads its own runs unless it was allowed more), reached over HTTP instead of
 stdio, with these differences:
@@ -46,15 +46,21 @@ import json
 import logging
 import os
 import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable
+from typing import Any
+from urllib.parse import quote
 
 import trio
 from starlette.datastructures import Headers
 from starlette.responses import Response
 
+from ..agents.approvers import with_approvers
+from ..agents.config import APPROVERS_ENV, AgentConfig
+from ..agents.handlers import AgentServer
 from ..agents.identity import approvers_of, bearer, identity, sha256
-from ..agents.mcp_server import APPROVERS_ENV, AgentConfig, AgentServer
+from ..errors import RefusedError
+from ..runs import resolve_inputs
 
 logger = logging.getLogger("vodou_engine.web.agents")
 
@@ -81,8 +87,6 @@ class ServedAgentServer(AgentServer):
         return self.service.runs()
 
     def settings(self, identity: str) -> AgentConfig:
-        from ..errors import RefusedError
-
         name = identity.removeprefix("agent:")
         runs = self.runs()
         try:
@@ -100,7 +104,7 @@ class ServedAgentServer(AgentServer):
         return trio.from_thread.run(afn, *args, trio_token=self.trio_token)
 
     def catalogue(self, refresh: bool = False) -> Any:
-        from ..agents.catalogue import fetch_warm
+        from ..agents.catalogue import fetch_warm  # with the first agent's call, not with every serve
 
         with self._catalogue_lock:
             cat = self._catalogue
@@ -112,8 +116,6 @@ class ServedAgentServer(AgentServer):
             return cat
 
     def decide(self, run_id: str, step: str) -> dict[str, str]:
-        from urllib.parse import quote
-
         out = super().decide(run_id, step)
         out["web"] = f"{self.inbox_url()}/runs/{quote(run_id)}"
         return out
@@ -121,9 +123,6 @@ class ServedAgentServer(AgentServer):
     def start_run(self, identity: str, recipe: str, inputs: dict[str, Any] | None, name: str | None) -> dict[str, Any]:
         """In the service, on its warm servers; the call returns once the run parks or ends,
         or after ``start_wait_s`` (it goes on; run_status follows it)."""
-        from ..agents.checks import with_approvers
-        from ..runs import resolve_inputs
-
         wait_s = self.config.start_wait_s
         plan = self.compiled(recipe, name or "agent")
         people = self.settings(identity).people()
@@ -161,8 +160,6 @@ def _who(ctx: Any) -> str:
     request = ctx.request_context.request
     record = (getattr(request, "scope", None) or {}).get(SCOPE_KEY)
     if record is None:
-        from ..errors import RefusedError
-
         raise RefusedError("this request carries no proven agent; nothing was done", hint="send the agent's bearer token (`recipe agent add NAME`)")
     return identity(record)
 
@@ -177,7 +174,7 @@ class AgentsOverHTTP:
         location = svc.store_location
         shown = None if location is None else os.fspath(location)
         if shown and "://" in shown:
-            from ..store.postgres import _safe
+            from ..store.postgres import _safe  # a PostgreSQL store's module, loaded only for one
 
             shown = _safe(shown)  # the commands the tools name never carry a password
         people = [a.strip() for a in os.environ.get(APPROVERS_ENV, "").split(",") if a.strip()]
@@ -260,7 +257,7 @@ class AgentsOverHTTP:
         a second, once)."""
         from mcp.server.transport_security import TransportSecuritySettings
 
-        from ..agents.mcp_server import build_server
+        from ..agents.server import build_server
 
         sdk_log = logging.getLogger("mcp")
         if sdk_log.level == logging.NOTSET:
