@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 import pytest
-
 from test_binding import chat_script, park, place, posted, run_in, started
 
 PY = sys.executable
@@ -65,5 +63,8 @@ def test_a_sitecustomize_planted_on_the_servers_pythonpath_is_refused(cli, tmp_p
 
     refused = run_in(cli, a, "approve", run, "post", "--yes", "--fingerprint", fp)
     assert refused.returncode == 5, refused.stderr
-    assert "through PYTHONPATH: sha256:" in refused.stderr and "reaches a file named through the environment here, nothing when the run started" in refused.stderr
+    assert (
+        "through PYTHONPATH: sha256:" in refused.stderr
+        and "reaches a file named through the environment here, nothing when the run started" in refused.stderr
+    )
     assert posted(a) == 0 and started(a) == 1

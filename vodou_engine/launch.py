@@ -132,7 +132,8 @@ def _through_launchers(args: list[str], start: str, env: Mapping[str, str]) -> l
     bound this way; a path taken from an environment value is labelled by its variable."""
     out: list[Reached] = []
     seen = {os.path.realpath(start)}
-    dirs: list[tuple[str, str]] = [(start, "")]  # directories named so far (as written): later names are looked for there
+    # the directories named so far (and as written): later names are looked for there too
+    dirs: list[tuple[str, str]] = [(start, "")]
     home = env.get("HOME")
     for i, arg in enumerate(args):
         words = _words(arg)
@@ -158,7 +159,7 @@ def _through_launchers(args: list[str], start: str, env: Mapping[str, str]) -> l
             for name in _imported(arg):
                 out.extend(_module_files(name, start, i))
         if line:
-            for at, name in _modules(words):
+            for _, name in _modules(words):
                 out.extend(_module_files(name, start, i))
     modules = [name for _, name in _modules(args)] + [name for arg in args for name in _imported(arg)]
     for entry in (env.get("PYTHONPATH") or "").split(os.pathsep):
