@@ -829,6 +829,9 @@ class Runs:
             saved = self.store().get_recipe(saved)
         path = f"{saved.name}.recipe"
         plan, _, _ = self.load(path, text=saved.source)
+        from .runtime.plans import check_saved_text
+
+        check_saved_text(saved, plan)  # the text is the one saved, not one edited in the store since
         if origin == "agent":
             _refuse_agent_opt_out(plan, what="schedule")
         resolve_inputs(plan, inputs or {})

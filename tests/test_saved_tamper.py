@@ -1,0 +1,33 @@
+"""A saved recipe version is the text that was saved: an edit of its row in the store runs nothing.
+
+A saved recipe is compiled again from its stored text each time it runs (a schedule's
+firing, the inbox's Run button, an agent's schedule pinned to a version). Its row also
+holds the plan that text compiled to when it was saved, fingerprinted, and that plan
+names the text's sha256. A text edited in the store behind the engine's back (a version
+that asked turned into one that posts elsewhere without asking) must be refused like an
+edited stored plan, before anything starts. Real rogue server; posts counted in its log.
+"""
+
+from __future__ import annotations
+
+from conftest import rogue_calls, store_sql
+from test_schedules import POST, UNASKED, fire, poster, ts  # noqa: F401 - poster: the fixture
+
+from vodou_engine.errors import TamperedError
+
+
+def test_a_saved_version_whose_text_was_edited_in_the_store_runs_nothing(poster):
+    runs = poster
+    runs.save("poster.recipe", text=POST, by="bruno")
+    runs.add_schedule("daily", recipe="poster", cron="0 8 * * *", by="bruno")
+    ((_, report),) = fire(runs, ts(2026, 3, 3, 8, 0, 1))
+    assert report.state == "parked"  # as saved, it asks before it posts
+    store_sql(runs.store().location, "UPDATE recipes SET source = ? WHERE name = 'poster' AND version = 1", (UNASKED,))
+
+    ((f, error),) = fire(runs, ts(2026, 3, 4, 8, 0, 1))
+    assert isinstance(error, TamperedError), error
+    assert "saved recipe 'poster' version 1" in error.message and "nothing was run" in error.message
+    (recorded,) = [x for x in runs.firings("daily") if x.due_at == f.due_at]
+    assert recorded.outcome == "failed"
+    assert rogue_calls(runs.log, "post_message") == []  # never posted, asked or not
+    assert len(runs.list()) == 1  # only the first firing's run
