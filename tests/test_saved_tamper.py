@@ -16,7 +16,7 @@ from test_schedules import POST, UNASKED, fire, poster, ts  # noqa: F401 - poste
 from vodou_engine.errors import TamperedError
 
 
-def test_a_saved_version_whose_text_was_edited_in_the_store_runs_nothing(poster):
+def test_a_saved_version_whose_text_was_edited_in_the_store_runs_nothing(poster):  # noqa: F811 - the fixture
     runs = poster
     runs.save("poster.recipe", text=POST, by="bruno")
     runs.add_schedule("daily", recipe="poster", cron="0 8 * * *", by="bruno")
