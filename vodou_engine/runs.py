@@ -784,7 +784,15 @@ class Runs:
         now = self.clock() if now is None else now
         to_start = list(store.orphan_firings(decided_before=now - ORPHAN_AFTER_S))
         for s in store.due_schedules(now):
-            decisions, next_due = decide(s, now)
+            try:
+                decisions, next_due = decide(s, now)
+            except VodouError as exc:
+                # a row that can no longer be read (a zone gone from tzdata, an edited row) stops
+                # itself only: its due time is recorded failed, saying why, and it is due no more
+                from .store import FiringRecord
+
+                store.decide_firing(FiringRecord(s.name, s.next_due, "failed", now, by, None, exc.message), next_due=None)
+                continue
             for i, d in enumerate(decisions):
                 after = decisions[i + 1].due_at if i + 1 < len(decisions) else next_due
                 f = firing(s, d, now=now, by=by, run_id=new_run_id() if d.outcome == "fired" else None)

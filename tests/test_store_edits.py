@@ -31,3 +31,24 @@ def test_a_saved_version_whose_text_was_edited_in_the_store_runs_nothing(poster)
     assert recorded.outcome == "failed"
     assert rogue_calls(runs.log, "post_message") == []  # never posted, asked or not
     assert len(runs.list()) == 1  # only the first firing's run
+
+
+# --- a schedule that can no longer be read stops only itself ---------------------------------------
+
+
+def test_a_schedule_row_that_can_no_longer_be_read_stops_only_itself(poster):  # noqa: F811 - the fixture
+    # every schedule is decided in one tick: one row whose zone or expression no longer works
+    # (edited in the store, or a zone the system's tzdata dropped) must not stop the others
+    runs = poster
+    runs.save("poster.recipe", text=UNASKED, by="bruno")  # posts as soon as it fires
+    runs.add_schedule("broken", recipe="poster", cron="0 8 * * *", by="bruno")
+    runs.add_schedule("daily", recipe="poster", cron="0 8 * * *", by="bruno")
+    store_sql(runs.store().location, "UPDATE schedules SET tz = 'Mars/Olympus_Mons' WHERE name = 'broken'")
+
+    for day in (3, 4):
+        fired = fire(runs, ts(2026, 3, day, 8, 0, 1))
+        assert [f.schedule for f, _ in fired] == ["daily"], fired
+    assert len(rogue_calls(runs.log, "post_message")) == 2  # daily posted on both days
+    (failed,) = runs.firings("broken")  # said once where a person looks, not retried each tick
+    assert failed.outcome == "failed" and "unknown time zone 'Mars/Olympus_Mons'" in failed.note
+    assert runs.store().get_schedule("broken").next_due is None
