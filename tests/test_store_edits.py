@@ -13,7 +13,7 @@ from __future__ import annotations
 from conftest import rogue_calls, store_sql
 from test_schedules import POST, UNASKED, fire, poster, ts  # noqa: F401 - poster: the fixture
 
-from vodou_engine.errors import TamperedError
+from vodou_engine.errors import TamperedError, UsageError
 
 
 def test_a_saved_version_whose_text_was_edited_in_the_store_runs_nothing(poster):  # noqa: F811 - the fixture
@@ -52,3 +52,18 @@ def test_a_schedule_row_that_can_no_longer_be_read_stops_only_itself(poster):  #
     (failed,) = runs.firings("broken")  # said once where a person looks, not retried each tick
     assert failed.outcome == "failed" and "unknown time zone 'Mars/Olympus_Mons'" in failed.note
     assert runs.store().get_schedule("broken").next_due is None
+
+
+def test_a_schedule_whose_inputs_were_edited_into_something_else_fails_its_firing_clearly(poster):  # noqa: F811 - the fixture
+    runs = poster
+    runs.save("poster.recipe", text=UNASKED, by="bruno")
+    runs.add_schedule("daily", recipe="poster", cron="0 8 * * *", by="bruno")
+    for day, inputs in ((3, "[1, 2]"), (4, "{not json")):
+        store_sql(runs.store().location, "UPDATE schedules SET inputs_json = ?", (inputs,))
+        ((f, error),) = fire(runs, ts(2026, 3, day, 8, 0, 1))
+        assert isinstance(error, UsageError), error  # a clear error, exit 2, not a traceback
+        assert "inputs" in error.message
+        (recorded,) = [x for x in runs.firings("daily") if x.due_at == f.due_at]
+        assert recorded.outcome == "failed" and "inputs" in recorded.note
+    assert runs.list() == [] and rogue_calls(runs.log, "post_message") == []
+    assert runs.store().orphan_firings(decided_before=ts(2026, 3, 9)) == []  # never started again later

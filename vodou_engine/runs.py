@@ -809,7 +809,10 @@ class Runs:
         store = self.store()
         try:
             s, saved = await _in_thread(self.firing_recipe, f)
-            inputs = msgspec.json.decode(s.inputs_json)
+            try:
+                inputs = msgspec.json.decode(s.inputs_json, type=dict[str, Any])
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:  # the row was edited in the store
+                raise UsageError(f"schedule {s.name!r}: its stored inputs are not a JSON object of inputs ({exc}); nothing was run", hint="remove the schedule and add it again") from None
             return await self.start_saved(saved, inputs=inputs, actor=s.created_by, run_id=f.run_id, schedule=s.name, on_change=on_change, hub=hub, origin=s.origin)
         except RefusedError as exc:
             if "already exists" in exc.message:
