@@ -11,6 +11,7 @@ whose own log shows what it received.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 import pytest
@@ -55,3 +56,32 @@ def test_two_spellings_of_one_text_get_cards_that_read_apart_and_the_marked_one_
     assert read_back(shown[other])["text"] == other
     cli("approve", cards[other][0], "post", "--yes", expect=0)
     assert posts(cli) == [other]
+
+
+# --- right-to-left text next to numbers ----------------------------------------------------------------
+
+# "12 א 34" and "12 34 א" are different payloads, and a screen that lays out bidirectional text
+# (a browser, some terminals) shows both as "12 34 א": the number after a Hebrew letter joins its
+# right-to-left run. No character in them is hidden, so nothing was marked.
+REORDERED = ("pay 12 \u05d0 34", "pay 12 34 \u05d0")
+
+
+def test_right_to_left_text_next_to_numbers_is_said_and_the_page_shows_it_in_the_order_it_is_sent(cli, tmp_path, ops):
+    from test_cards import run_page_for
+
+    recipe = write(tmp_path, "note.recipe", AGENT_RECIPE)
+    runs = [park(cli, recipe, "--set", f"text={text}")["run"] for text in REORDERED]
+    for run in runs:
+        card = cli("show", run, "--json", expect=0).json()["approvals"][0]["card"]
+        assert "mixes right-to-left letters with numbers or Latin text" in card, card
+    plain = park(cli, recipe, "--set", "text=pay 12 34")["run"]
+    assert "right-to-left" not in cli("show", plain, "--json", expect=0).json()["approvals"][0]["card"]
+    with run_page_for(cli) as (me, _):
+        page = me.get(f"/runs/{runs[0]}").text
+        assert '<pre class="card">' in page and "mixes right-to-left letters" in page
+        css = me.get("/static/app.css").text
+    # the card's block is laid out in stored order, left to right, whatever its letters
+    rule = re.search(r"pre\.card, pre\.payload \{([^}]*)\}", css)
+    assert rule is not None and "unicode-bidi: bidi-override" in rule.group(1) and "direction: ltr" in rule.group(1)
+    cli("approve", runs[0], "post", "--yes", expect=0)
+    assert posts(cli) == [REORDERED[0]]

@@ -272,9 +272,12 @@ class Findings:
         """Texts spelled in tag characters (U+E0020–E007E stand for ASCII), one per string."""
         self.respelled: dict[str, int] = {}
         """Characters that make a text another spelling of one that looks the same (:func:`respelled`)."""
+        self.mixed_direction = 0
+        """Strings that hold right-to-left letters next to digits or Latin letters: a screen
+        that lays out bidirectional text may show their parts in another order than sent."""
 
     def __bool__(self) -> bool:
-        return bool(self.hidden or self.alike or self.respelled)
+        return bool(self.hidden or self.alike or self.respelled or self.mixed_direction)
 
     def add(self, text: str, newlines: bool = True) -> None:
         """``newlines``: whether a newline or tab in this text counts (inside a JSON string it
@@ -286,7 +289,12 @@ class Findings:
             return
         alike, other = look_alikes(text), respelled(text)
         tag = []
+        rtl = ltr = False
         for i, ch in enumerate(text):
+            if ch.isascii():
+                ltr = ltr or ch.isalnum()
+            elif not rtl and unicodedata.bidirectional(ch) in ("R", "AL"):
+                rtl = True
             if i in alike:
                 self.alike[ch] = self.alike.get(ch, 0) + 1
             elif i in other:
@@ -300,6 +308,8 @@ class Findings:
                 tag = []
         if tag:
             self.tags.append("".join(tag))
+        if rtl and (ltr or any(ch.isdigit() for ch in text)):
+            self.mixed_direction += 1
 
     def lines(self, what: str, most: int = 6) -> list[str]:
         """The card's warning lines about ``what`` (``the payload``), or none."""
@@ -312,6 +322,13 @@ class Findings:
         if self.alike:
             n = sum(self.alike.values())
             out.append(f"⚠ {what} holds {n} letter{'s' if n != 1 else ''} of another script that pass{'es' if n == 1 else ''} for Latin, each shown as ⟨U+…⟩ above: " + _listed(self.alike, most))
+        if self.mixed_direction:
+            n = self.mixed_direction
+            out.append(
+                f"⚠ {what} mixes right-to-left letters with numbers or Latin text in {n} string{'s' if n != 1 else ''}: "
+                "a screen that lays such text out right to left may show its parts in another order than they are sent; "
+                "the inbox shows them in the order they are sent, left to right"
+            )
         if self.respelled:
             n = sum(self.respelled.values())
             out.append(
