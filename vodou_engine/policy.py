@@ -118,6 +118,9 @@ between (``get_email``, ``slack_preview_message``). Anywhere else it is the verb
 
 CONNECTORS = _words("and then or plus also after before andthen")
 """Words that start a new clause: the word after one is in verb position."""
+_SEQUENCE = frozenset({"then", "andthen"})
+"""Connectors after which only a verb can stand (``list_files_and_folders`` joins two nouns;
+``get_status_then_drive`` cannot): a harmless noun there is a verb, so the name is write."""
 
 SAFE_WORDS = _words(
     # articles, pronouns, qualifiers
@@ -525,6 +528,8 @@ def verb_risk(tool: str) -> tuple[Risk, str]:
             unknown = unknown or f"'{w.text}' inside '{_shown(w.inside)}' is not read evidence: write (fail closed)"
         elif cls == _JOINT:
             unknown = unknown or f"'{w.text}' inside '{_shown(w.inside)}' may make it a verb: write (fail closed)"
+        elif after is not None and after.text in _SEQUENCE and cls not in (_READ, _READ_NOUN, _CONNECTOR):
+            verb = verb or f"'{w.text}' after '{after.text}' is a verb"  # get_status_then_drive: no noun stands there
         elif cls in (_READ, _READ_NOUN):
             read = read or (f"verb '{w.text}' starting '{_shown(w.inside)}'" if w.inside else f"verb '{w.text}'")
             governed = governed or cls == _READ
