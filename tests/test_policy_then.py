@@ -12,8 +12,8 @@ End to end: the rogue server lists ``get_status`` under the name ``get_status_th
 from __future__ import annotations
 
 import pytest
-
 from conftest import rogue_calls, rogue_server
+
 from vodou_engine.policy import verb_risk
 
 THEN = [
