@@ -216,7 +216,9 @@ def depends_on_directory(config: ServerConfig, *, name: str = "", start: str | N
     executable, relative = _executable(here, workdir, _base_environment())
     out = [f"command {config.command!r}"] if relative else []
     for item in reached(executable, list(here.args), workdir, _base_environment() | dict(here.env)):
-        if item.relative:
+        if item.relative and item.var is not None:
+            out.append(f"a file named through ${item.var}")  # never the value
+        elif item.relative:
             out.append(f"{item.label} {config.args[item.arg]!r}" if item.label == f"args[{item.arg}]" else item.label)
     return out
 
