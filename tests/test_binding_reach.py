@@ -68,3 +68,13 @@ def test_a_sitecustomize_planted_on_the_servers_pythonpath_is_refused(cli, tmp_p
         and "reaches a file named through the environment here, nothing when the run started" in refused.stderr
     )
     assert posted(a) == 0 and started(a) == 1
+
+
+def test_what_an_old_run_is_told_about_a_file_named_through_the_environment_never_holds_the_value(tmp_path):
+    from vodou_engine.binding import depends_on_directory
+    from vodou_engine.servers import ServerConfig
+
+    (tmp_path / "hook-s3cret.so").write_bytes(b"\x7fELF")
+    config = ServerConfig(command=PY, args=["chat.py"], env={"LD_PRELOAD": "hook-s3cret.so"})
+    found = depends_on_directory(config, name="ops", start=str(tmp_path))
+    assert found == ["a file named through $LD_PRELOAD"]
