@@ -43,6 +43,7 @@ class Inbox:
         self.runs = svc.runs()
         self.client = client
         self.people: dict[str, Person] = {}
+        self.clock: Clock | None = None
 
     def person(self, name: str) -> Person:
         if name not in self.people:
@@ -79,10 +80,25 @@ class Inbox:
         return [a for a in self.runs.store().audit_log() if a.kind == kind]
 
 
+class Clock:
+    """The service's clock: real time, moved on by a test that needs a question to lapse
+    (never back, so every other test of the module sees time go forward as usual)."""
+
+    def __init__(self) -> None:
+        self.ahead = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.ahead
+
+    def advance(self, seconds: float) -> None:
+        self.ahead += seconds
+
+
 @pytest.fixture(scope="module")
 def inbox(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("inbox")
-    svc = Service(store=str(tmp / "runs.db"), servers=ServerSet(demo_servers(tmp / "demo.db"), "demo"), policy=Policy())
+    clock = Clock()
+    svc = Service(store=str(tmp / "runs.db"), servers=ServerSet(demo_servers(tmp / "demo.db"), "demo"), policy=Policy(), clock=clock)
     runs = svc.runs()
     for text in (POST, CHECKED, QUICK):
         runs.save("x.recipe", text=text, by="ana")
@@ -90,6 +106,7 @@ def inbox(tmp_path_factory):
     app = create_app(svc, WebConfig(allowed_hosts=["testserver"]))
     with TestClient(app, backend="trio", base_url="http://testserver") as client:
         box = Inbox(tmp, svc, client)
+        box.clock = clock
         yield box
         box.runs.close()
 
@@ -167,7 +184,7 @@ def test_replaying_an_old_form_after_the_question_was_asked_again_is_refused(inb
     ana = inbox.person("ana")
     run_id, text = inbox.park(ana, "checked")
     old = card_form(ana.get(f"/runs/{run_id}").text, run_id)
-    time.sleep(1.1)  # the question lapses; asking again makes a new card with the same payload
+    inbox.clock.advance(1.5)  # the question lapses; asking again makes a new card with the same payload
     resume = form(ana.get(f"/runs/{run_id}").text, f"/runs/{run_id}/resume")
     assert ana.post(f"/runs/{run_id}/resume", resume).status_code == 200
     wait_for(lambda: [a for a in inbox.runs.store().pending_approvals(run_id) if a.id != old["approval"]], "the question to be asked again")
@@ -176,7 +193,7 @@ def test_replaying_an_old_form_after_the_question_was_asked_again_is_refused(inb
     # the world the check reads changes: the next card has another fingerprint, and a form
     # carrying only the old fingerprint is refused by the run API itself
     demo.set_channel_topic(inbox.tmp / "demo.db", "#general", f"changed {uuid.uuid4().hex[:6]}")
-    time.sleep(1.1)
+    inbox.clock.advance(1.5)
     second = card_form(ana.get(f"/runs/{run_id}").text, run_id)
     assert ana.post(f"/runs/{run_id}/resume", resume).status_code == 200
     wait_for(lambda: [a for a in inbox.runs.store().pending_approvals(run_id) if a.id != second["approval"]], "the question to be asked once more")

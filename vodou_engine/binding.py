@@ -189,13 +189,19 @@ def _files(written: ServerConfig, here: ServerConfig, executable: str | None, wo
     """What the command line reaches from ``workdir``; a path named through ``${VAR}`` is
     kept as a digest, like any value from the environment."""
     files = {}
-    for item in reached(executable, list(here.args), workdir):
+    for item in reached(executable, list(here.args), workdir, _base_environment() | dict(here.env)):
         written_as = (written.command or "") if item.arg is None else written.args[item.arg]
         label, path = item.label, item.path
-        if template_vars(written_as):
+        if item.var is not None:
+            # named by an environment value (PYTHONPATH, LD_PRELOAD), kept like any such value
+            path = _value_digest(salt, "path", path)
+            label = f"through {item.var}: " + _value_digest(salt, "label", label)
+        elif template_vars(written_as):
             path = _value_digest(salt, "path", path)
             if label.startswith("-m "):  # the module's name came from the environment too
                 label = f"-m args[{item.arg}]: " + _value_digest(salt, "module", label)
+            elif label not in ("command", f"args[{item.arg}]"):  # the label holds the word as it was expanded
+                label = f"args[{item.arg}]: " + _value_digest(salt, "word", label)
         content = _value_digest(salt, "content", content_id(item.path)) if item.code else None
         files[label] = BoundFile(path=path, content=content)
     return files
@@ -209,9 +215,11 @@ def depends_on_directory(config: ServerConfig, *, name: str = "", start: str | N
     workdir = os.path.realpath(start or config.cwd or os.getcwd())
     executable, relative = _executable(here, workdir, _base_environment())
     out = [f"command {config.command!r}"] if relative else []
-    for item in reached(executable, list(here.args), workdir):
-        if item.relative:
-            out.append(item.label if item.label.startswith("-m ") else f"{item.label} {config.args[item.arg]!r}")
+    for item in reached(executable, list(here.args), workdir, _base_environment() | dict(here.env)):
+        if item.relative and item.var is not None:
+            out.append(f"a file named through ${item.var}")  # never the value
+        elif item.relative:
+            out.append(f"{item.label} {config.args[item.arg]!r}" if item.label == f"args[{item.arg}]" else item.label)
     return out
 
 
@@ -299,7 +307,7 @@ def _label_order(label: str) -> tuple[int, int, str]:
     if label == "command":
         return (0, 0, label)
     if label.startswith("args["):
-        return (1, int(label[5:-1]), label)
+        return (1, int(label[5 : label.index("]")]), label)
     return (2, 0, label)
 
 
@@ -307,7 +315,7 @@ def _shown(label: str, binding: ServerBinding) -> str:
     """``args[0] 'chat.py'``: where a file is named, with the text as written."""
     if label == "command":
         return f"command {binding.command!r}"
-    if label.startswith("args["):
+    if label.startswith("args[") and label.endswith("]"):
         i = int(label[5:-1])
         if i < len(binding.args):
             return f"{label} {binding.args[i]!r}"
@@ -317,7 +325,7 @@ def _shown(label: str, binding: ServerBinding) -> str:
 def _path(f: BoundFile | None) -> str:
     if f is None:
         return "nothing"
-    return "a file named through ${VAR}" if f.path.startswith("sha256:") else f.path
+    return "a file named through the environment" if f.path.startswith("sha256:") else f.path
 
 
 def verify_bindings(run_id: str, stored: Mapping[str, ServerBinding], servers: ServerSet, names: Iterable[str]) -> ServerSet:

@@ -15,6 +15,18 @@ starts in and, from there, the files its command line reaches:
   package's ``__init__.py`` and ``__main__.py``, a compiled or extension
   module), present or not: one that appears later shadows the installed one.
 
+The code that runs is often named through something in between, and is
+found the same way: a file named relative to a directory named before it
+(``uv --directory srv run chat.py``, ``env -C srv python3 chat.py``); the
+words of an argument that is itself a command line (``sh -c "cd srv &&
+python3 chat.py"``); the modules Python code given with ``-c`` imports
+(``python3 -c "import chat"``: ``-c`` puts the directory first on
+``sys.path`` too); the module's files in each ``PYTHONPATH`` entry the server
+gets, and a ``sitecustomize`` or ``usercustomize`` there (Python imports them
+before any server code); and a code file an environment value names
+(``LD_PRELOAD``). Found that way, only code is bound (``code_only``): a data
+file that a server creates as it starts must not refuse its run.
+
 Each is resolved to its real path (links followed), so a link swapped to
 another file is another file. *Code* is also bound by content: the
 command, the ``-m`` module, and an argument file that is executable or has a
@@ -35,7 +47,9 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shlex
 import stat
+from collections.abc import Mapping
 from typing import NamedTuple
 
 __all__ = ["MAX_DIGEST_BYTES", "Reached", "content_id", "reached", "which"]
@@ -66,6 +80,8 @@ class Reached(NamedTuple):
     """Found from the start directory (a relative path, a relative ``PATH`` entry, a ``-m`` module)."""
     arg: int | None
     """The argument that names it (for ``-m``, the one holding NAME); None for the command."""
+    var: str | None = None
+    """The environment variable that names it (``PYTHONPATH``, ``LD_PRELOAD``), or None."""
 
 
 def which(command: str, path: str | None, start: str) -> tuple[str | None, bool]:
@@ -91,8 +107,10 @@ def _runnable(path: str) -> bool:
     return os.path.isfile(path) and os.access(path, os.X_OK)
 
 
-def reached(executable: str | None, args: list[str], start: str) -> list[Reached]:
-    """Everything the command line reaches from ``start``, in a stable order."""
+def reached(executable: str | None, args: list[str], start: str, env: Mapping[str, str] | None = None) -> list[Reached]:
+    """Everything the command line reaches from ``start``, in a stable order. ``env``: the
+    environment the server gets (its ``PYTHONPATH``, ``HOME``, and values naming code)."""
+    env = env or {}
     out: list[Reached] = []
     if executable is not None:
         out.append(Reached("command", os.path.realpath(executable), True, False, None))
@@ -105,7 +123,91 @@ def reached(executable: str | None, args: list[str], start: str) -> list[Reached
                 break
     for i, name in _modules(args):
         out.extend(_module_files(name, start, i))
+    out.extend(_through_launchers(args, start, env))
     return out
+
+
+def _through_launchers(args: list[str], start: str, env: Mapping[str, str]) -> list[Reached]:
+    """The code named through something in between (module docstring). Only code is
+    bound this way; a path taken from an environment value is labelled by its variable."""
+    out: list[Reached] = []
+    seen = {os.path.realpath(start)}
+    # the directories named so far (and as written): later names are looked for there too
+    dirs: list[tuple[str, str]] = [(start, "")]
+    home = env.get("HOME")
+    for i, arg in enumerate(args):
+        words = _words(arg)
+        line = len(words) > 1  # the argument is a command line
+        for word in words[:_MAX_WORDS]:
+            if line and home and (word == "~" or word.startswith("~/")):
+                word = home + word[1:]  # a shell expands ~ to the server's HOME
+            for text in _path_texts(word):
+                for base, shown in list(dirs):
+                    full = os.path.join(base, text)
+                    if not os.path.exists(full):
+                        continue
+                    real = os.path.realpath(full)
+                    written = os.path.join(shown, text)
+                    if os.path.isdir(real):
+                        if real not in seen and len(dirs) < _MAX_WORDS:
+                            seen.add(real)
+                            dirs.append((full, written))
+                    elif (line or shown) and _is_code(real):  # a plain argument from start is bound already
+                        label = f"args[{i}] {written!r}" if line else f"args[{i}] in {shown!r}"
+                        out.append(Reached(label, real, True, not os.path.isabs(written), i))
+        if line or (i and args[i - 1] == "-c"):
+            for name in _imported(arg):
+                out.extend(_module_files(name, start, i))
+        if line:
+            for _, name in _modules(words):
+                out.extend(_module_files(name, start, i))
+    modules = [name for _, name in _modules(args)] + [name for arg in args for name in _imported(arg)]
+    for entry in (env.get("PYTHONPATH") or "").split(os.pathsep):
+        folder = os.path.join(start, entry)
+        if entry and os.path.realpath(folder) != os.path.realpath(start):
+            for name in [*modules, "sitecustomize", "usercustomize"]:
+                found = _module_files(name, start, None, folder, label=f"PYTHONPATH {name}")
+                out.extend(r._replace(var="PYTHONPATH") for r in found)
+    for var in sorted(env):
+        if var in ("PATH", "HOME", "PYTHONPATH") or len(env[var]) > 4096:
+            continue
+        for word in _words(env[var])[:_MAX_WORDS]:
+            for text in _path_texts(word):
+                full = os.path.join(start, text)
+                if os.path.isfile(full) and _is_code(os.path.realpath(full)):
+                    out.append(Reached(f"env {var}: {text}", os.path.realpath(full), True, not os.path.isabs(text), None, var))
+    return out
+
+
+_MAX_WORDS = 256
+"""Words of one argument (and directories named) looked at: a command line is short."""
+
+
+_IMPORT = re.compile(r"(?:^|[\s;])(?:import\s+([\w.]+(?:\s*,\s*[\w.]+)*)|from\s+([\w.]+)\s+import\b)")
+
+
+def _imported(code: str) -> list[str]:
+    """The modules Python code imports by name (``import chat``, ``from chat import main``)."""
+    names = []
+    for match in _IMPORT.finditer(code):
+        for name in (match.group(1) or match.group(2)).split(","):
+            name = name.strip()
+            if _MODULE_NAME.match(name):
+                names.append(name)
+    return names
+
+
+def _words(text: str) -> list[str]:
+    """The words of an argument that is a command line (it holds a space), as a shell
+    splits them (``&&``, ``;``, parentheses apart); another argument is one word."""
+    if not any(ch.isspace() for ch in text):
+        return [text]
+    lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        return list(lexer)
+    except ValueError:  # an unclosed quote: the shell would refuse it too
+        return text.split()
 
 
 def _path_texts(arg: str) -> list[str]:
@@ -133,23 +235,26 @@ def _modules(args: list[str]) -> list[tuple[int, str]]:
     return names
 
 
-def _module_files(name: str, start: str, arg: int) -> list[Reached]:
-    """The files of module ``name`` (and of its parent packages) found in ``start``, where
-    Python started there looks first: ``sys.path[0]`` is the working directory under ``-m``."""
+def _module_files(name: str, start: str, arg: int | None, where: str | None = None, label: str = "") -> list[Reached]:
+    """The files of module ``name`` (and of its parent packages) found in ``where`` (default
+    ``start``), where Python started in ``start`` looks first: ``sys.path[0]`` is the working
+    directory under ``-m`` and ``-c``, and ``PYTHONPATH`` comes next."""
     parts = name.split(".")
     found: list[Reached] = []
+    folder_of = where or start
 
     def add(rel: str) -> None:
-        full = os.path.join(start, rel)
+        full = os.path.join(folder_of, rel)
         if os.path.isfile(full):
-            found.append(Reached(f"-m {name}: {rel}", os.path.realpath(full), True, True, arg))
+            shown = rel if where is None else os.path.relpath(full, start)
+            found.append(Reached(f"{label or '-m ' + name}: {shown}", os.path.realpath(full), True, True, arg))
 
     for depth in range(1, len(parts)):
         add(os.path.join(*parts[:depth], "__init__.py"))
     base = os.path.join(*parts)
     for rel in (base + ".py", base + ".pyc", os.path.join(base, "__init__.py"), os.path.join(base, "__main__.py")):
         add(rel)
-    folder, stem = os.path.split(os.path.join(start, base))
+    folder, stem = os.path.split(os.path.join(folder_of, base))
     try:
         entries = sorted(os.listdir(folder))
     except OSError:

@@ -786,7 +786,15 @@ class Runs:
         now = self.clock() if now is None else now
         to_start = list(store.orphan_firings(decided_before=now - ORPHAN_AFTER_S))
         for s in store.due_schedules(now):
-            decisions, next_due = decide(s, now)
+            try:
+                decisions, next_due = decide(s, now)
+            except VodouError as exc:
+                # a row that can no longer be read (a zone gone from tzdata, an edited row) stops
+                # itself only: its due time is recorded failed, saying why, and it is due no more
+                from .store import FiringRecord
+
+                store.decide_firing(FiringRecord(s.name, s.next_due, "failed", now, by, None, exc.message), next_due=None)
+                continue
             for i, d in enumerate(decisions):
                 after = decisions[i + 1].due_at if i + 1 < len(decisions) else next_due
                 f = firing(s, d, now=now, by=by, run_id=new_run_id() if d.outcome == "fired" else None)
@@ -803,7 +811,10 @@ class Runs:
         store = self.store()
         try:
             s, saved = await _in_thread(self.firing_recipe, f)
-            inputs = msgspec.json.decode(s.inputs_json)
+            try:
+                inputs = msgspec.json.decode(s.inputs_json, type=dict[str, Any])
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:  # the row was edited in the store
+                raise UsageError(f"schedule {s.name!r}: its stored inputs are not a JSON object of inputs ({exc}); nothing was run", hint="remove the schedule and add it again") from None
             return await self.start_saved(saved, inputs=inputs, actor=s.created_by, run_id=f.run_id, schedule=s.name, on_change=on_change, hub=hub, origin=s.origin)
         except RefusedError as exc:
             if "already exists" in exc.message:
@@ -831,6 +842,9 @@ class Runs:
             saved = self.store().get_recipe(saved)
         path = f"{saved.name}.recipe"
         plan, _, _ = self.load(path, text=saved.source)
+        from .runtime.plans import check_saved_text
+
+        check_saved_text(saved, plan)  # the text is the one saved, not one edited in the store since
         if origin == "agent":
             _refuse_agent_opt_out(plan, what="schedule")
         resolve_inputs(plan, inputs or {})

@@ -120,7 +120,34 @@ def look_alikes(text: str) -> frozenset[int]:
         disguised = latin_here and all(is_look_alike(c) or not c.isalpha() for c in word)
         if mixed or disguised:
             found.update(m.start() + i for i in suspects)
+        else:  # a compatibility form (fullwidth, mathematical, a ligature) is no script of its own: always marked
+            found.update(m.start() + i for i in suspects if word[i] not in _LOOK_ALIKE_LETTERS)
     return frozenset(found)
+
+
+_JAMO = ((0x1100, 0x11FF), (0xA960, 0xA97F), (0xD7B0, 0xD7FF))
+"""Conjoining Hangul jamo: a syllable written as the letters that build it."""
+
+
+def respelled(text: str) -> frozenset[int]:
+    """Positions of the characters that make ``text`` another spelling of a text that looks
+    the same: in a text that is not in Unicode's composed form (NFC), every combining mark
+    (``e`` + U+0301 is ``é``), conjoining jamo, and character that NFC replaces (the Kelvin
+    sign U+212A is ``K``, the Angstrom sign ``Å``). A server compares bytes, a person sees
+    glyphs: the two spellings must not look alike on a card."""
+    if text.isascii() or unicodedata.is_normalized("NFC", text):
+        return frozenset()
+    return frozenset(i for i, ch in enumerate(text) if not ch.isascii() and _respelling(ch))
+
+
+@lru_cache(maxsize=8192)
+def _respelling(ch: str) -> bool:
+    o = ord(ch)
+    return (
+        unicodedata.category(ch).startswith("M")
+        or any(lo <= o <= hi for lo, hi in _JAMO)
+        or unicodedata.normalize("NFC", ch) != ch
+    )
 
 
 def _marked(text: str, keep: str) -> str:
@@ -128,7 +155,7 @@ def _marked(text: str, keep: str) -> str:
     letter marked, and the marker's opening bracket marked."""
     if text.isascii():
         return _ASCII_UNSAFE.sub(lambda m: m[0] if m[0] in keep else mark(m[0]), text)
-    alike = look_alikes(text)
+    alike = look_alikes(text) | respelled(text)
     out = []
     for i, ch in enumerate(text):
         if ch == OPEN or i in alike or (is_hidden(ch) and ch not in keep):
@@ -173,7 +200,7 @@ def quote(text: str) -> str:
         if _ASCII_UNSAFE.search(body):
             body = _ASCII_UNSAFE.sub(lambda m: _JSON_ESCAPES.get(m[0]) or mark(m[0]), body)
         return f'"{body}"'
-    alike = look_alikes(text)
+    alike = look_alikes(text) | respelled(text)
     out = ['"']
     for i, ch in enumerate(text):
         esc = _JSON_ESCAPES.get(ch)
@@ -243,9 +270,14 @@ class Findings:
         self.alike: dict[str, int] = {}
         self.tags: list[str] = []
         """Texts spelled in tag characters (U+E0020–E007E stand for ASCII), one per string."""
+        self.respelled: dict[str, int] = {}
+        """Characters that make a text another spelling of one that looks the same (:func:`respelled`)."""
+        self.mixed_direction = 0
+        """Strings that hold right-to-left letters next to digits or Latin letters: a screen
+        that lays out bidirectional text may show their parts in another order than sent."""
 
     def __bool__(self) -> bool:
-        return bool(self.hidden or self.alike)
+        return bool(self.hidden or self.alike or self.respelled or self.mixed_direction)
 
     def add(self, text: str, newlines: bool = True) -> None:
         """``newlines``: whether a newline or tab in this text counts (inside a JSON string it
@@ -255,11 +287,18 @@ class Findings:
                 if newlines or ch not in "\n\t\r":
                     self.hidden[ch] = self.hidden.get(ch, 0) + 1
             return
-        alike = look_alikes(text)
+        alike, other = look_alikes(text), respelled(text)
         tag = []
+        rtl = ltr = False
         for i, ch in enumerate(text):
+            if ch.isascii():
+                ltr = ltr or ch.isalnum()
+            elif not rtl and unicodedata.bidirectional(ch) in ("R", "AL"):
+                rtl = True
             if i in alike:
                 self.alike[ch] = self.alike.get(ch, 0) + 1
+            elif i in other:
+                self.respelled[ch] = self.respelled.get(ch, 0) + 1
             elif is_hidden(ch) and (newlines or ch not in "\n\t\r"):
                 self.hidden[ch] = self.hidden.get(ch, 0) + 1
             if 0xE0020 <= ord(ch) <= 0xE007E:
@@ -269,6 +308,8 @@ class Findings:
                 tag = []
         if tag:
             self.tags.append("".join(tag))
+        if rtl and (ltr or any(ch.isdigit() for ch in text)):
+            self.mixed_direction += 1
 
     def lines(self, what: str, most: int = 6) -> list[str]:
         """The card's warning lines about ``what`` (``the payload``), or none."""
@@ -281,6 +322,19 @@ class Findings:
         if self.alike:
             n = sum(self.alike.values())
             out.append(f"⚠ {what} holds {n} letter{'s' if n != 1 else ''} of another script that pass{'es' if n == 1 else ''} for Latin, each shown as ⟨U+…⟩ above: " + _listed(self.alike, most))
+        if self.mixed_direction:
+            n = self.mixed_direction
+            out.append(
+                f"⚠ {what} mixes right-to-left letters with numbers or Latin text in {n} string{'s' if n != 1 else ''}: "
+                "a screen that lays such text out right to left may show its parts in another order than they are sent; "
+                "the inbox shows them in the order they are sent, left to right"
+            )
+        if self.respelled:
+            n = sum(self.respelled.values())
+            out.append(
+                f"⚠ {what} holds {n} character{'s' if n != 1 else ''} of a text spelled otherwise than the same text looks "
+                f"(not in Unicode's composed form), each shown as ⟨U+…⟩ above: " + _listed(self.respelled, most)
+            )
         return out
 
 
@@ -346,7 +400,7 @@ def source_warnings(text: str, path: str | None = None) -> list[str]:
     out = []
     for number, line in enumerate(text.split("\n"), 1):
         line = line.removesuffix("\r")
-        alike = look_alikes(line)
+        alike = look_alikes(line) | respelled(line)
         odd = [(i, ch) for i, ch in enumerate(line) if (is_hidden(ch) and ch != "\t") or i in alike]
         if not odd:
             continue

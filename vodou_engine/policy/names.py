@@ -44,6 +44,7 @@ from .words import (
     READ,
     READ_NOUN,
     SAFE,
+    SEQUENCE,
     UNKNOWN,
     VOCABULARY,
     WRITE,
@@ -321,6 +322,8 @@ def verb_risk(tool: str) -> tuple[Risk, str]:
             unknown = unknown or f"'{w.text}' inside '{_shown(w.inside)}' is not read evidence: write (fail closed)"
         elif cls == JOINT:
             unknown = unknown or f"'{w.text}' inside '{_shown(w.inside)}' may make it a verb: write (fail closed)"
+        elif after is not None and after.text in SEQUENCE and cls not in (READ, READ_NOUN, CONNECTOR):
+            verb = verb or f"'{w.text}' after '{after.text}' is a verb"  # get_status_then_drive: no noun stands there
         elif cls in (READ, READ_NOUN):
             read = read or (f"verb '{w.text}' starting '{_shown(w.inside)}'" if w.inside else f"verb '{w.text}'")
             governed = governed or cls == READ

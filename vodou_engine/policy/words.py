@@ -90,6 +90,9 @@ between (``get_email``, ``slack_preview_message``). Anywhere else it is the verb
 
 CONNECTORS = _words("and then or plus also after before andthen")
 """Words that start a new clause: the word after one is in verb position."""
+SEQUENCE = frozenset({"then", "andthen"})
+"""Connectors after which only a verb can stand (``list_files_and_folders`` joins two nouns;
+``get_status_then_drive`` cannot): a harmless noun there is a verb, so the name is write."""
 
 SAFE_WORDS = _words(
     # articles, pronouns, qualifiers

@@ -35,6 +35,21 @@ def check_stored_plan(plan_json: str, fingerprint: str) -> Plan:
     return plan
 
 
+def check_saved_text(saved: Any, compiled: Plan) -> None:
+    """Refuse (exit 5) a saved recipe version whose text was edited in the store: ``compiled``
+    (what its stored text compiles to now) must come from the text its stored plan, checked
+    against its fingerprint, was compiled from. A saved recipe runs from its text, so an edit
+    of the text alone would otherwise run unseen (a version that asked, now without asking)."""
+    stored = check_stored_plan(saved.plan_json, saved.plan_fingerprint)
+    if compiled.recipe.source_sha256 != stored.recipe.source_sha256:
+        raise TamperedError(
+            f"saved recipe {saved.name!r} version {saved.version}: its text changed in the store after it was saved; nothing was run",
+            hint="the store was edited; save the recipe again (a new version) to run it",
+            recipe=saved.name,
+            version=saved.version,
+        )
+
+
 class RecipeChangedError(TamperedError):
     """The recipe file of a stored run now compiles to a different plan."""
 

@@ -10,7 +10,6 @@ read-only store connection, so a GET cannot change anything even by mistake.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -42,7 +41,7 @@ def page(build: Page) -> Callable[[Request], Awaitable[Response]]:
             if me is None:
                 return None, None
             try:
-                return me, build(runs, request, me, time.time())
+                return me, build(runs, request, me, runs.clock())  # the clock that decides expiry
             except VodouError as exc:
                 return me, exc
 
