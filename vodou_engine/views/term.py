@@ -21,6 +21,7 @@ from typing import Any
 
 from ..text_safety import hidden_in, shown
 
+
 def json_safe(text: str) -> str:
     """JSON text with every character that could hide or drive a terminal (``text_safety``:
     controls, bidirectional and other format characters, zero-width and tag characters,

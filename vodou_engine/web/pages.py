@@ -19,6 +19,7 @@ from ..text_safety import json_text, shown
 MAX_SHOWN = 64 * 1024
 """A step output longer than this (pretty-printed) is cut on the page."""
 
+
 def visible(text: str) -> str:
     """Every string a page prints: characters that could hide or reorder what a person reads
     (controls, bidirectional and format characters, zero-width and tag characters,
@@ -86,7 +87,9 @@ def pretty(value: Any) -> str:
     step's output longer than :data:`MAX_SHOWN` is cut, saying so."""
     text = json_text(value)
     if len(text) > MAX_SHOWN:
-        text = text[:MAX_SHOWN] + f"\n… ({len(text) - MAX_SHOWN} more characters; `recipe show RUN --json` has all of it)"
+        text = (
+            text[:MAX_SHOWN] + f"\n… ({len(text) - MAX_SHOWN} more characters; `recipe show RUN --json` has all of it)"
+        )
     return text
 
 
@@ -108,7 +111,15 @@ def inbox(runs: Any, me: str, now: float) -> dict[str, Any]:
     edited = _tampered(store, rows)
     for row in rows:
         if row.approval_id in edited:
-            tampered.append({"run": row.run_id, "step": row.step, "recipe": row.recipe_name, "started_by": row.started_by, "refusal": edited[row.approval_id]})
+            tampered.append(
+                {
+                    "run": row.run_id,
+                    "step": row.step,
+                    "recipe": row.recipe_name,
+                    "started_by": row.started_by,
+                    "refusal": edited[row.approval_id],
+                }
+            )
             continue
         approvers = dec.decode(row.approvers_json) if row.approvers_json else []
         item = {
@@ -146,14 +157,20 @@ def parked_why(store: Any, run_id: str, now: float) -> dict[str, Any]:
     doubt = sorted(e.step for e in store.effects(run_id) if e.state in ("unknown", "executing"))
     approved = [a for a in latest.values() if a.state == "approved"]
     if doubt:
-        return {"kind": "unknown", "text": f"The outcome of {', '.join(doubt)} is unknown: check the target, then settle it (recipe reconcile) before the run goes on.", "detail": []}
+        return {
+            "kind": "unknown",
+            "text": f"The outcome of {', '.join(doubt)} is unknown: check the target, then settle it (recipe reconcile) before the run goes on.",
+            "detail": [],
+        }
     if approved:
         since = max(a.decided_at or 0 for a in approved)
         who = ", ".join(sorted({a.decided_by for a in approved if a.decided_by}))
         workers = getattr(store, "kind", None) == "postgresql"
         events = store.events(run_id)
         decided = max((i for i, e in enumerate(events) if e.kind == "approval.decided"), default=-1)
-        tried = [e for e in events[decided + 1 :] if e.kind == "handed_back"]  # since the last decision, in the log's order
+        tried = [
+            e for e in events[decided + 1 :] if e.kind == "handed_back"
+        ]  # since the last decision, in the log's order
         detail = []
         for e in tried:
             data = _decode(e.data_json) or {}
@@ -285,7 +302,8 @@ def run_page(runs: Any, run_id: str, me: str, now: float) -> dict[str, Any]:
         "timeline": timeline(view),
         "together": [together_chart(t) for t in view.together],
         "why": parked_why(store, run_id, now) if str(view.state) == "parked" and not pending else None,
-        "resumable": str(view.state) == "interrupted" or (str(view.state) == "parked" and (not pending or any(p["expired"] for p in pending))),
+        "resumable": str(view.state) == "interrupted"
+        or (str(view.state) == "parked" and (not pending or any(p["expired"] for p in pending))),
         "finished": str(view.state) in ("succeeded", "failed", "declined", "cancelled"),
     }
 
@@ -306,7 +324,16 @@ def together_chart(t: Any) -> dict[str, Any]:
         "join": t.join,
         "title": f"together {t.join}: wall-clock {duration(t.wall_s)} for {duration(t.sum_s)} of work"
         + (f" ({t.sum_s / t.wall_s:.1f}× in parallel)" if t.wall_s > 0 else ""),
-        "bars": [{"label": label, "value": duration(v), "w": max(1.0, round(v / top * CHART_W, 1)), "y": 4 + i * 26, "cls": cls} for i, (label, v, cls) in enumerate(bars)],
+        "bars": [
+            {
+                "label": label,
+                "value": duration(v),
+                "w": max(1.0, round(v / top * CHART_W, 1)),
+                "y": 4 + i * 26,
+                "cls": cls,
+            }
+            for i, (label, v, cls) in enumerate(bars)
+        ],
         "height": 4 + len(bars) * 26,
         "queued": duration(t.queued_s) if t.queued_s else None,
         "failed": t.failed,
@@ -316,7 +343,11 @@ def together_chart(t: Any) -> dict[str, Any]:
 
 def timeline(view: Any) -> dict[str, Any] | None:
     """Each step's own work on one time axis (tool and write steps that ran)."""
-    spans = [(n.node, n.started_at, n.ended_at, str(n.state)) for n in view.nodes if n.kind in ("tool", "write") and n.started_at is not None and n.ended_at is not None]
+    spans = [
+        (n.node, n.started_at, n.ended_at, str(n.state))
+        for n in view.nodes
+        if n.kind in ("tool", "write") and n.started_at is not None and n.ended_at is not None
+    ]
     if not spans:
         return None
     t0 = min(s for _, s, _, _ in spans)
@@ -325,7 +356,16 @@ def timeline(view: Any) -> dict[str, Any] | None:
     rows = []
     for i, (node, s, e, state) in enumerate(spans):
         x = round((s - t0) / total * CHART_W, 1)
-        rows.append({"node": node, "x": x, "w": max(1.0, round((e - s) / total * CHART_W, 1)), "y": 4 + i * 22, "took": duration(e - s), "state": state})
+        rows.append(
+            {
+                "node": node,
+                "x": x,
+                "w": max(1.0, round((e - s) / total * CHART_W, 1)),
+                "y": 4 + i * 22,
+                "took": duration(e - s),
+                "state": state,
+            }
+        )
     return {"rows": rows, "height": 4 + len(rows) * 22, "total": duration(total)}
 
 
@@ -371,7 +411,19 @@ def recipes(runs: Any, now: float) -> list[dict[str, Any]]:
             card, error, inputs = card_text(plan), None, plan.inputs
         except Exception as exc:  # noqa: BLE001 - one bad row must not hide the others
             card, error, inputs = "", str(exc), []
-        out.append({"name": rec.name, "version": rec.version, "saved_by": rec.saved_by, "saved": clock(rec.saved_at), "saved_ago": ago(rec.saved_at, now), "origin": rec.origin, "card": card, "error": error, "inputs": inputs})
+        out.append(
+            {
+                "name": rec.name,
+                "version": rec.version,
+                "saved_by": rec.saved_by,
+                "saved": clock(rec.saved_at),
+                "saved_ago": ago(rec.saved_at, now),
+                "origin": rec.origin,
+                "card": card,
+                "error": error,
+                "inputs": inputs,
+            }
+        )
     return out
 
 
@@ -439,7 +491,7 @@ def parse_pairs(text: str) -> dict[str, Any]:
             continue
         name, eq, raw = line.partition("=")
         if not eq or not name.strip():
-            raise UsageError(f"{line!r} is not NAME=VALUE", hint='one per line, e.g. channel=#daily or limit=5')
+            raise UsageError(f"{line!r} is not NAME=VALUE", hint="one per line, e.g. channel=#daily or limit=5")
         try:
             out[name.strip()] = json.loads(raw)
         except ValueError:

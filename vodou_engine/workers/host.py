@@ -56,7 +56,9 @@ class EngineHost:
     the host stops.
     """
 
-    def __init__(self, setup: Callable[[Any], Awaitable[Callable[[], None] | None]] | None = None, *, name: str = "vodou-engine"):
+    def __init__(
+        self, setup: Callable[[Any], Awaitable[Callable[[], None] | None]] | None = None, *, name: str = "vodou-engine"
+    ):
         self._setup = setup
         self._name = name
         self._token: Any = None
@@ -143,7 +145,14 @@ class EngineHost:
         if self._stop is not None:
             self._stop.set()
 
-    async def _job(self, job: _Job, fn: Callable[..., Awaitable[Any]], args: tuple, loop: asyncio.AbstractEventLoop, fut: asyncio.Future) -> None:
+    async def _job(
+        self,
+        job: _Job,
+        fn: Callable[..., Awaitable[Any]],
+        args: tuple,
+        loop: asyncio.AbstractEventLoop,
+        fut: asyncio.Future,
+    ) -> None:
         import trio
 
         outcome: tuple[str, Any] = ("cancelled", None)
