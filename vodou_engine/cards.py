@@ -13,8 +13,9 @@ that differ never read alike.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from .plan import ApprovalNode, JoinNode, Plan, QuestionNode, ToolNode, WriteNode
 from .text_safety import visible

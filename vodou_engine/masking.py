@@ -200,7 +200,7 @@ def _needles(value: str) -> list[str]:
 
 
 class _Secret:
-    __slots__ = ("var", "value", "pattern", "needles", "needles_bytes")
+    __slots__ = ("needles", "needles_bytes", "pattern", "value", "var")
 
     def __init__(self, var: str, value: str):
         self.var = var
@@ -232,7 +232,7 @@ class Mask:
     (after decoding escapes of plain characters, which are rare), and only where one is found,
     the full pattern of every spelling, which finds and replaces it."""
 
-    __slots__ = ("_values", "_secrets")
+    __slots__ = ("_secrets", "_values")
 
     def __init__(self, secrets: Mapping[str, str]):
         seen: dict[str, str] = {}

@@ -8,7 +8,7 @@ while it is free to fix, and MCP annotations can raise a tool's risk.
 from __future__ import annotations
 
 import difflib
-from typing import Collection, Mapping
+from collections.abc import Collection, Mapping
 
 from .cards import ToolStatus
 from .compiler.words import written_address, written_server

@@ -28,7 +28,7 @@ same id, so it happens once.
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -62,7 +62,7 @@ def next_after(cron: str, tz: str, after: float) -> float:
     from cronsim import CronSim, CronSimError
 
     zone = _zone(tz)
-    start = datetime.fromtimestamp(after, timezone.utc).astimezone(zone)
+    start = datetime.fromtimestamp(after, UTC).astimezone(zone)
     if len(cron.split()) != 5:
         raise UsageError(
             f"cron expression {cron!r} needs five fields: minute hour day-of-month month day-of-week",
@@ -117,7 +117,7 @@ def decide(schedule: ScheduleRecord, now: float) -> tuple[list[Decision], float]
 
 
 def _iso(ts: float | None) -> str:
-    return "—" if ts is None else datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds")
+    return "—" if ts is None else datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
 
 
 def firing(schedule: ScheduleRecord, d: Decision, *, now: float, by: str, run_id: str | None) -> FiringRecord:

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 import trio
 

@@ -198,7 +198,7 @@ def check_text(
         out.add(_with_source(exc, text))
         return out
     if catalogue is not None:
-        configured = servers.servers if servers is not None else {s: None for s in catalogue.listed}
+        configured = servers.servers if servers is not None else dict.fromkeys(catalogue.listed)
         status, hints = resolve(plan, configured, catalogue.listed, servers.disabled if servers is not None else ())
         for key, st in status.items():
             server = _server_of(plan, key)

@@ -126,4 +126,4 @@ class DemoServer:
 Conn = sqlite3.Connection
 """The type of every demo tool's first parameter (hidden from the MCP schema)."""
 
-__all__ = ["DemoServer", "Conn", "READ_ONLY", "WRITE", "DESTRUCTIVE"]
+__all__ = ["DESTRUCTIVE", "READ_ONLY", "WRITE", "Conn", "DemoServer"]

@@ -15,7 +15,7 @@ import msgspec
 from ..errors import EXIT_DECLINED, EXIT_FAILED, EXIT_OK, EXIT_PARKED
 from ..reports import EffectView, RunReport, RunSummary, RunView, Together
 from ..text_safety import json_text
-from .term import cell, console, json_safe, out, printable, say
+from .term import cell, console, json_safe, out, say
 
 EXIT_FOR = {
     "succeeded": EXIT_OK,

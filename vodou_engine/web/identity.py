@@ -116,7 +116,7 @@ class Signer:
         self._key = bytes.fromhex(key_hex)
 
     def _mac(self, label: str, value: str) -> str:
-        return _b64(hmac.new(self._key, f"{label}|{value}".encode("utf-8"), hashlib.sha256).digest())
+        return _b64(hmac.new(self._key, f"{label}|{value}".encode(), hashlib.sha256).digest())
 
     def sign(self, value: str, label: str = "cookie") -> str:
         return f"{value}.{self._mac(label, value)}"

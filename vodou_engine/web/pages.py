@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -67,9 +68,7 @@ def clock(ts: float | None) -> str:
 def iso(ts: float | None) -> str:
     if ts is None:
         return ""
-    from datetime import datetime, timezone
-
-    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds")
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
 
 
 def duration(seconds: float | None) -> str:
@@ -447,7 +446,6 @@ def schedules(runs: Any, now: float) -> list[dict[str, Any]]:
         firings = runs.firings(s.name, limit=5)
         due = None
         if s.next_due is not None:
-            from datetime import datetime
             from zoneinfo import ZoneInfo
 
             try:

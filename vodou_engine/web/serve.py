@@ -22,7 +22,8 @@ import logging
 import os
 import signal
 import sys
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from .config import GRACE_S, WebConfig, from_flags
 
@@ -171,7 +172,6 @@ async def _serve(service: Any, app: Any, cfg: WebConfig) -> None:
             port = _port(binds)
             app.state.web.port = port
             from ..store import default_store_path
-
             from ..store.postgres import _safe
 
             where = _safe(str(cfg.store or default_store_path()))

@@ -48,7 +48,8 @@ import datetime
 import json
 import logging
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..errors import QueueError, StoreError
 from ..owners import LEASE_S, RENEW_EVERY_S, is_gone
@@ -391,7 +392,7 @@ async def _tick(app: Any, context: Any, timestamp: int) -> dict:
 def _options(run_id: str, at: float | None = None) -> dict[str, Any]:
     options: dict[str, Any] = {"lock": run_id, "queueing_lock": run_id, "queue": QUEUE}
     if at is not None:
-        options["schedule_at"] = datetime.datetime.fromtimestamp(at, datetime.timezone.utc)
+        options["schedule_at"] = datetime.datetime.fromtimestamp(at, datetime.UTC)
     return options
 
 
@@ -573,7 +574,7 @@ async def recover(app: Any, me: int | None, *, stalled_after: float = STALLED_AF
         queue = WAITING_QUEUE if row["queue_name"] != QUEUE else None
         try:
             await manager.retry_job_by_id_async(
-                job_id=row["id"], retry_at=datetime.datetime.now(datetime.timezone.utc), queue=queue
+                job_id=row["id"], retry_at=datetime.datetime.now(datetime.UTC), queue=queue
             )
         except procrastinate.exceptions.UniqueViolation:
             # Another job for this run waits already: it drives the run; this one is closed.

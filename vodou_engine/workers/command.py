@@ -25,7 +25,8 @@ import os
 import signal
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .app import HEARTBEAT_S, RECOVER_EVERY_S, STALLED_AFTER_S, TICK_CRON
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import msgspec
 
@@ -35,7 +36,7 @@ from ..plan import ToolNode
 from ..policy import Policy
 from ..runs import Runs
 from ..runtime.plans import RecipeChangedError
-from ..servers import ServerSet, servers_needed, servers_to_finish
+from ..servers import ServerSet, servers_needed
 from ..states import TERMINAL_NODE_STATES, TERMINAL_RUN_STATES
 
 logger = logging.getLogger("vodou_engine.workers")

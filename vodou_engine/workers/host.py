@@ -30,7 +30,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 logger = logging.getLogger("vodou_engine.workers")
 
@@ -40,7 +41,7 @@ class HostStopped(RuntimeError):
 
 
 class _Job:
-    __slots__ = ("scope", "cancelled")
+    __slots__ = ("cancelled", "scope")
 
     def __init__(self) -> None:
         self.scope: Any = None
