@@ -48,7 +48,7 @@ def plan_rows(
     """Rows of (indent, label, step, address, risk, why, gated) in execution order."""
     status = status or {}
     approvals = {n.step: n for n in plan.nodes if isinstance(n, ApprovalNode)}
-    inside, depth = groups(plan)
+    _, depth = groups(plan)
     rows: list[tuple] = []
     # a together header goes right before its first member node
     headers: dict[str, list[JoinNode]] = {}

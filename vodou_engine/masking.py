@@ -358,7 +358,7 @@ class Mask:
                 lo, hi = max(start, starts[i]), min(end, starts[i + 1])
                 if lo < hi:
                     cuts[i].append((lo - starts[i], hi - starts[i], var))
-        for block, text, spans in zip(blocks, texts, cuts):
+        for block, text, spans in zip(blocks, texts, cuts, strict=True):
             if spans:
                 block["text"] = _replace(text, spans)
 

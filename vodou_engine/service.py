@@ -323,11 +323,11 @@ class Service:
                 await trio.to_thread.run_sync(ticks.stop)
             self.accepting = False
             with trio.move_on_after(self.grace_s):
-                while self.active:
+                while self.active:  # noqa: ASYNC110 - a bounded wait at shutdown for runs to leave `active`
                     await trio.sleep(0.05)
             for scope in list(self.active.values()):
                 scope.cancel()
-            while self.active:
+            while self.active:  # noqa: ASYNC110 - the cancelled runs leave `active` within a few checkpoints
                 await trio.sleep(0.01)
             self.pool.close()
             nursery.cancel_scope.cancel()
@@ -355,7 +355,7 @@ class Service:
                 ):
                     # in a task of its own: a slow webhook neither holds the run nor a stop's grace
                     self._nursery.start_soon(self._notify, report)
-            except Exception:  # noqa: BLE001 - one run's failure never stops the others
+            except Exception:  # one run's failure never stops the others
                 logger.exception("run %s ended with an error", run_id or "(new)")
             finally:
                 self.active.pop(key, None)
@@ -364,7 +364,7 @@ class Service:
     async def _notify(self, report: RunReport) -> None:
         try:
             await self.on_parked(report)
-        except Exception:  # noqa: BLE001 - a notification that fails never touches the run
+        except Exception:  # a notification that fails never touches the run
             logger.exception("notifying about run %s failed", report.run)
 
     async def _hub_for(self, runs: Runs, run_id: str) -> Any:
@@ -537,7 +537,7 @@ class Service:
             while self.accepting:
                 try:
                     fired = await trio.to_thread.run_sync(lambda: runs.due(by="serve"))
-                except Exception:  # noqa: BLE001 - a bad tick must not stop the scheduler
+                except Exception:  # a bad tick must not stop the scheduler
                     logger.exception("scheduler tick failed")
                     fired = []
                 for f in fired:

@@ -147,7 +147,7 @@ async def fetch(
     """List the tools of ``names`` (default: every configured server), each server
     started on its own; one that fails is reported in ``unavailable``."""
     configured = servers.servers
-    wanted = [n for n in (names if names is not None else sorted(configured))]
+    wanted = list(names if names is not None else sorted(configured))
     listed: dict[str, dict[str, Any]] = {}
     unavailable: dict[str, str] = {}
 

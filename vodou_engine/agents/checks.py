@@ -115,7 +115,7 @@ def card_data(plan: Any, status: Mapping[str, Any] | None = None) -> dict[str, A
         "approval_expires_s": plan.options.approval_expires_s,
         "model": plan.options.model,
         "steps": steps,
-        "asks_before": [s for s in gates],
+        "asks_before": list(gates),
     }
 
 

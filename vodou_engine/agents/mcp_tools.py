@@ -175,7 +175,7 @@ def _error_result(exc: BaseException) -> CallToolResult:
     if isinstance(exc, (KeyboardInterrupt, SystemExit)):
         raise exc
     if not isinstance(exc, VodouError):
-        logger.exception("agent tool failed")
+        logger.exception("agent tool failed")  # noqa: LOG004 - called only from the tool's except block
     data = {"error": error_data(exc)}
     return CallToolResult(
         content=[TextContent(type="text", text=json.dumps(data, ensure_ascii=False, indent=2, default=str))],

@@ -471,7 +471,13 @@ def invoke(
             fifo.write(f"{server}.{tool}\n")
     if latency > 0:
         time.sleep(latency)
-    record = dict(server=server, tool=tool, arguments=arguments, idempotency_key=idempotency_key, started=started)
+    record = {
+        "server": server,
+        "tool": tool,
+        "arguments": arguments,
+        "idempotency_key": idempotency_key,
+        "started": started,
+    }
     with _opened(path) as conn:
         try:
             if effect:

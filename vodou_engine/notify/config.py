@@ -365,7 +365,7 @@ def _http_url(path: str, where: str, table: str, key: str, url: str) -> str:
             key=f"{table}.{key}",
         )
     try:
-        parts.port
+        _ = parts.port  # raises ValueError when the port is not a number
     except ValueError:
         raise ServeConfigError(
             f"{path}: {where}: `{key}` has a port that is not a number", hint=_HINT, path=path, key=f"{table}.{key}"

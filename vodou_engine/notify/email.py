@@ -71,13 +71,13 @@ async def _emails(
             got = await trio.to_thread.run_sync(_smtp_try, config, [mail[i][1] for i in todo], abandon_on_cancel=True)
         except Exception as exc:  # noqa: BLE001 - a notification never fails the run
             got = [("failed", f"{type(exc).__name__}: {exc}")] * len(todo)
-        for i, result in zip(todo, got):
+        for i, result in zip(todo, got, strict=False):
             outcome[i] = result
             tries[i] = attempt
         if attempt < config.tries and any(outcome[i][0] == "transient" for i in todo):
             await sleep(_delay(config.backoff_s, attempt))
     out = []
-    for (_, _, p, target), (state, error), n in zip(mail, outcome, tries):
+    for (_, _, p, target), (state, error), n in zip(mail, outcome, tries, strict=True):
         ok = state == "sent"
         d = Delivery(
             kind="email", target=target, run=report.run, step=p.step, approval=p.approval, status="sent" if ok else "failed", tries=n,

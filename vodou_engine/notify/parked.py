@@ -114,7 +114,7 @@ async def _notify(
                 results[i] = await _webhook(client, hook, report, p, run_url, sleep, clock)
 
             async def emails() -> None:
-                for (i, *_), d in zip(mail, await _emails(config.email, report, mail, sleep)):
+                for (i, *_), d in zip(mail, await _emails(config.email, report, mail, sleep), strict=False):
                     results[i] = d
 
             for i, hook, p in hooks:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 
@@ -43,7 +43,7 @@ def _json(doc: Any) -> None:
 class Progress:
     """Live rows while a run moves: one per node, updated in place on a terminal."""
 
-    ICONS = {
+    ICONS: ClassVar[dict[str, str]] = {
         "running": "[cyan]…[/]",
         "succeeded": "[green]✓[/]",
         "failed": "[red]✗[/]",

@@ -218,7 +218,7 @@ class AgentsOverHTTP:
         try:
             if await self.web.read(lambda runs: bool(runs.store(create=False).agents_list())):
                 await self._session_manager()
-        except Exception:  # noqa: BLE001 - the first request tries again and reports it
+        except Exception:  # the first request tries again and reports it
             logger.exception("could not start the agent MCP server ahead of its first request")
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
@@ -258,7 +258,7 @@ class AgentsOverHTTP:
         data = {"why": why, "method": scope.get("method"), "path": scope.get("path")}
         try:
             await self.web.write(lambda runs: runs.store().audit("agent.refused", actor=None, data=data))
-        except Exception:  # noqa: BLE001 - the refusal stands even if it cannot be logged
+        except Exception:  # the refusal stands even if it cannot be logged
             logger.exception("could not write the audit row for a refused agent request")
 
     async def _session_manager(self) -> Any:

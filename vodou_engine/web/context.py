@@ -154,7 +154,7 @@ class Web:
             await self.write(
                 lambda runs: runs.store().audit("web.refused", actor=me.name if me else None, run_id=run, data=detail)
             )
-        except Exception:  # noqa: BLE001 - the refusal stands even if it cannot be logged
+        except Exception:  # the refusal stands even if it cannot be logged
             logger.exception("could not write the audit row for a refused %s", action)
 
     # --- responses ----------------------------------------------------------------------------
@@ -261,7 +261,7 @@ def _shown(value: Any) -> Any:
 def _csrf_field(ctx: Any) -> Markup:
     """The form token of the signed-in session, as a hidden field (every form has one)."""
     me = ctx.get("me")
-    return Markup(f'<input type="hidden" name="csrf" value="{escape(me.csrf)}">') if me else Markup("")
+    return Markup(f'<input type="hidden" name="csrf" value="{escape(me.csrf)}">') if me else Markup("")  # noqa: S704 - the token is escaped
 
 
 def status_for(exc: VodouError) -> int:

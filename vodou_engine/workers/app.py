@@ -182,7 +182,7 @@ def store_queue(store: Any) -> Any:
     if store not in _READY:
         try:
             ensure_queue(conn)
-        except Exception as exc:  # psycopg's errors, in the store's words
+        except Exception as exc:  # noqa: BLE001 - psycopg's errors, in the store's words
             raise StoreError(
                 f"cannot create the workers' queue in the store at {store.location}: {str(exc).strip().splitlines()[0]}",
                 hint="the database user needs to create tables in the store's schema",
@@ -274,7 +274,7 @@ async def _drive(app: Any, context: Any, run_id: str, spec: dict[str, Any]) -> d
         # (the job keeps the list of workers that could not drive it).
         try:
             await asyncio.shield(defer_drive_async(app, run_id, spec))
-        except Exception:  # noqa: BLE001 - nothing more to do here; recovery finds it
+        except Exception:  # nothing more to do here; recovery finds it
             logger.exception("could not queue run %s again after stopping its drive", run_id)
         raise
     if out.cannot is not None:
@@ -450,7 +450,7 @@ class TickThread:
                     await defer_ticks(self.url, tick_cron=self.tick_cron)
                 except asyncio.CancelledError:
                     pass
-                except Exception:  # noqa: BLE001 - the web app goes on; workers defer ticks too
+                except Exception:  # the web app goes on; workers defer ticks too
                     logger.exception("deferring the schedules' tick stopped")
 
             asyncio.run(body())
@@ -529,7 +529,7 @@ class Queue:
             (status,) if status else (),
         ).fetchall()
         keys = ("id", "task", "status", "lock", "queueing_lock", "attempts", "worker_id")
-        return [dict(zip(keys, r)) for r in rows]
+        return [dict(zip(keys, r, strict=True)) for r in rows]
 
 
 # --- recovery: jobs of workers that died --------------------------------------------------------

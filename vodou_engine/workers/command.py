@@ -189,7 +189,7 @@ async def _keep_recovering(app: Any, worker: Any, owner: str, on_ready: Callable
 
     from .app import claim_waiting, recover, register_worker
 
-    while worker.worker_id is None:
+    while worker.worker_id is None:  # noqa: ASYNC110 - procrastinate sets worker_id and signals nothing
         await asyncio.sleep(0.01)
     await register_worker(app, worker.worker_id, owner)
     if on_ready is not None:
@@ -200,7 +200,7 @@ async def _keep_recovering(app: Any, worker: Any, owner: str, on_ready: Callable
             await claim_waiting(app, owner)
         except asyncio.CancelledError:
             raise
-        except Exception:  # noqa: BLE001 - a failed look is tried again next time
+        except Exception:  # a failed look is tried again next time
             logger.exception("looking for jobs of dead workers failed")
         await asyncio.sleep(RECOVER_EVERY_S)
 

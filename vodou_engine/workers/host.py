@@ -117,7 +117,7 @@ class EngineHost:
 
         try:
             trio.run(self._main)
-        except BaseException as exc:  # noqa: BLE001 - reported to whoever waits for ready
+        except BaseException as exc:  # reported to whoever waits for ready
             if not self._ready.is_set():
                 self._error = exc
             else:
