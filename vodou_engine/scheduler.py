@@ -90,7 +90,7 @@ def decide(schedule: ScheduleRecord, now: float) -> tuple[list[Decision], float]
     """What to do with every due time of ``schedule`` up to ``now``, and its next due time."""
     if schedule.next_due is None or schedule.next_due > now:
         return [], schedule.next_due or next_after(schedule.cron, schedule.tz, now)
-    due_times = []
+    due_times: list[float] = []
     due = schedule.next_due
     while due <= now and len(due_times) < 10_000:
         due_times.append(due)

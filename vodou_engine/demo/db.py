@@ -471,7 +471,7 @@ def invoke(
             fifo.write(f"{server}.{tool}\n")
     if latency > 0:
         time.sleep(latency)
-    record = {
+    record: dict[str, Any] = {
         "server": server,
         "tool": tool,
         "arguments": arguments,

@@ -58,7 +58,7 @@ class Progress:
         self.order = node_ids
         self.enabled = enabled
         self.states: dict[str, str] = {}
-        self.live = None
+        self.live: Any = None
 
     def __enter__(self) -> Progress:
         if self.enabled:

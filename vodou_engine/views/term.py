@@ -97,7 +97,7 @@ class _Survivor:
 def guard_stdout() -> None:
     """Make stdout survive its reader closing (once per process)."""
     if not isinstance(sys.stdout, _Survivor):
-        sys.stdout = _Survivor(sys.stdout)  # type: ignore[assignment]
+        sys.stdout = _Survivor(sys.stdout)
 
 
 def out(text: str) -> None:

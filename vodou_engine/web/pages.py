@@ -103,7 +103,9 @@ def inbox(runs: Any, me: str, now: float) -> dict[str, Any]:
     """Pending questions: those ``me`` may decide, the others, and those that no longer give
     their fingerprint (the store was edited: listed for everyone, with who may decide left
     out, since that is part of what was edited)."""
-    mine, others, tampered = [], [], []
+    mine: list[dict[str, Any]] = []
+    others: list[dict[str, Any]] = []
+    tampered: list[dict[str, Any]] = []
     dec = msgspec.json.Decoder(list[str])
     store = runs.store(create=False, readonly=True)
     rows = store.inbox()
@@ -136,7 +138,8 @@ def inbox(runs: Any, me: str, now: float) -> dict[str, Any]:
         (mine if not approvers or me in approvers else others).append(item)
     mine.reverse()  # newest first
     others.reverse()
-    lapsed, waiting = [], []
+    lapsed: list[dict[str, Any]] = []
+    waiting: list[dict[str, Any]] = []
     for r, name, by, at in store.parked_unasked():
         why = parked_why(store, r, now)
         item = {"run": r, "recipe": name, "started_by": by, "since": ago(at, now), "why": why}
@@ -230,8 +233,8 @@ def run_page(runs: Any, run_id: str, me: str, now: float) -> dict[str, Any]:
     extras = store.approval_extras(run_id)  # read before Runs.show checks each question against its fingerprint
     view = runs.show(run_id)
     record = store.get_run(run_id)
-    pending = []
-    history = []
+    pending: list[dict[str, Any]] = []
+    history: list[dict[str, Any]] = []
     for a in view.approvals:
         preview_json, check_json = extras.get(a.id, (None, None))
         item = {
