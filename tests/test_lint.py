@@ -32,6 +32,25 @@ CLEAN = [
     "vodou_engine/osuser.py",
     "vodou_engine/owners.py",
 ]
+# Brought up to ruff's bar (lint and format) but not yet to mypy strict.
+RUFF_CLEAN = [
+    "vodou_engine/web",
+    "vodou_engine/notify",
+    "vodou_engine/workers",
+    "vodou_engine/views",
+    "vodou_engine/demo",
+    "vodou_engine/agents",
+    "vodou_engine/service.py",
+    "vodou_engine/cards.py",
+    "vodou_engine/reports.py",
+    "vodou_engine/planning.py",
+    "vodou_engine/scheduler.py",
+    "vodou_engine/masking.py",
+    "vodou_engine/gcpause.py",
+    "vodou_engine/standalone.py",
+    "vodou_engine/__init__.py",
+    "vodou_engine/__main__.py",
+]
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -40,8 +59,9 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("command", [("check",), ("format", "--check")], ids=["check", "format"])
 def test_clean_packages_pass_ruff(command):
-    done = run("ruff", *command, "--no-cache", *CLEAN)
-    assert done.returncode == 0, f"ruff {' '.join(command)} {' '.join(CLEAN)}:\n{done.stdout}{done.stderr}"
+    paths = [*CLEAN, *RUFF_CLEAN]
+    done = run("ruff", *command, "--no-cache", *paths)
+    assert done.returncode == 0, f"ruff {' '.join(command)} {' '.join(paths)}:\n{done.stdout}{done.stderr}"
 
 
 def test_clean_packages_pass_mypy_strict(tmp_path):

@@ -68,7 +68,7 @@ _EXPORTS = {
     "QueueError": "vodou_engine.errors",
 }
 
-__all__ = sorted(_EXPORTS) + ["__version__"]
+__all__ = [*sorted(_EXPORTS), "__version__"]  # noqa: PLE0604 - the keys of _EXPORTS are names
 
 
 def __getattr__(name: str) -> Any:

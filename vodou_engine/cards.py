@@ -13,8 +13,9 @@ that differ never read alike.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from .plan import ApprovalNode, JoinNode, Plan, QuestionNode, ToolNode, WriteNode
 from .text_safety import visible
@@ -41,11 +42,13 @@ def groups(plan: Plan) -> tuple[dict[str, list[str]], dict[str, int]]:
     return inside, {k: len(v) for k, v in inside.items()}
 
 
-def plan_rows(plan: Plan, status: Mapping[str, ToolStatus] | None = None, writer: str = "offline writer") -> list[tuple]:
+def plan_rows(
+    plan: Plan, status: Mapping[str, ToolStatus] | None = None, writer: str = "offline writer"
+) -> list[tuple]:
     """Rows of (indent, label, step, address, risk, why, gated) in execution order."""
     status = status or {}
     approvals = {n.step: n for n in plan.nodes if isinstance(n, ApprovalNode)}
-    inside, depth = groups(plan)
+    _, depth = groups(plan)
     rows: list[tuple] = []
     # a together header goes right before its first member node
     headers: dict[str, list[JoinNode]] = {}
@@ -57,7 +60,17 @@ def plan_rows(plan: Plan, status: Mapping[str, ToolStatus] | None = None, writer
         d = depth.get(node.id, 0)
         for join in sorted(headers.get(node.id, []), key=lambda j: depth.get(j.id, 0)):
             name = f" {join.block}" if join.block else ""
-            rows.append((depth.get(join.id, 0), "together" + name, "they don't need each other, so they run at the same time", None, None, None, False))
+            rows.append(
+                (
+                    depth.get(join.id, 0),
+                    "together" + name,
+                    "they don't need each other, so they run at the same time",
+                    None,
+                    None,
+                    None,
+                    False,
+                )
+            )
         if isinstance(node, JoinNode):
             rule = f"needs {node.need} of {node.of}" if node.need < node.of else f"waits for all {node.of}"
             extra = "; the rest are cancelled" if node.need < node.of else ""
@@ -95,9 +108,21 @@ def plan_rows(plan: Plan, status: Mapping[str, ToolStatus] | None = None, writer
                     rows.append((d + 1, None, f"↳ {what}", raddr, ref.risk, ref.risk_source, False))
         elif isinstance(node, WriteNode):
             src = f" from {', '.join(node.inputs)}" if node.inputs else ""
-            rows.append((d, None, node.id, f"write{src}", "text", f'"{visible(node.prompt)}" ({writer}); no effect outside', False))
+            rows.append(
+                (
+                    d,
+                    None,
+                    node.id,
+                    f"write{src}",
+                    "text",
+                    f'"{visible(node.prompt)}" ({writer}); no effect outside',
+                    False,
+                )
+            )
         elif isinstance(node, QuestionNode):
-            rows.append((d, "ask", f'"{visible(node.text)}" — the run stops here until you answer yes', None, None, None, False))
+            rows.append(
+                (d, "ask", f'"{visible(node.text)}" — the run stops here until you answer yes', None, None, None, False)
+            )
     return rows
 
 
@@ -119,7 +144,11 @@ def plan_card(
     if source:
         title.append(f"  ({source})", style="dim")
     rows = plan_rows(plan, status, writer)
-    cells = [("  " * i + ("⚠ " if gated else "  ") + step, addr) for i, label, step, addr, risk, why, gated in rows if label is None]
+    cells = [
+        ("  " * i + ("⚠ " if gated else "  ") + step, addr)
+        for i, label, step, addr, risk, why, gated in rows
+        if label is None
+    ]
     w_step = max((len(c[0]) for c in cells), default=0)
     w_addr = min(56, max((len(c[1]) for c in cells), default=0))
     lines = []
@@ -156,7 +185,11 @@ def plan_card(
         )
     for node in plan.nodes:
         if isinstance(node, ToolNode) and node.without_asking:
-            notes.append(Text(f"✗ `{node.id}` ({node.server}·{node.tool}, {node.risk}) will run WITHOUT ASKING.", style="bold red"))
+            notes.append(
+                Text(
+                    f"✗ `{node.id}` ({node.server}·{node.tool}, {node.risk}) will run WITHOUT ASKING.", style="bold red"
+                )
+            )
     for name, command in (servers or {}).items():
         notes.append(Text.assemble(("server ", "dim"), (name, "cyan"), (f" = {command}", "dim")))
     if servers_note:
@@ -193,7 +226,9 @@ def approval_card_text(
 
     lines = []
     if step is not None:
-        lines.append(f"⚠ {visible(step.id)}: {visible(step.server)}·{visible(step.tool)}  ({step.risk}: {visible(step.risk_source)})")
+        lines.append(
+            f"⚠ {visible(step.id)}: {visible(step.server)}·{visible(step.tool)}  ({step.risk}: {visible(step.risk_source)})"
+        )
         if server is not None:
             where = getattr(server, "workdir", None)
             lines.append(
@@ -271,7 +306,9 @@ def question_outputs(plan: Plan, node: QuestionNode, outputs: Mapping[str, Any])
         elif n is not None:
             stack.extend(reversed(n.needs))
     named = set(re.findall(r"[A-Za-z_][A-Za-z0-9_-]*", node.text))
-    wanted.extend(n.id for n in plan.nodes if n.id in named and isinstance(n, (ToolNode, WriteNode)) and n.id not in wanted)
+    wanted.extend(
+        n.id for n in plan.nodes if n.id in named and isinstance(n, (ToolNode, WriteNode)) and n.id not in wanted
+    )
     return {nid: outputs[nid] for nid in wanted if nid in outputs}
 
 
@@ -318,7 +355,9 @@ def card_or_refusal(approval: Any, plan: Plan, bindings: Mapping[str, Any]) -> s
     return refusal or card
 
 
-def check_untampered(approval: Any, plan: Plan, bindings: Mapping[str, Any], payload: Any = None) -> tuple[Any, ToolNode | None]:
+def check_untampered(
+    approval: Any, plan: Plan, bindings: Mapping[str, Any], payload: Any = None
+) -> tuple[Any, ToolNode | None]:
     """The question's gate and step, once what is stored of it is what it was asked with; else
     ``TamperedError``. The fingerprint recomputed over the row (payload, node, address, risk
     verdict, check read, server binding, and the rest of what the card shows: who may decide,

@@ -124,7 +124,7 @@ def _spelled(text: str) -> list[str]:
         if before == "\\":
             # The run of backslashes before it was taken whole, the one that starts this
             # character's escape with it (a backslash as it is, then an escaped character).
-            spellings += ["(?<=\\\\)" + s[len(_ESC):] for s in spellings if s.startswith(_ESC)]
+            spellings += ["(?<=\\\\)" + s[len(_ESC) :] for s in spellings if s.startswith(_ESC)]
         rest.append("(?:" + "|".join(spellings) + ")")
     return [first + "".join(rest) for first in _spellings(units[0])]
 
@@ -147,7 +147,10 @@ _PLAIN = re.compile(r"[A-Za-z0-9._~-]+")
 """Characters no encoder escapes unless it escapes everything (JSON, URLs, HTML, base64 all
 leave them be): a run of them is how a value is looked for before anything costlier."""
 
-_PLAIN_ESCAPE = _ESC + r"(?:u00([2-7][0-9a-fA-F])|x([2-7][0-9a-fA-F]))|%([2-7][0-9a-fA-F])|&#(?:[xX]0*([2-7][0-9a-fA-F])|0*(\d{2,3}));"
+_PLAIN_ESCAPE = (
+    _ESC
+    + r"(?:u00([2-7][0-9a-fA-F])|x([2-7][0-9a-fA-F]))|%([2-7][0-9a-fA-F])|&#(?:[xX]0*([2-7][0-9a-fA-F])|0*(\d{2,3}));"
+)
 _PLAIN_ESCAPES = re.compile(_PLAIN_ESCAPE)
 _PLAIN_ESCAPES_BYTES = re.compile(_PLAIN_ESCAPE.encode())
 """An escape of a printable ASCII character: decoded before the runs are looked for, so a value
@@ -172,7 +175,9 @@ def _unescaped(text: str) -> str:
 
 
 def _unescaped_bytes(data: bytes) -> bytes:
-    if not ((b"\\" in data and (b"\\u00" in data or b"\\x" in data)) or b"%" in data or (b"&" in data and b"&#" in data)):
+    if not (
+        (b"\\" in data and (b"\\u00" in data or b"\\x" in data)) or b"%" in data or (b"&" in data and b"&#" in data)
+    ):
         return data
 
     def plain(m: re.Match[bytes]) -> bytes:
@@ -195,7 +200,7 @@ def _needles(value: str) -> list[str]:
 
 
 class _Secret:
-    __slots__ = ("var", "value", "pattern", "needles", "needles_bytes")
+    __slots__ = ("needles", "needles_bytes", "pattern", "value", "var")
 
     def __init__(self, var: str, value: str):
         self.var = var
@@ -227,7 +232,7 @@ class Mask:
     (after decoding escapes of plain characters, which are rare), and only where one is found,
     the full pattern of every spelling, which finds and replaces it."""
 
-    __slots__ = ("_values", "_secrets")
+    __slots__ = ("_secrets", "_values")
 
     def __init__(self, secrets: Mapping[str, str]):
         seen: dict[str, str] = {}
@@ -253,7 +258,9 @@ class Mask:
         if not self._values or not text:
             return text
         plain = _unescaped(text)
-        spans = [(m.start(), m.end(), s.var) for s in self._compiled() if s.maybe_in(plain) for m in s.pattern.finditer(text)]
+        spans = [
+            (m.start(), m.end(), s.var) for s in self._compiled() if s.maybe_in(plain) for m in s.pattern.finditer(text)
+        ]
         return _replace(text, spans) if spans else text
 
     # -- messages ---------------------------------------------------------
@@ -270,7 +277,9 @@ class Mask:
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
             return self.text(data.decode("utf-8", "replace")).encode()
         if isinstance(decoded, dict):
-            masked = {k if k == "id" else self._value(k): (v if k == "id" else self._value(v)) for k, v in decoded.items()}
+            masked = {
+                k if k == "id" else self._value(k): (v if k == "id" else self._value(v)) for k, v in decoded.items()
+            }
             result = masked.get("result")
             if isinstance(result, dict) and isinstance(result.get("content"), list):
                 self._blocks(result["content"])
@@ -310,7 +319,9 @@ class Mask:
             elif isinstance(item, list):
                 copy_list = list(item)
                 parent[key] = copy_list
-                stack.extend((copy_list, i, v) for i, v in enumerate(copy_list) if isinstance(v, (dict, list, str, int, float)))
+                stack.extend(
+                    (copy_list, i, v) for i, v in enumerate(copy_list) if isinstance(v, (dict, list, str, int, float))
+                )
             else:
                 parent[key] = self._value(item)
         return root[0]
@@ -330,7 +341,12 @@ class Mask:
         texts = [b["text"] for b in blocks]
         joined = "".join(texts)
         plain = _unescaped(joined)
-        spans = [(m.start(), m.end(), s.var) for s in self._compiled() if s.maybe_in(plain) for m in s.pattern.finditer(joined)]
+        spans = [
+            (m.start(), m.end(), s.var)
+            for s in self._compiled()
+            if s.maybe_in(plain)
+            for m in s.pattern.finditer(joined)
+        ]
         if not spans:
             return
         starts = [0]
@@ -342,7 +358,7 @@ class Mask:
                 lo, hi = max(start, starts[i]), min(end, starts[i + 1])
                 if lo < hi:
                     cuts[i].append((lo - starts[i], hi - starts[i], var))
-        for block, text, spans in zip(blocks, texts, cuts):
+        for block, text, spans in zip(blocks, texts, cuts, strict=True):
             if spans:
                 block["text"] = _replace(text, spans)
 

@@ -8,7 +8,7 @@ while it is free to fix, and MCP annotations can raise a tool's risk.
 from __future__ import annotations
 
 import difflib
-from typing import Collection, Mapping
+from collections.abc import Collection, Mapping
 
 from .cards import ToolStatus
 from .compiler.words import written_address, written_server
@@ -28,7 +28,10 @@ def servers_of(plan: Plan) -> list[str]:
 
 
 def resolve(
-    plan: Plan, configured: Mapping[str, object], tools: Mapping[str, Mapping[str, object]], disabled: Collection[str] = ()
+    plan: Plan,
+    configured: Mapping[str, object],
+    tools: Mapping[str, Mapping[str, object]],
+    disabled: Collection[str] = (),
 ) -> tuple[dict[str, ToolStatus], dict[str, Hints | None]]:
     """Per step: does its tool exist (else the closest real name, written as a recipe
     writes it); and annotations as hints. ``disabled``: servers the file turns off."""
@@ -39,14 +42,23 @@ def resolve(
         if server == BUILTIN_SERVER:
             known = sorted(BUILTIN_TOOLS)
             near = difflib.get_close_matches(tool, known, n=1)
-            status[key] = ToolStatus(tool in BUILTIN_TOOLS, "" if tool in BUILTIN_TOOLS else f"no built-in tool `{tool}`" + (f"; closest: vodou.{near[0]}" if near else ""))
+            status[key] = ToolStatus(
+                tool in BUILTIN_TOOLS,
+                ""
+                if tool in BUILTIN_TOOLS
+                else f"no built-in tool `{tool}`" + (f"; closest: vodou.{near[0]}" if near else ""),
+            )
             return
         if server in disabled:
-            status[key] = ToolStatus(False, f'server `{server}` is disabled ("disabled": true in the server file), so it is never started')
+            status[key] = ToolStatus(
+                False, f'server `{server}` is disabled ("disabled": true in the server file), so it is never started'
+            )
             return
         if server not in configured:
             near = difflib.get_close_matches(server, list(configured), n=1)
-            note = f"server `{server}` is not configured" + (f"; did you mean `{written_server(near[0])}`?" if near else "")
+            note = f"server `{server}` is not configured" + (
+                f"; did you mean `{written_server(near[0])}`?" if near else ""
+            )
             status[key] = ToolStatus(False, note)
             return
         listed = tools.get(server, {})

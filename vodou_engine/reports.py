@@ -174,10 +174,14 @@ class RunView(Doc):
 
 
 def node_kind(node: Any) -> str:
-    return {ToolNode: "tool", WriteNode: "write", JoinNode: "join", QuestionNode: "question", ApprovalNode: "approval"}[type(node)]
+    return {ToolNode: "tool", WriteNode: "write", JoinNode: "join", QuestionNode: "question", ApprovalNode: "approval"}[
+        type(node)
+    ]
 
 
-def together_stats(plan: Plan, times: dict[str, tuple[float | None, float | None, float | None]], states: dict[str, str]) -> list[Together]:
+def together_stats(
+    plan: Plan, times: dict[str, tuple[float | None, float | None, float | None]], states: dict[str, str]
+) -> list[Together]:
     """Per together: wall-clock, each branch's own work, the slowest successful branch.
 
     The sum counts every branch's work, a cancelled or failed one's too (it

@@ -28,7 +28,7 @@ same id, so it happens once.
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -47,7 +47,9 @@ def _zone(tz: str) -> Any:
     try:
         return ZoneInfo(tz)
     except (ZoneInfoNotFoundError, ValueError):
-        raise UsageError(f"unknown time zone {tz!r}", hint="use an IANA name such as Europe/Lisbon, America/New_York or UTC", tz=tz) from None
+        raise UsageError(
+            f"unknown time zone {tz!r}", hint="use an IANA name such as Europe/Lisbon, America/New_York or UTC", tz=tz
+        ) from None
 
 
 def check(cron: str, tz: str) -> None:
@@ -60,13 +62,19 @@ def next_after(cron: str, tz: str, after: float) -> float:
     from cronsim import CronSim, CronSimError
 
     zone = _zone(tz)
-    start = datetime.fromtimestamp(after, timezone.utc).astimezone(zone)
+    start = datetime.fromtimestamp(after, UTC).astimezone(zone)
     if len(cron.split()) != 5:
-        raise UsageError(f"cron expression {cron!r} needs five fields: minute hour day-of-month month day-of-week", hint='e.g. "0 8 * * 1-5" for 8:00 on weekdays', cron=cron)
+        raise UsageError(
+            f"cron expression {cron!r} needs five fields: minute hour day-of-month month day-of-week",
+            hint='e.g. "0 8 * * 1-5" for 8:00 on weekdays',
+            cron=cron,
+        )
     try:
         due = next(CronSim(cron, start))
     except CronSimError as exc:
-        raise UsageError(f"cron expression {cron!r} is not valid: {exc}", hint='e.g. "0 8 * * 1-5" for 8:00 on weekdays', cron=cron) from None
+        raise UsageError(
+            f"cron expression {cron!r} is not valid: {exc}", hint='e.g. "0 8 * * 1-5" for 8:00 on weekdays', cron=cron
+        ) from None
     except StopIteration:
         raise UsageError(f"cron expression {cron!r} never comes due", cron=cron) from None
     return due.timestamp()
@@ -82,7 +90,7 @@ def decide(schedule: ScheduleRecord, now: float) -> tuple[list[Decision], float]
     """What to do with every due time of ``schedule`` up to ``now``, and its next due time."""
     if schedule.next_due is None or schedule.next_due > now:
         return [], schedule.next_due or next_after(schedule.cron, schedule.tz, now)
-    due_times = []
+    due_times: list[float] = []
     due = schedule.next_due
     while due <= now and len(due_times) < 10_000:
         due_times.append(due)
@@ -93,7 +101,13 @@ def decide(schedule: ScheduleRecord, now: float) -> tuple[list[Decision], float]
     decisions = []
     for d in due_times:
         if d < window:
-            decisions.append(Decision(d, "skipped", f"missed by {now - d:.0f} s, beyond the catch-up window of {schedule.catch_up_s:.0f} s"))
+            decisions.append(
+                Decision(
+                    d,
+                    "skipped",
+                    f"missed by {now - d:.0f} s, beyond the catch-up window of {schedule.catch_up_s:.0f} s",
+                )
+            )
         elif d != latest:
             decisions.append(Decision(d, "skipped", f"folded into the due time at {_iso(latest)}"))
         else:
@@ -103,8 +117,16 @@ def decide(schedule: ScheduleRecord, now: float) -> tuple[list[Decision], float]
 
 
 def _iso(ts: float | None) -> str:
-    return "—" if ts is None else datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds")
+    return "—" if ts is None else datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
 
 
 def firing(schedule: ScheduleRecord, d: Decision, *, now: float, by: str, run_id: str | None) -> FiringRecord:
-    return FiringRecord(schedule=schedule.name, due_at=d.due_at, outcome=d.outcome, decided_at=now, decided_by=by, run_id=run_id, note=d.note)
+    return FiringRecord(
+        schedule=schedule.name,
+        due_at=d.due_at,
+        outcome=d.outcome,
+        decided_at=now,
+        decided_by=by,
+        run_id=run_id,
+        note=d.note,
+    )

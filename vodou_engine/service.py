@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 import trio
 
@@ -142,7 +143,9 @@ class ServerPool:
                 return
         if hub is not None:
             tail = _stderr_tail(hub, name)
-            logger.warning("MCP server %r stopped; starting it again%s", name, (":\n  " + "\n  ".join(tail)) if tail else "")
+            logger.warning(
+                "MCP server %r stopped; starting it again%s", name, (":\n  " + "\n  ".join(tail)) if tail else ""
+            )
             self.restarts[name] = self.restarts.get(name, 0) + 1
             self._closers.pop(slot).set()
             self._hubs.pop(slot, None)
@@ -214,7 +217,9 @@ def _stderr_tail(hub: Any, name: str) -> list[str]:
 class PoolHub:
     """The hub interface a drive uses, over warm servers of a pool."""
 
-    def __init__(self, hubs: Mapping[str, Any], *, pool: ServerPool | None = None, slots: list[tuple[str, str]] | None = None):
+    def __init__(
+        self, hubs: Mapping[str, Any], *, pool: ServerPool | None = None, slots: list[tuple[str, str]] | None = None
+    ):
         self._hubs = dict(hubs)
         self.started_in: dict[str, float] = {}
         self._pool = pool
@@ -233,7 +238,9 @@ class PoolHub:
         except KeyError:
             from .errors import NotSentError
 
-            raise NotSentError(f"MCP server {server!r} was not started for this run; nothing was called", server=server) from None
+            raise NotSentError(
+                f"MCP server {server!r} was not started for this run; nothing was called", server=server
+            ) from None
 
     async def wait_ready(self) -> None:
         for hub in self._hubs.values():
@@ -288,7 +295,13 @@ class Service:
 
     def runs(self) -> Runs:
         """A Runs for one operation: its own store connection, the service's configuration."""
-        return Runs(store=self.store_location, servers=self.server_set, policy=self.policy, clock=self.clock, workers=self.workers)
+        return Runs(
+            store=self.store_location,
+            servers=self.server_set,
+            policy=self.policy,
+            clock=self.clock,
+            workers=self.workers,
+        )
 
     # --- the process ---------------------------------------------------------------------
     async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -310,11 +323,11 @@ class Service:
                 await trio.to_thread.run_sync(ticks.stop)
             self.accepting = False
             with trio.move_on_after(self.grace_s):
-                while self.active:
+                while self.active:  # noqa: ASYNC110 - a bounded wait at shutdown for runs to leave `active`
                     await trio.sleep(0.05)
             for scope in list(self.active.values()):
                 scope.cancel()
-            while self.active:
+            while self.active:  # noqa: ASYNC110 - the cancelled runs leave `active` within a few checkpoints
                 await trio.sleep(0.01)
             self.pool.close()
             nursery.cancel_scope.cancel()
@@ -334,10 +347,15 @@ class Service:
             self.active[key] = scope
             try:
                 report = await fn(runs)
-                if report is not None and getattr(report, "state", None) == "parked" and not getattr(report, "queued", False) and self.on_parked is not None:
+                if (
+                    report is not None
+                    and getattr(report, "state", None) == "parked"
+                    and not getattr(report, "queued", False)
+                    and self.on_parked is not None
+                ):
                     # in a task of its own: a slow webhook neither holds the run nor a stop's grace
                     self._nursery.start_soon(self._notify, report)
-            except Exception:  # noqa: BLE001 - one run's failure never stops the others
+            except Exception:  # one run's failure never stops the others
                 logger.exception("run %s ended with an error", run_id or "(new)")
             finally:
                 self.active.pop(key, None)
@@ -346,7 +364,7 @@ class Service:
     async def _notify(self, report: RunReport) -> None:
         try:
             await self.on_parked(report)
-        except Exception:  # noqa: BLE001 - a notification that fails never touches the run
+        except Exception:  # a notification that fails never touches the run
             logger.exception("notifying about run %s failed", report.run)
 
     async def _hub_for(self, runs: Runs, run_id: str) -> Any:
@@ -356,13 +374,17 @@ class Service:
         return await self.pool.hub(needed, servers)
 
     # --- what surfaces ask of it ---------------------------------------------------------
-    async def approve(self, run_id: str, step: str | None, *, actor: str, fingerprint: str | None, proof: str) -> RunReport:
+    async def approve(
+        self, run_id: str, step: str | None, *, actor: str, fingerprint: str | None, proof: str
+    ) -> RunReport:
         """Record the decision now (refusals are the caller's to show), then drive the run
         on warm servers in the background; with workers, the decision and the run's queued
         resume commit together and a worker drives it."""
         runs = self.runs()
         try:
-            report = await runs.approve(run_id, step, actor=actor, fingerprint=fingerprint, proof=proof, drive=self.workers)
+            report = await runs.approve(
+                run_id, step, actor=actor, fingerprint=fingerprint, proof=proof, drive=self.workers
+            )
         finally:
             runs.close()
         if not self.workers:
@@ -377,7 +399,9 @@ class Service:
             return
         self._spawn(run_id, lambda r: self._resume(r, run_id))
 
-    async def reject(self, run_id: str, step: str | None, *, actor: str, reason: str | None, fingerprint: str | None, proof: str) -> RunReport:
+    async def reject(
+        self, run_id: str, step: str | None, *, actor: str, reason: str | None, fingerprint: str | None, proof: str
+    ) -> RunReport:
         runs = self.runs()
         try:
             return await runs.reject(run_id, step, actor=actor, reason=reason, fingerprint=fingerprint, proof=proof)
@@ -390,7 +414,12 @@ class Service:
 
         run_id = new_run_id()
         if self.workers:
-            self._spawn(run_id, lambda r: trio.to_thread.run_sync(lambda: r.queue_saved(name, inputs=inputs, actor=actor, run_id=run_id)))
+            self._spawn(
+                run_id,
+                lambda r: trio.to_thread.run_sync(
+                    lambda: r.queue_saved(name, inputs=inputs, actor=actor, run_id=run_id)
+                ),
+            )
             return run_id
 
         async def go(runs: Runs) -> RunReport:
@@ -405,7 +434,15 @@ class Service:
         return run_id
 
     async def start_text(
-        self, source: str, text: str, *, inputs: Mapping[str, Any] | None, actor: str, origin: str = "person", run_id: str | None = None, wait_s: float = 0.0
+        self,
+        source: str,
+        text: str,
+        *,
+        inputs: Mapping[str, Any] | None,
+        actor: str,
+        origin: str = "person",
+        run_id: str | None = None,
+        wait_s: float = 0.0,
     ) -> tuple[str, RunReport | None]:
         """Start a run of a recipe's text (an agent's, over /mcp) in the background on warm
         servers, and wait up to ``wait_s`` for it to park or end, and in any case until it
@@ -416,7 +453,10 @@ class Service:
         from .runs import new_run_id
 
         if self.workers:
-            raise RefusedError("runs of this store go on in the workers; this process drives none; nothing was started", hint="queue it (Runs.queue)")
+            raise RefusedError(
+                "runs of this store go on in the workers; this process drives none; nothing was started",
+                hint="queue it (Runs.queue)",
+            )
         run_id = run_id or new_run_id()
         settled, stored = trio.Event(), trio.Event()
         box: dict[str, Any] = {"waiting": True}
@@ -431,7 +471,14 @@ class Service:
                 try:
                     async with runs.prepare(source, text=text, hub=hub) as prepared:
                         prepared.path = None
-                        box["report"] = await runs.start(prepared, inputs=inputs or {}, actor=actor, origin=origin, run_id=run_id, on_change=lambda node, state: stored.set())
+                        box["report"] = await runs.start(
+                            prepared,
+                            inputs=inputs or {},
+                            actor=actor,
+                            origin=origin,
+                            run_id=run_id,
+                            on_change=lambda node, state: stored.set(),
+                        )
                 finally:
                     _release(hub)
                 return box["report"]
@@ -490,7 +537,7 @@ class Service:
             while self.accepting:
                 try:
                     fired = await trio.to_thread.run_sync(lambda: runs.due(by="serve"))
-                except Exception:  # noqa: BLE001 - a bad tick must not stop the scheduler
+                except Exception:  # a bad tick must not stop the scheduler
                     logger.exception("scheduler tick failed")
                     fired = []
                 for f in fired:
@@ -502,4 +549,3 @@ class Service:
                 await trio.sleep(self.tick_s - time.time() % self.tick_s + 0.002)
         finally:
             runs.close()
-

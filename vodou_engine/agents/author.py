@@ -25,14 +25,33 @@ from ..errors import UsageError
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``recipe author`` flags."""
-    parser.add_argument("sentence", help='what the recipe should do, e.g. "every weekday at 8, brief me from my calendar and post it to #daily after I say yes"')
+    parser.add_argument(
+        "sentence",
+        help='what the recipe should do, e.g. "every weekday at 8, brief me from my calendar and post it to #daily after I say yes"',
+    )
     parser.add_argument("--model", help="the llm model to draft with (default: $VODOU_MODEL, else llm's default model)")
-    parser.add_argument("-o", "--output", metavar="FILE", help="write the recipe to FILE (nothing is written otherwise)")
-    parser.add_argument("--save", action="store_true", help="save the recipe in the store (and its schedule, created paused); nothing is saved otherwise")
+    parser.add_argument(
+        "-o", "--output", metavar="FILE", help="write the recipe to FILE (nothing is written otherwise)"
+    )
+    parser.add_argument(
+        "--save",
+        action="store_true",
+        help="save the recipe in the store (and its schedule, created paused); nothing is saved otherwise",
+    )
     parser.add_argument("--name", metavar="NAME", help="the name to save it under (default: its title); with --save")
-    parser.add_argument("--servers", metavar="FILE", help="MCP servers JSON (default: $VODOU_SERVERS, ./mcp.json, ~/.config/vodou/mcp.json, then the demo servers)")
-    parser.add_argument("--policy", metavar="FILE", help="tool policy file (default: $VODOU_POLICY, ./vodou-policy.toml, ~/.config/vodou/policy.toml)")
-    parser.add_argument("--store", metavar="PATH", help="run store for --save (default: $VODOU_STORE or ~/.local/share/vodou/runs.db)")
+    parser.add_argument(
+        "--servers",
+        metavar="FILE",
+        help="MCP servers JSON (default: $VODOU_SERVERS, ./mcp.json, ~/.config/vodou/mcp.json, then the demo servers)",
+    )
+    parser.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="tool policy file (default: $VODOU_POLICY, ./vodou-policy.toml, ~/.config/vodou/policy.toml)",
+    )
+    parser.add_argument(
+        "--store", metavar="PATH", help="run store for --save (default: $VODOU_STORE or ~/.local/share/vodou/runs.db)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,14 +77,21 @@ def run(args: argparse.Namespace) -> int:
         err.print(f"warning: server {server} is unavailable: {why}", style="yellow")
     if not result.ok:
         sys.stderr.write(result.recipe)
-        err.print(f"the draft above still does not compile after {len(result.rounds)} replies from {result.model_id}; nothing was written or saved", style="red")
+        err.print(
+            f"the draft above still does not compile after {len(result.rounds)} replies from {result.model_id}; nothing was written or saved",
+            style="red",
+        )
         exc = result.checked.exceptions[-1] if result.checked is not None and result.checked.exceptions else None
         if exc is not None:
             raise exc
         raise UsageError("the model replied with no recipe; nothing was written or saved", model=result.model_id)
     err.print(result.checked.card(), end="")
     corrections = len(result.rounds) - 1
-    err.print(f"drafted by {result.model_id}" + (f" after {corrections} correction(s) from the compiler's errors" if corrections else ""), style="dim")
+    err.print(
+        f"drafted by {result.model_id}"
+        + (f" after {corrections} correction(s) from the compiler's errors" if corrections else ""),
+        style="dim",
+    )
     if result.schedule:
         err.print(f"proposed schedule: {result.schedule['cron']} ({result.schedule['tz']})", style="bold")
     sys.stdout.write(result.recipe)
@@ -79,8 +105,18 @@ def run(args: argparse.Namespace) -> int:
         saved = runs.save(f"{args.name or 'draft'}.recipe", text=result.recipe, name=args.name, by=me, origin="agent")
         done.append(f"saved {saved.name!r} version {saved.version}")
         if result.schedule:
-            record = runs.add_schedule(saved.name, recipe=saved.name, cron=result.schedule["cron"], tz=result.schedule["tz"], by=me, origin="agent", version=saved.version)
-            done.append(f"schedule {record.name!r} ({record.cron}, {record.tz}) created {record.state}: a person enables it (`recipe schedule resume {record.name}`)")
+            record = runs.add_schedule(
+                saved.name,
+                recipe=saved.name,
+                cron=result.schedule["cron"],
+                tz=result.schedule["tz"],
+                by=me,
+                origin="agent",
+                version=saved.version,
+            )
+            done.append(
+                f"schedule {record.name!r} ({record.cron}, {record.tz}) created {record.state}: a person enables it (`recipe schedule resume {record.name}`)"
+            )
         runs.close()
     if done:
         err.print("; ".join(done) + "; nothing was run.", style="green")
@@ -93,7 +129,9 @@ def _console(stream: Any) -> Any:
     from rich.console import Console  # as trio is in run(): not for the CLI's flags
 
     tty = stream.isatty()
-    return Console(file=stream, highlight=False, markup=False, emoji=False, soft_wrap=not tty, width=None if tty else 10_000)
+    return Console(
+        file=stream, highlight=False, markup=False, emoji=False, soft_wrap=not tty, width=None if tty else 10_000
+    )
 
 
 def _write(path: str, text: str) -> None:
@@ -103,13 +141,21 @@ def _write(path: str, text: str) -> None:
             f.write(text)
         os.replace(tmp, path)
     except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}", hint="check that the directory exists and is writable") from None
+        raise UsageError(
+            f"cannot write {path}: {exc.strerror or exc}", hint="check that the directory exists and is writable"
+        ) from None
 
 
 def main(argv: list[str] | None = None) -> int:
     from ..standalone import command_main  # only `python -m` runs it: the CLI has its own main
 
-    return command_main(argv, prog="recipe author", description="Draft a recipe from one sentence with a model; nothing runs.", add_arguments=add_arguments, run=run)
+    return command_main(
+        argv,
+        prog="recipe author",
+        description="Draft a recipe from one sentence with a model; nothing runs.",
+        add_arguments=add_arguments,
+        run=run,
+    )
 
 
 if __name__ == "__main__":

@@ -48,12 +48,23 @@ class Catalogue:
     """Tools listed by live servers: ``listed`` (server -> name -> hub ToolInfo) for
     resolving a plan, ``entries`` for agents and prompts."""
 
-    def __init__(self, listed: Mapping[str, Mapping[str, Any]], unavailable: Mapping[str, str], source: str, policy: Any, fetched_at: float | None = None):
+    def __init__(
+        self,
+        listed: Mapping[str, Mapping[str, Any]],
+        unavailable: Mapping[str, str],
+        source: str,
+        policy: Any,
+        fetched_at: float | None = None,
+    ):
         self.listed = {k: dict(v) for k, v in listed.items()}
         self.unavailable = dict(unavailable)
         self.source = source
         self.fetched_at = time.time() if fetched_at is None else fetched_at
-        self.entries = [entry(server, info, policy) for server in sorted(self.listed) for info in sorted(self.listed[server].values(), key=lambda i: i.name)]
+        self.entries = [
+            entry(server, info, policy)
+            for server in sorted(self.listed)
+            for info in sorted(self.listed[server].values(), key=lambda i: i.name)
+        ]
 
     def as_data(self) -> dict[str, Any]:
         return {
@@ -84,7 +95,12 @@ def entry(server: str, info: Any, policy: Any) -> ToolEntry:
     risk, source = policy.assess(server, info.name, hints_from(info))
     annotations = {
         key: value
-        for key, value in (("readOnlyHint", info.read_only), ("destructiveHint", info.destructive), ("idempotentHint", info.idempotent), ("openWorldHint", info.open_world))
+        for key, value in (
+            ("readOnlyHint", info.read_only),
+            ("destructiveHint", info.destructive),
+            ("idempotentHint", info.idempotent),
+            ("openWorldHint", info.open_world),
+        )
         if value is not None
     }
     return ToolEntry(
@@ -125,11 +141,13 @@ def _type_of(spec: Any) -> str:
     return "any"
 
 
-async def fetch(servers: Any, policy: Any, names: list[str] | None = None, *, start_timeout: float | None = None) -> Catalogue:
+async def fetch(
+    servers: Any, policy: Any, names: list[str] | None = None, *, start_timeout: float | None = None
+) -> Catalogue:
     """List the tools of ``names`` (default: every configured server), each server
     started on its own; one that fails is reported in ``unavailable``."""
     configured = servers.servers
-    wanted = [n for n in (names if names is not None else sorted(configured))]
+    wanted = list(names if names is not None else sorted(configured))
     listed: dict[str, dict[str, Any]] = {}
     unavailable: dict[str, str] = {}
 

@@ -46,11 +46,19 @@ FOR_AN_AGENT = "Only a person can let it run without asking (their own recipe fi
 
 
 def card_text(
-    plan: Any, *, status: Mapping[str, Any] | None = None, servers: Mapping[str, str] | None = None, servers_note: str | None = None, source: str | None = None, agent: bool = True
+    plan: Any,
+    *,
+    status: Mapping[str, Any] | None = None,
+    servers: Mapping[str, str] | None = None,
+    servers_note: str | None = None,
+    source: str | None = None,
+    agent: bool = True,
 ) -> str:
     model = plan.options.model
     writer = f"model {model}" if model else "the model the run is started with, else the offline writer"
-    text = render(plan_card(plan, source=source, status=status, writer=writer, servers_note=servers_note, servers=servers))
+    text = render(
+        plan_card(plan, source=source, status=status, writer=writer, servers_note=servers_note, servers=servers)
+    )
     return text.replace(OPT_OUT_ADVICE, FOR_AN_AGENT) if agent else text
 
 
@@ -79,12 +87,19 @@ def card_data(plan: Any, status: Mapping[str, Any] | None = None) -> dict[str, A
                 ref = getattr(n, what)
                 if ref is not None:
                     rs = status.get(f"{n.id}#{what}")
-                    step[what] = {"address": f"{ref.server}.{ref.tool}", "risk": ref.risk, "risk_source": ref.risk_source, "args": ref.args}
+                    step[what] = {
+                        "address": f"{ref.server}.{ref.tool}",
+                        "risk": ref.risk,
+                        "risk_source": ref.risk_source,
+                        "args": ref.args,
+                    }
                     if rs is not None and not rs.exists:
                         step[what]["note"] = rs.note
             steps.append(step)
         elif isinstance(n, WriteNode):
-            steps.append({"step": n.id, "kind": "write", "prompt": n.prompt, "from": n.inputs, "needs": n.needs, "risk": "text"})
+            steps.append(
+                {"step": n.id, "kind": "write", "prompt": n.prompt, "from": n.inputs, "needs": n.needs, "risk": "text"}
+            )
         elif isinstance(n, QuestionNode):
             steps.append({"step": n.id, "kind": "question", "question": n.text, "needs": n.needs})
         elif isinstance(n, JoinNode):
@@ -92,12 +107,15 @@ def card_data(plan: Any, status: Mapping[str, Any] | None = None) -> dict[str, A
     return {
         "recipe": plan.recipe.name,
         "fingerprint": plan.fingerprint,
-        "inputs": [{"name": i.name, "required": i.required, **({} if i.required else {"default": i.default})} for i in plan.inputs],
+        "inputs": [
+            {"name": i.name, "required": i.required, **({} if i.required else {"default": i.default})}
+            for i in plan.inputs
+        ],
         "approvers": list(plan.options.approvers),
         "approval_expires_s": plan.options.approval_expires_s,
         "model": plan.options.model,
         "steps": steps,
-        "asks_before": [s for s in gates],
+        "asks_before": list(gates),
     }
 
 
@@ -149,7 +167,11 @@ class Checked:
         self.errors.append(error_data(exc))
 
     def card(self) -> str | None:
-        return None if self.plan is None else card_text(self.plan, status=self.status, servers=self.servers, servers_note=self.note)
+        return (
+            None
+            if self.plan is None
+            else card_text(self.plan, status=self.status, servers=self.servers, servers_note=self.note)
+        )
 
     def as_data(self) -> dict[str, Any]:
         out: dict[str, Any] = {"ok": self.ok, "errors": self.errors}
@@ -161,7 +183,9 @@ class Checked:
         return out
 
 
-def check_text(text: str, *, name: str | None = None, policy: Any, catalogue: Any = None, servers: Any = None, agent: bool = True) -> Checked:
+def check_text(
+    text: str, *, name: str | None = None, policy: Any, catalogue: Any = None, servers: Any = None, agent: bool = True
+) -> Checked:
     """Compile ``text``; with a ``catalogue``, resolve every tool in it and raise risks from
     the listed annotations; with ``agent``, an opt-out of asking is an error."""
     out = Checked()
@@ -174,7 +198,7 @@ def check_text(text: str, *, name: str | None = None, policy: Any, catalogue: An
         out.add(_with_source(exc, text))
         return out
     if catalogue is not None:
-        configured = servers.servers if servers is not None else {s: None for s in catalogue.listed}
+        configured = servers.servers if servers is not None else dict.fromkeys(catalogue.listed)
         status, hints = resolve(plan, configured, catalogue.listed, servers.disabled if servers is not None else ())
         for key, st in status.items():
             server = _server_of(plan, key)

@@ -62,8 +62,13 @@ class AgentConfig:
         env = os.environ if environ is None else environ
         see = getattr(args, "see", None) or env.get(SEES_ENV, "").strip() or "own"
         if see not in ("own", "all"):
-            raise UsageError(f"{SEES_ENV}={see!r}: whose runs an agent may read is `own` or `all`", hint=f"unset {SEES_ENV} for the default (own)")
-        approvers = list(getattr(args, "approver", None) or []) or [a.strip() for a in env.get(APPROVERS_ENV, "").split(",") if a.strip()]
+            raise UsageError(
+                f"{SEES_ENV}={see!r}: whose runs an agent may read is `own` or `all`",
+                hint=f"unset {SEES_ENV} for the default (own)",
+            )
+        approvers = list(getattr(args, "approver", None) or []) or [
+            a.strip() for a in env.get(APPROVERS_ENV, "").split(",") if a.strip()
+        ]
         name = getattr(args, "name", None) or env.get(NAME_ENV, "").strip() or None
         return cls(
             store=getattr(args, "store", None),
@@ -86,7 +91,11 @@ class AgentConfig:
     def store_flag(self) -> str:
         """``--store PATH`` for the commands a person types, when the store is not the default."""
         location = self.store or os.environ.get("VODOU_STORE")
-        return f" --store {shlex.quote(os.path.abspath(location) if '://' not in location else location)}" if location else ""
+        return (
+            f" --store {shlex.quote(os.path.abspath(location) if '://' not in location else location)}"
+            if location
+            else ""
+        )
 
 
 def agent_identity(config: AgentConfig, client_name: str | None) -> str:

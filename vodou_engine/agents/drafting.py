@@ -51,21 +51,34 @@ def choose_model(wanted: str | None = None) -> Any:
     try:
         import llm  # optional, and heavy: only when a draft is asked for
     except ImportError:
-        raise UsageError("drafting a recipe needs the llm library, which is not installed", hint="pip install 'vodou_engine[llm]'; then " + HOW_TO_CONFIGURE) from None
+        raise UsageError(
+            "drafting a recipe needs the llm library, which is not installed",
+            hint="pip install 'vodou_engine[llm]'; then " + HOW_TO_CONFIGURE,
+        ) from None
     named = wanted or os.environ.get("VODOU_MODEL") or None
     try:
         model = llm.get_model(named)
     except llm.UnknownModelError:
         if named:
-            raise UsageError(f"unknown model {named!r}; nothing was drafted", hint="`llm models` lists the models installed; " + HOW_TO_CONFIGURE, model=named) from None
-        raise UsageError("no model is configured to draft recipes with; nothing was drafted", hint=HOW_TO_CONFIGURE) from None
+            raise UsageError(
+                f"unknown model {named!r}; nothing was drafted",
+                hint="`llm models` lists the models installed; " + HOW_TO_CONFIGURE,
+                model=named,
+            ) from None
+        raise UsageError(
+            "no model is configured to draft recipes with; nothing was drafted", hint=HOW_TO_CONFIGURE
+        ) from None
     try:
         model.get_key()
     except llm.NeedsKeyException as exc:
         if named:
-            raise UsageError(f"model {named!r} has no key ({exc}); nothing was drafted", hint=HOW_TO_CONFIGURE, model=named) from None
+            raise UsageError(
+                f"model {named!r} has no key ({exc}); nothing was drafted", hint=HOW_TO_CONFIGURE, model=named
+            ) from None
         raise UsageError(
-            f"no model is configured to draft recipes with (llm's default, {model.model_id}, has no key); nothing was drafted", hint=HOW_TO_CONFIGURE, model=model.model_id
+            f"no model is configured to draft recipes with (llm's default, {model.model_id}, has no key); nothing was drafted",
+            hint=HOW_TO_CONFIGURE,
+            model=model.model_id,
         ) from None
     return model
 
@@ -73,8 +86,12 @@ def choose_model(wanted: str | None = None) -> Any:
 def _ask(conversation: Any, text: str, system: str, model_id: str) -> str:
     try:
         return conversation.prompt(text, system=system).text()
-    except Exception as exc:  # a refused, failed or key-less request
-        raise ModelError(f"model {model_id!r} could not draft: {type(exc).__name__}: {exc}", hint="check the model's key and settings (`llm keys`, `llm models`)", model=model_id) from None
+    except Exception as exc:  # noqa: BLE001 - a refused, failed or key-less request
+        raise ModelError(
+            f"model {model_id!r} could not draft: {type(exc).__name__}: {exc}",
+            hint="check the model's key and settings (`llm keys`, `llm models`)",
+            model=model_id,
+        ) from None
 
 
 # --- reading a reply ------------------------------------------------------------------------
@@ -144,7 +161,13 @@ class Draft:
         return self.rounds[-1] if self.rounds else []
 
     def as_data(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"ok": self.ok, "model": self.model_id, "recipe": self.recipe, "schedule": self.schedule, "replies": len(self.rounds)}
+        out: dict[str, Any] = {
+            "ok": self.ok,
+            "model": self.model_id,
+            "recipe": self.recipe,
+            "schedule": self.schedule,
+            "replies": len(self.rounds),
+        }
         if self.checked is not None and self.checked.plan is not None:
             out["card"] = self.checked.card()
             out["plan"] = card_data(self.checked.plan, self.checked.status)
@@ -174,13 +197,22 @@ def feedback_for(errors: list[dict[str, Any]]) -> str:
 
 
 def draft(
-    sentence: str, *, model: Any = None, catalogue: Any, policy: Any, servers: Any = None, corrections: int = MAX_CORRECTIONS
+    sentence: str,
+    *,
+    model: Any = None,
+    catalogue: Any,
+    policy: Any,
+    servers: Any = None,
+    corrections: int = MAX_CORRECTIONS,
 ) -> Draft:
     """Draft, compile, and feed errors back at most ``corrections`` times. ``model``: an llm
     model, a model name, or None for the configured one. Raises UsageError (no model),
     ModelError (the model failed); a draft that never compiles is returned with its errors."""
     if not sentence or not sentence.strip():
-        raise UsageError("say what the recipe should do, in one sentence", hint='e.g. recipe author "every weekday at 8, brief me from my calendar and post it to #daily"')
+        raise UsageError(
+            "say what the recipe should do, in one sentence",
+            hint='e.g. recipe author "every weekday at 8, brief me from my calendar and post it to #daily"',
+        )
     m = model if model is not None and not isinstance(model, str) else choose_model(model)
     result = Draft(sentence, m.model_id)
     system, user = prompt_for(sentence, catalogue)
@@ -198,7 +230,9 @@ def draft(
         if not checked.errors and text.strip():
             break
         if not text.strip():
-            result.rounds[-1] = [error_data(UsageError("the reply held no recipe", hint="reply with the recipe text only"))]
+            result.rounds[-1] = [
+                error_data(UsageError("the reply held no recipe", hint="reply with the recipe text only"))
+            ]
         if round_ == corrections:
             break
         reply = _ask(conversation, feedback_for(result.rounds[-1]), system, m.model_id)

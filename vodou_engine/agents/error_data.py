@@ -29,7 +29,11 @@ def error_data(exc: BaseException) -> dict[str, Any]:
     """An error as data: ``code``, ``message``, ``hint``, ``line``/``column``/``source_line``/
     ``caret`` for a recipe error, ``facts``, and ``text`` (the whole rendering)."""
     if not isinstance(exc, VodouError):
-        return {"code": "failed", "message": f"{type(exc).__name__}: {exc}"[:MAX_ERROR_TEXT], "text": f"{type(exc).__name__}: {exc}"[:MAX_ERROR_TEXT]}
+        return {
+            "code": "failed",
+            "message": f"{type(exc).__name__}: {exc}"[:MAX_ERROR_TEXT],
+            "text": f"{type(exc).__name__}: {exc}"[:MAX_ERROR_TEXT],
+        }
     out: dict[str, Any] = {"code": exc.code, "message": exc.message}
     if exc.hint:
         out["hint"] = exc.hint
@@ -51,4 +55,8 @@ def error_data(exc: BaseException) -> dict[str, Any]:
 
 
 def _plain(value: Any) -> bool:
-    return value is None or isinstance(value, (str, int, float, bool)) or (isinstance(value, (list, tuple)) and all(isinstance(v, (str, int, float, bool)) for v in value))
+    return (
+        value is None
+        or isinstance(value, (str, int, float, bool))
+        or (isinstance(value, (list, tuple)) and all(isinstance(v, (str, int, float, bool)) for v in value))
+    )

@@ -106,7 +106,12 @@ class AgentServer:
         ]  # fmt: skip
 
     def report_data(self, rep: Any) -> dict[str, Any]:
-        out: dict[str, Any] = {"run": rep.run, "recipe": rep.recipe, "state": rep.state, "pending": self.pending_data(rep.run, rep.pending)}
+        out: dict[str, Any] = {
+            "run": rep.run,
+            "recipe": rep.recipe,
+            "state": rep.state,
+            "pending": self.pending_data(rep.run, rep.pending),
+        }
         if rep.errors:
             out["errors"] = rep.errors
         if rep.unknown:
@@ -116,7 +121,11 @@ class AgentServer:
         if rep.driven_by:
             out["driven_by"] = rep.driven_by
         if rep.state == "parked":
-            out["next"] = "The run is parked until a person decides. " + WHERE_A_PERSON_DECIDES + " Call run_status to see where it stands."
+            out["next"] = (
+                "The run is parked until a person decides. "
+                + WHERE_A_PERSON_DECIDES
+                + " Call run_status to see where it stands."
+            )
         return out
 
     def compiled(self, recipe: str, name: str | None) -> Any:
@@ -158,10 +167,18 @@ class AgentServer:
             saved = runs.save(source, text=text, name=name, by=identity, origin="agent")
         finally:
             runs.close()
-        out = {"saved": saved.name, "version": saved.version, "fingerprint": saved.plan_fingerprint, "saved_by": saved.saved_by, "origin": saved.origin}
+        out = {
+            "saved": saved.name,
+            "version": saved.version,
+            "fingerprint": saved.plan_fingerprint,
+            "saved_by": saved.saved_by,
+            "origin": saved.origin,
+        }
         if added:
             out["approvers_added"] = people
-        out["next"] = "nothing runs until a run is started; propose_schedule proposes a schedule for it (created paused: a person enables it)"
+        out["next"] = (
+            "nothing runs until a run is started; propose_schedule proposes a schedule for it (created paused: a person enables it)"
+        )
         return out
 
     def _refuse_others_recipe(self, identity: str, name: str) -> None:
@@ -187,6 +204,7 @@ class AgentServer:
         ``start_wait_s`` (a long read must not hold the agent's call): then it is
         reported ``running`` and keeps going; run_status follows it."""
         from ..runs import new_run_id, resolve_inputs
+
         plan = self.compiled(recipe, name or "agent")
         people = self.settings(identity).people()
         text, added = with_approvers(recipe, plan, people)
@@ -198,7 +216,14 @@ class AgentServer:
         async def start() -> Any:
             async with runs.prepare(source, text=text) as prepared:
                 prepared.path = None  # the text came from the agent, not from a file to compare with later
-                return await runs.start(prepared, inputs=inputs or {}, actor=identity, origin="agent", run_id=run_id, on_change=lambda node, state: stored.set())
+                return await runs.start(
+                    prepared,
+                    inputs=inputs or {},
+                    actor=identity,
+                    origin="agent",
+                    run_id=run_id,
+                    on_change=lambda node, state: stored.set(),
+                )
 
         box: dict[str, Any] = {}
         done, gone, stored = threading.Event(), threading.Event(), threading.Event()
@@ -265,7 +290,10 @@ class AgentServer:
         }  # fmt: skip
         if view.error:
             out["error"] = view.error
-        out["steps"] = [{"step": n.node, "kind": n.kind, "state": n.state, **({"error": n.error} if n.error else {})} for n in view.nodes]
+        out["steps"] = [
+            {"step": n.node, "kind": n.kind, "state": n.state, **({"error": n.error} if n.error else {})}
+            for n in view.nodes
+        ]
         out["outputs"] = {n.node: n.output for n in view.nodes if n.has_output}
         out["pending"] = [
             {
@@ -275,8 +303,21 @@ class AgentServer:
             }
             for a in pending
         ]  # fmt: skip
-        out["decisions"] = [{"step": a.step, "state": a.state, "decided_by": a.decided_by, "decided_at": a.decided_at, **({"reason": a.reason} if a.reason else {})} for a in view.approvals if a.state != "pending"]
-        out["effects"] = [{"step": e.step, "state": e.state, "decided_by": e.decided_by, **({"error": e.error} if e.error else {})} for e in view.effects]
+        out["decisions"] = [
+            {
+                "step": a.step,
+                "state": a.state,
+                "decided_by": a.decided_by,
+                "decided_at": a.decided_at,
+                **({"reason": a.reason} if a.reason else {}),
+            }
+            for a in view.approvals
+            if a.state != "pending"
+        ]
+        out["effects"] = [
+            {"step": e.step, "state": e.state, "decided_by": e.decided_by, **({"error": e.error} if e.error else {})}
+            for e in view.effects
+        ]
         if pending:
             out["next"] = "waiting for a person. " + WHERE_A_PERSON_DECIDES
         return out
@@ -296,13 +337,35 @@ class AgentServer:
         finally:
             runs.close()
         return {
-            "runs": [{"run": r.run, "recipe": r.recipe, "state": r.state, "started_by": r.started_by, "created_at": r.created_at, "ended_at": r.ended_at} for r in listed],
+            "runs": [
+                {
+                    "run": r.run,
+                    "recipe": r.recipe,
+                    "state": r.state,
+                    "started_by": r.started_by,
+                    "created_at": r.created_at,
+                    "ended_at": r.ended_at,
+                }
+                for r in listed
+            ],
             "whose": "every run in the store" if see == "all" else f"the runs {identity} started",
         }
 
-    def propose_schedule(self, identity: str, name: str, cron: str, tz: str, recipe: str | None, saved: str | None, inputs: dict[str, Any] | None) -> dict[str, Any]:
+    def propose_schedule(
+        self,
+        identity: str,
+        name: str,
+        cron: str,
+        tz: str,
+        recipe: str | None,
+        saved: str | None,
+        inputs: dict[str, Any] | None,
+    ) -> dict[str, Any]:
         if (recipe is None) == (saved is None):
-            raise UsageError("give either `recipe` (a recipe's text, saved first) or `saved` (the name of a saved recipe)", hint="check_recipe a text first")
+            raise UsageError(
+                "give either `recipe` (a recipe's text, saved first) or `saved` (the name of a saved recipe)",
+                hint="check_recipe a text first",
+            )
         from ..scheduler import check
 
         check(cron, tz)  # a schedule that could never fire saves nothing
@@ -315,7 +378,9 @@ class AgentServer:
         runs = self.runs()
         try:
             # The version checked here is the one the schedule runs, whatever is saved later.
-            record = runs.add_schedule(name, recipe=saved, cron=cron, tz=tz, inputs=inputs or {}, by=identity, origin="agent", version=version)
+            record = runs.add_schedule(
+                name, recipe=saved, cron=cron, tz=tz, inputs=inputs or {}, by=identity, origin="agent", version=version
+            )
         finally:
             runs.close()
         out.update(
@@ -357,11 +422,12 @@ class AgentServer:
 
         cat = self.catalogue()
         runs = self.runs()
-        result = draft(sentence, model=model or self.config.model, catalogue=cat, policy=runs.policy(), servers=cat.server_set)
+        result = draft(
+            sentence, model=model or self.config.model, catalogue=cat, policy=runs.policy(), servers=cat.server_set
+        )
         data = result.as_data()
-        data["next"] = (
-            "nothing was saved or run: check it, then save_recipe or start_run it"
-            + ("; propose_schedule proposes the schedule (paused until a person enables it)" if result.schedule else "")
+        data["next"] = "nothing was saved or run: check it, then save_recipe or start_run it" + (
+            "; propose_schedule proposes the schedule (paused until a person enables it)" if result.schedule else ""
         )
         return data
 

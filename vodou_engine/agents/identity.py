@@ -58,10 +58,15 @@ def add_agent(runs_or_store: Any, name: str, *, by: str, sees: str = "own", appr
     sha256 is kept). Adding a name again gives it a new token and revokes the old one."""
     check_name(name)
     if sees not in ("own", "all"):
-        raise UsageError(f"whose runs an agent may read is `own` or `all`, not {sees!r}; nothing was changed", sees=sees)
+        raise UsageError(
+            f"whose runs an agent may read is `own` or `all`, not {sees!r}; nothing was changed", sees=sees
+        )
     bad = [a for a in approvers or [] if not PERSON.fullmatch(a) or a.startswith(IDENTITY_PREFIX)]
     if bad:
-        raise UsageError(f"{', '.join(map(repr, bad))} is not a usable approver name; nothing was changed", hint="a person's name: letters, digits and _ . @ + -")
+        raise UsageError(
+            f"{', '.join(map(repr, bad))} is not a usable approver name; nothing was changed",
+            hint="a person's name: letters, digits and _ . @ + -",
+        )
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     _store_of(runs_or_store).set_agent(name, sha256(token), by=by, sees=sees, approvers=list(approvers or []))
     return token

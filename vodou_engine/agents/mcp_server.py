@@ -34,17 +34,38 @@ from .config import APPROVERS_ENV, NAME_ENV, SEES_ENV, AgentConfig
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``recipe mcp`` flags."""
-    parser.add_argument("--name", metavar="NAME", help=f"the agent's name: its runs are started as agent:NAME (default: ${NAME_ENV}, else the client's name from initialize)")
     parser.add_argument(
-        "--see", choices=["own", "all"], help=f"whose runs the agent may read: `own` (the runs it started; default) or `all` (default: ${SEES_ENV}, else own)"
+        "--name",
+        metavar="NAME",
+        help=f"the agent's name: its runs are started as agent:NAME (default: ${NAME_ENV}, else the client's name from initialize)",
     )
     parser.add_argument(
-        "--approver", action="append", metavar="NAME", help=f"who decides the runs of an agent's recipe that names no approvers (repeatable; default: ${APPROVERS_ENV}, else your user name)"
+        "--see",
+        choices=["own", "all"],
+        help=f"whose runs the agent may read: `own` (the runs it started; default) or `all` (default: ${SEES_ENV}, else own)",
     )
-    parser.add_argument("--model", help="default model for draft_recipe (llm; default: $VODOU_MODEL, else llm's default model)")
-    parser.add_argument("--servers", metavar="FILE", help="MCP servers JSON (default: $VODOU_SERVERS, ./mcp.json, ~/.config/vodou/mcp.json, then the demo servers)")
-    parser.add_argument("--policy", metavar="FILE", help="tool policy file (default: $VODOU_POLICY, ./vodou-policy.toml, ~/.config/vodou/policy.toml)")
-    parser.add_argument("--store", metavar="PATH", help="run store (default: $VODOU_STORE or ~/.local/share/vodou/runs.db)")
+    parser.add_argument(
+        "--approver",
+        action="append",
+        metavar="NAME",
+        help=f"who decides the runs of an agent's recipe that names no approvers (repeatable; default: ${APPROVERS_ENV}, else your user name)",
+    )
+    parser.add_argument(
+        "--model", help="default model for draft_recipe (llm; default: $VODOU_MODEL, else llm's default model)"
+    )
+    parser.add_argument(
+        "--servers",
+        metavar="FILE",
+        help="MCP servers JSON (default: $VODOU_SERVERS, ./mcp.json, ~/.config/vodou/mcp.json, then the demo servers)",
+    )
+    parser.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="tool policy file (default: $VODOU_POLICY, ./vodou-policy.toml, ~/.config/vodou/policy.toml)",
+    )
+    parser.add_argument(
+        "--store", metavar="PATH", help="run store (default: $VODOU_STORE or ~/.local/share/vodou/runs.db)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,7 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     from ..standalone import command_main  # only `python -m` runs it: the CLI has its own main
 
     return command_main(
-        argv, prog="recipe mcp", description="Serve the engine to agents over MCP (stdio). Agents propose; people approve.", add_arguments=add_arguments, run=run, before=own_process
+        argv,
+        prog="recipe mcp",
+        description="Serve the engine to agents over MCP (stdio). Agents propose; people approve.",
+        add_arguments=add_arguments,
+        run=run,
+        before=own_process,
     )
 
 

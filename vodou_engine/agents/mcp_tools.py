@@ -60,15 +60,25 @@ def add_tools(server: MCPServer[Any], impl: AgentServer, who: Callable[[Context]
         real name). A recipe with `without asking` is an error here: only a person may opt out of asking."""
         return impl.check_recipe(recipe, name)
 
-    @tool("save_recipe", ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False), "Save a recipe (a new version)")
+    @tool(
+        "save_recipe",
+        ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False),
+        "Save a recipe (a new version)",
+    )
     def save_recipe(ctx: Context, recipe: str, name: str | None = None) -> dict[str, Any]:
         """Save a recipe text as a new version of `name` (default: its title); older versions are kept.
         Nothing runs. Saved as proposed by an agent: it may not opt out of asking. If it names no
         `approvers:`, the people this server runs for are added as its approvers (an agent never decides)."""
         return impl.save_recipe(who(ctx), recipe, name)
 
-    @tool("start_run", ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=True), "Start a run (it parks before every effect)")
-    def start_run(ctx: Context, recipe: str, inputs: dict[str, Any] | None = None, name: str | None = None) -> dict[str, Any]:
+    @tool(
+        "start_run",
+        ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=True),
+        "Start a run (it parks before every effect)",
+    )
+    def start_run(
+        ctx: Context, recipe: str, inputs: dict[str, Any] | None = None, name: str | None = None
+    ) -> dict[str, Any]:
         """Start a run of a recipe text with `inputs`. Read steps and write (text) steps run now; before
         every step that changes something the run parks and this tool returns at once with the run id,
         its state and each pending approval: its card, fingerprint, and where a person decides. It never
@@ -91,9 +101,19 @@ def add_tools(server: MCPServer[Any], impl: AgentServer, who: Callable[[Context]
         declined or cancelled). A parked run waits for a person: `recipe approve` or the web inbox."""
         return impl.list_runs(who(ctx), state, limit)
 
-    @tool("propose_schedule", ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False), "Propose a schedule (created paused)")
+    @tool(
+        "propose_schedule",
+        ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False),
+        "Propose a schedule (created paused)",
+    )
     def propose_schedule(
-        ctx: Context, name: str, cron: str, tz: str = "UTC", recipe: str | None = None, saved: str | None = None, inputs: dict[str, Any] | None = None
+        ctx: Context,
+        name: str,
+        cron: str,
+        tz: str = "UTC",
+        recipe: str | None = None,
+        saved: str | None = None,
+        inputs: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Propose running a recipe on a cron schedule (five fields, e.g. "0 8 * * 1-5", in the IANA zone
         `tz`). Give the recipe's text (`recipe`, saved first) or a saved recipe's name (`saved`). The
@@ -102,7 +122,11 @@ def add_tools(server: MCPServer[Any], impl: AgentServer, who: Callable[[Context]
         for a person to decide."""
         return impl.propose_schedule(who(ctx), name, cron, tz, recipe, saved, inputs)
 
-    @tool("draft_recipe", ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=False, open_world_hint=True), "Draft a recipe from one sentence")
+    @tool(
+        "draft_recipe",
+        ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=False, open_world_hint=True),
+        "Draft a recipe from one sentence",
+    )
     def draft_recipe(ctx: Context, sentence: str, model: str | None = None) -> dict[str, Any]:
         """Draft a recipe from one sentence with a model the person configured (the `llm` library), from
         the live tool catalogue; the draft is compiled and corrected from the compiler's errors (a few
@@ -151,6 +175,10 @@ def _error_result(exc: BaseException) -> CallToolResult:
     if isinstance(exc, (KeyboardInterrupt, SystemExit)):
         raise exc
     if not isinstance(exc, VodouError):
-        logger.exception("agent tool failed")
+        logger.exception("agent tool failed")  # noqa: LOG004 - called only from the tool's except block
     data = {"error": error_data(exc)}
-    return CallToolResult(content=[TextContent(type="text", text=json.dumps(data, ensure_ascii=False, indent=2, default=str))], structured_content=data, is_error=True)
+    return CallToolResult(
+        content=[TextContent(type="text", text=json.dumps(data, ensure_ascii=False, indent=2, default=str))],
+        structured_content=data,
+        is_error=True,
+    )

@@ -30,7 +30,9 @@ INSTRUCTIONS = (
 )
 
 
-def build_server(config: AgentConfig, *, impl: AgentServer | None = None, identify: Callable[[Any], str] | None = None) -> Any:
+def build_server(
+    config: AgentConfig, *, impl: AgentServer | None = None, identify: Callable[[Any], str] | None = None
+) -> Any:
     """The MCPServer with the agent tools.
 
     ``impl``: the tools' implementation (default: an :class:`AgentServer` over ``config``;
@@ -40,14 +42,18 @@ def build_server(config: AgentConfig, *, impl: AgentServer | None = None, identi
     token proved, and nothing else)."""
     impl = impl if impl is not None else AgentServer(config)
     # subscriptions=False: its tools never change, so there is nothing to listen for
-    server = MCPServer("vodou", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING", subscriptions=False)
+    server = MCPServer(
+        "vodou", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING", subscriptions=False
+    )
     offer_tools_only(server)
 
     def who(ctx: Context) -> str:
         if identify is not None:
             return identify(ctx)
         params = ctx.session.client_params
-        return agent_identity(config, params.client_info.name if params is not None and params.client_info is not None else None)
+        return agent_identity(
+            config, params.client_info.name if params is not None and params.client_info is not None else None
+        )
 
     add_tools(server, impl, who)
     server.vodou = impl  # for tests that drive it in-process

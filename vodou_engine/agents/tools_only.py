@@ -13,7 +13,15 @@ to what a client sees, so an SDK that changes the table fails there.
 
 from typing import Any
 
-NOT_OFFERED = ("prompts/list", "prompts/get", "resources/list", "resources/templates/list", "resources/read", "resources/subscribe", "resources/unsubscribe")
+NOT_OFFERED = (
+    "prompts/list",
+    "prompts/get",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+)
 """Methods of the spec this server does not serve: it has tools only."""
 
 

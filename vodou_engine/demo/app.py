@@ -28,11 +28,11 @@ from typing import Any
 # the start saved. See vodou_engine.gcpause for the same in the CLI.
 gc.disable()
 
-from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.server.mcpserver import MCPServer  # noqa: E402 - after gc.disable() above
+from mcp.server.mcpserver.exceptions import ToolError  # noqa: E402 - after gc.disable() above
+from mcp.types import ToolAnnotations  # noqa: E402 - after gc.disable() above
 
-from vodou_engine.demo import db
+from vodou_engine.demo import db  # noqa: E402 - after gc.disable() above
 
 READ_ONLY = ToolAnnotations(read_only_hint=True)
 WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False)
@@ -126,4 +126,4 @@ class DemoServer:
 Conn = sqlite3.Connection
 """The type of every demo tool's first parameter (hidden from the MCP schema)."""
 
-__all__ = ["DemoServer", "Conn", "READ_ONLY", "WRITE", "DESTRUCTIVE"]
+__all__ = ["DESTRUCTIVE", "READ_ONLY", "WRITE", "Conn", "DemoServer"]

@@ -95,6 +95,8 @@ MailSummary = TypedDict(
         "date": str,
     },
 )
+
+
 class MailMessage(MailSummary):
     body: str
 
@@ -200,21 +202,51 @@ def _seed(conn: sqlite3.Connection) -> None:
         return (now - timedelta(hours=hours)).replace(microsecond=0).isoformat()
 
     mail = [
-        ("msg-001", "thr-001", "ana@example.com", "Agenda for the design review",
-         "Hi! I put the agenda for today's design review in the doc. Can you add the approval-gate notes?",
-         ["INBOX", "UNREAD", "IMPORTANT"], ago(1)),
-        ("msg-002", "thr-002", "sam@example.com", "Re: 1:1 topics",
-         "Let's talk about the benchmark numbers and the on-call rotation.",
-         ["INBOX", "UNREAD"], ago(3)),
-        ("msg-003", "thr-003", "billing@example.com", "Your invoice is ready",
-         "Your monthly invoice is attached. No action is needed.",
-         ["INBOX", "CATEGORY_UPDATES"], ago(20)),
-        ("msg-004", "thr-004", "lee@example.com", "Deploy notes",
-         "The deploy went out last night; notes are in #daily.",
-         ["INBOX"], ago(26)),
-        ("msg-005", "thr-005", "ana@example.com", "Lunch?",
-         "Still on for lunch today at 12:30?",
-         ["INBOX", "UNREAD"], ago(30)),
+        (
+            "msg-001",
+            "thr-001",
+            "ana@example.com",
+            "Agenda for the design review",
+            "Hi! I put the agenda for today's design review in the doc. Can you add the approval-gate notes?",
+            ["INBOX", "UNREAD", "IMPORTANT"],
+            ago(1),
+        ),
+        (
+            "msg-002",
+            "thr-002",
+            "sam@example.com",
+            "Re: 1:1 topics",
+            "Let's talk about the benchmark numbers and the on-call rotation.",
+            ["INBOX", "UNREAD"],
+            ago(3),
+        ),
+        (
+            "msg-003",
+            "thr-003",
+            "billing@example.com",
+            "Your invoice is ready",
+            "Your monthly invoice is attached. No action is needed.",
+            ["INBOX", "CATEGORY_UPDATES"],
+            ago(20),
+        ),
+        (
+            "msg-004",
+            "thr-004",
+            "lee@example.com",
+            "Deploy notes",
+            "The deploy went out last night; notes are in #daily.",
+            ["INBOX"],
+            ago(26),
+        ),
+        (
+            "msg-005",
+            "thr-005",
+            "ana@example.com",
+            "Lunch?",
+            "Still on for lunch today at 12:30?",
+            ["INBOX", "UNREAD"],
+            ago(30),
+        ),
     ]
     conn.executemany(
         "INSERT INTO mail (id, thread_id, sender, recipient, subject, body, labels, date)"
@@ -439,7 +471,13 @@ def invoke(
             fifo.write(f"{server}.{tool}\n")
     if latency > 0:
         time.sleep(latency)
-    record = dict(server=server, tool=tool, arguments=arguments, idempotency_key=idempotency_key, started=started)
+    record: dict[str, Any] = {
+        "server": server,
+        "tool": tool,
+        "arguments": arguments,
+        "idempotency_key": idempotency_key,
+        "started": started,
+    }
     with _opened(path) as conn:
         try:
             if effect:
@@ -495,7 +533,11 @@ def calls(path: str | os.PathLike[str], tool: str | None = None, server: str | N
 
 def _event(row: sqlite3.Row) -> Event:
     return Event(
-        id=row["id"], calendarId=row["calendar_id"], summary=row["summary"], start=row["start_time"], end=row["end_time"]
+        id=row["id"],
+        calendarId=row["calendar_id"],
+        summary=row["summary"],
+        start=row["start_time"],
+        end=row["end_time"],
     )
 
 
@@ -633,9 +675,7 @@ def search_chat(conn: sqlite3.Connection, query: str) -> list[ChatMessage]:
     if query.lower().startswith("mentions:"):
         query = "@" + query.split(":", 1)[1].strip().lstrip("@")
     pattern = "%" + query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-    rows = conn.execute(
-        "SELECT * FROM chat WHERE text LIKE ? ESCAPE '\\' ORDER BY seq", (pattern,)
-    ).fetchall()
+    rows = conn.execute("SELECT * FROM chat WHERE text LIKE ? ESCAPE '\\' ORDER BY seq", (pattern,)).fetchall()
     return [_chat(r) for r in rows]
 
 

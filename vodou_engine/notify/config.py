@@ -89,7 +89,12 @@ class _ServeFile(msgspec.Struct, forbid_unknown_fields=True):
     email: _EmailFile | None = None
 
 
-_TABLES: dict[str, type[msgspec.Struct]] = {"": _ServeFile, "inbox": _InboxFile, "webhooks": _WebhookFile, "email": _EmailFile}
+_TABLES: dict[str, type[msgspec.Struct]] = {
+    "": _ServeFile,
+    "inbox": _InboxFile,
+    "webhooks": _WebhookFile,
+    "email": _EmailFile,
+}
 
 
 # --- the file, as loaded ---------------------------------------------------------------------
@@ -161,14 +166,18 @@ class ServeConfig:
         base = self.base_url or default_base
         if not base:
             raise ServeConfigError(
-                "no base URL for links to the inbox", hint=f"set [inbox] base_url in the serve configuration; {_HINT}", path=self.source, key="inbox.base_url"
+                "no base URL for links to the inbox",
+                hint=f"set [inbox] base_url in the serve configuration; {_HINT}",
+                path=self.source,
+                key="inbox.base_url",
             )
         return f"{base.rstrip('/')}/runs/{quote(run_id, safe='')}"
 
 
-
 # --- finding and loading the file ----------------------------------------------------------
-def serve_config_path(explicit: str | os.PathLike[str] | None = None, *, cwd: str | None = None, environ: Mapping[str, str] | None = None) -> str | None:
+def serve_config_path(
+    explicit: str | os.PathLike[str] | None = None, *, cwd: str | None = None, environ: Mapping[str, str] | None = None
+) -> str | None:
     """Where the serve configuration comes from: ``--config FILE``, ``$VODOU_SERVE_CONFIG``,
     ``./vodou-serve.toml``, ``$XDG_CONFIG_HOME/vodou/serve.toml`` (``~/.config`` when unset).
     The first two must exist; the last two are used when they do. None: no file."""
@@ -188,7 +197,9 @@ def serve_config_path(explicit: str | os.PathLike[str] | None = None, *, cwd: st
     return None
 
 
-def load_serve_config(explicit: str | os.PathLike[str] | None = None, *, cwd: str | None = None, environ: Mapping[str, str] | None = None) -> ServeConfig:
+def load_serve_config(
+    explicit: str | os.PathLike[str] | None = None, *, cwd: str | None = None, environ: Mapping[str, str] | None = None
+) -> ServeConfig:
     """The serve configuration in effect (an empty one when there is no file).
 
     Raises :class:`ServeConfigError` (exit 2) for a file that cannot be read
@@ -219,7 +230,9 @@ def load_config_file(path: str | os.PathLike[str], *, environ: Mapping[str, str]
     except msgspec.DecodeError as exc:
         raise ServeConfigError(f"{path}: not valid TOML: {exc}", hint=_HINT, path=path) from None
     except RecursionError:
-        raise ServeConfigError(f"{path}: not a valid serve configuration: a value is nested too deep", hint=_HINT, path=path) from None
+        raise ServeConfigError(
+            f"{path}: not a valid serve configuration: a value is nested too deep", hint=_HINT, path=path
+        ) from None
     return _resolve(path, data, env)
 
 
@@ -287,13 +300,30 @@ _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def _secret(path: str, where: str, table: str, key: str, literal: str | None, env_name: str | None, env: Mapping[str, str], *, required: bool) -> Secret | None:
+def _secret(
+    path: str,
+    where: str,
+    table: str,
+    key: str,
+    literal: str | None,
+    env_name: str | None,
+    env: Mapping[str, str],
+    *,
+    required: bool,
+) -> Secret | None:
     """One secret, from ``key`` (a literal, or with ``${ENV}`` references) or ``key_env`` (an env var's name)."""
     if literal is not None and env_name is not None:
-        raise ServeConfigError(f"{path}: {where}: give `{key}` or `{key}_env`, not both", hint=_HINT, path=path, key=f"{table}.{key}")
+        raise ServeConfigError(
+            f"{path}: {where}: give `{key}` or `{key}_env`, not both", hint=_HINT, path=path, key=f"{table}.{key}"
+        )
     if env_name is not None:
         if not _ENV_NAME.fullmatch(env_name):
-            raise ServeConfigError(f"{path}: {where}: `{key}_env` must be the name of an environment variable", hint=_HINT, path=path, key=f"{table}.{key}_env")
+            raise ServeConfigError(
+                f"{path}: {where}: `{key}_env` must be the name of an environment variable",
+                hint=_HINT,
+                path=path,
+                key=f"{table}.{key}_env",
+            )
         value = env.get(env_name, "")
         if not value:
             raise ServeConfigError(
@@ -317,7 +347,10 @@ def _secret(path: str, where: str, table: str, key: str, literal: str | None, en
         return Secret(value, ", ".join(f"${n}" for n in names) if names else path)
     if required:
         raise ServeConfigError(
-            f"{path}: {where}: a `{key}` is needed (or `{key}_env`, naming an environment variable that holds it)", hint=_HINT, path=path, key=f"{table}.{key}"
+            f"{path}: {where}: a `{key}` is needed (or `{key}_env`, naming an environment variable that holds it)",
+            hint=_HINT,
+            path=path,
+            key=f"{table}.{key}",
         )
     return None
 
@@ -325,11 +358,18 @@ def _secret(path: str, where: str, table: str, key: str, literal: str | None, en
 def _http_url(path: str, where: str, table: str, key: str, url: str) -> str:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ServeConfigError(f"{path}: {where}: `{key}` must be an http:// or https:// URL with a host", hint=_HINT, path=path, key=f"{table}.{key}")
+        raise ServeConfigError(
+            f"{path}: {where}: `{key}` must be an http:// or https:// URL with a host",
+            hint=_HINT,
+            path=path,
+            key=f"{table}.{key}",
+        )
     try:
-        parts.port
+        _ = parts.port  # raises ValueError when the port is not a number
     except ValueError:
-        raise ServeConfigError(f"{path}: {where}: `{key}` has a port that is not a number", hint=_HINT, path=path, key=f"{table}.{key}") from None
+        raise ServeConfigError(
+            f"{path}: {where}: `{key}` has a port that is not a number", hint=_HINT, path=path, key=f"{table}.{key}"
+        ) from None
     return url
 
 
@@ -343,8 +383,15 @@ def _origin(url: str) -> str:
 
 def _address(path: str, where: str, table: str, key: str, value: str) -> str:
     addr = parseaddr(value)[1]
-    if re.search(r"[\x00-\x1f\x7f]", value) or "@" not in addr or not addr.partition("@")[0] or not addr.partition("@")[2]:
-        raise ServeConfigError(f"{path}: {where}: `{key}` is not an email address: {value!r}", hint=_HINT, path=path, key=f"{table}.{key}")
+    if (
+        re.search(r"[\x00-\x1f\x7f]", value)
+        or "@" not in addr
+        or not addr.partition("@")[0]
+        or not addr.partition("@")[2]
+    ):
+        raise ServeConfigError(
+            f"{path}: {where}: `{key}` is not an email address: {value!r}", hint=_HINT, path=path, key=f"{table}.{key}"
+        )
     return value
 
 
@@ -375,12 +422,24 @@ def _resolve(path: str, data: _ServeFile, env: Mapping[str, str]) -> ServeConfig
         url = _http_url(path, where, "webhooks", "url", _ENV_REF.sub(lambda m: env[m.group(1)], w.url))
         secret = _secret(path, where, "webhooks", "secret", w.secret, w.secret_env, env, required=True)
         hooks.append(
-            Webhook(name=w.name or _origin(url), url=url, secret=secret, timeout_s=w.timeout_s, tries=w.tries, backoff_s=w.backoff_s)
+            Webhook(
+                name=w.name or _origin(url),
+                url=url,
+                secret=secret,
+                timeout_s=w.timeout_s,
+                tries=w.tries,
+                backoff_s=w.backoff_s,
+            )
         )
     names = [h.name for h in hooks]
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup is not None:
-        raise ServeConfigError(f"{path}: two webhooks are called {dup!r}", hint=f"give each a different `name`; {_HINT}", path=path, key="webhooks.name")
+        raise ServeConfigError(
+            f"{path}: two webhooks are called {dup!r}",
+            hint=f"give each a different `name`; {_HINT}",
+            path=path,
+            key="webhooks.name",
+        )
     email = None
     if data.email is not None:
         e = data.email
@@ -394,13 +453,21 @@ def _resolve(path: str, data: _ServeFile, env: Mapping[str, str]) -> ServeConfig
                 hint='name each approver with their address, e.g. ana = "ana@example.org"; ' + _HINT,
                 path=path, key="email.approvers",
             )  # fmt: skip
-        approvers = {name: _address(path, "[email.approvers]", "email.approvers", name, addr) for name, addr in e.approvers.items()}
+        approvers = {
+            name: _address(path, "[email.approvers]", "email.approvers", name, addr)
+            for name, addr in e.approvers.items()
+        }
         password = _secret(path, where, "email", "password", e.password, e.password_env, env, required=False)
         if password is not None and not e.username:
-            raise ServeConfigError(f"{path}: {where}: a password is given but no `username`", hint=_HINT, path=path, key="email.username")
+            raise ServeConfigError(
+                f"{path}: {where}: a password is given but no `username`", hint=_HINT, path=path, key="email.username"
+            )
         if e.username and password is None:
             raise ServeConfigError(
-                f"{path}: {where}: `username` is given but no `password_env` (or `password`)", hint=_HINT, path=path, key="email.password_env"
+                f"{path}: {where}: `username` is given but no `password_env` (or `password`)",
+                hint=_HINT,
+                path=path,
+                key="email.password_env",
             )
         if password is not None and e.security == "none" and not _loopback(e.host):
             raise ServeConfigError(

@@ -25,7 +25,9 @@ from .text import _card, _one_line, summary
 logger = logging.getLogger("vodou_engine.notify")
 
 
-def email_message(config: Email, report: RunReport, p: PendingApproval, approver: str, address: str, run_url: str, now: float) -> EmailMessage:
+def email_message(
+    config: Email, report: RunReport, p: PendingApproval, approver: str, address: str, run_url: str, now: float
+) -> EmailMessage:
     msg = EmailMessage()
     msg["From"] = config.sender
     msg["To"] = formataddr((approver, parseaddr(address)[1]))
@@ -54,7 +56,9 @@ def email_message(config: Email, report: RunReport, p: PendingApproval, approver
     return msg
 
 
-async def _emails(config: Email, report: RunReport, mail: list[tuple[int, EmailMessage, PendingApproval, str]], sleep: Sleep) -> list[Delivery]:
+async def _emails(
+    config: Email, report: RunReport, mail: list[tuple[int, EmailMessage, PendingApproval, str]], sleep: Sleep
+) -> list[Delivery]:
     """Send every message over one SMTP connection per try; retry those that met a transient error."""
     password = config.password.reveal() if config.password is not None else None
     outcome: list[tuple[str, str | None]] = [("pending", None)] * len(mail)
@@ -67,13 +71,13 @@ async def _emails(config: Email, report: RunReport, mail: list[tuple[int, EmailM
             got = await trio.to_thread.run_sync(_smtp_try, config, [mail[i][1] for i in todo], abandon_on_cancel=True)
         except Exception as exc:  # noqa: BLE001 - a notification never fails the run
             got = [("failed", f"{type(exc).__name__}: {exc}")] * len(todo)
-        for i, result in zip(todo, got):
+        for i, result in zip(todo, got, strict=False):
             outcome[i] = result
             tries[i] = attempt
         if attempt < config.tries and any(outcome[i][0] == "transient" for i in todo):
             await sleep(_delay(config.backoff_s, attempt))
     out = []
-    for (_, _, p, target), (state, error), n in zip(mail, outcome, tries):
+    for (_, _, p, target), (state, error), n in zip(mail, outcome, tries, strict=True):
         ok = state == "sent"
         d = Delivery(
             kind="email", target=target, run=report.run, step=p.step, approval=p.approval, status="sent" if ok else "failed", tries=n,
@@ -82,7 +86,15 @@ async def _emails(config: Email, report: RunReport, mail: list[tuple[int, EmailM
         if ok:
             logger.info("run %s step %s: email to %s sent (try %d)", report.run, p.step, target, n)
         else:
-            logger.warning("run %s step %s: email to %s not sent after %d tr%s: %s", report.run, p.step, target, n, "y" if n == 1 else "ies", d.error)
+            logger.warning(
+                "run %s step %s: email to %s not sent after %d tr%s: %s",
+                report.run,
+                p.step,
+                target,
+                n,
+                "y" if n == 1 else "ies",
+                d.error,
+            )
         out.append(d)
     return out
 
@@ -95,7 +107,9 @@ def _smtp_error(exc: BaseException) -> tuple[str, str]:
         return kind, f"{type(exc).__name__}: the server answered {exc.smtp_code} {_one_line(text)}"
     if isinstance(exc, smtplib.SMTPServerDisconnected):
         return "transient", f"{type(exc).__name__}: {exc}"
-    if isinstance(exc, (smtplib.SMTPException, ssl.SSLCertVerificationError)):  # no STARTTLS, no AUTH, a bad certificate: trying again changes nothing
+    if isinstance(
+        exc, (smtplib.SMTPException, ssl.SSLCertVerificationError)
+    ):  # no STARTTLS, no AUTH, a bad certificate: trying again changes nothing
         return "failed", f"{type(exc).__name__}: {exc}"
     if isinstance(exc, OSError):  # refused, reset, timed out
         return "transient", f"{type(exc).__name__}: {exc}"
@@ -124,14 +138,21 @@ def _smtp_try(config: Email, messages: list[EmailMessage]) -> list[tuple[str, st
             except smtplib.SMTPRecipientsRefused as exc:
                 code, text = next(iter(exc.recipients.values()), (550, b"refused"))
                 text = text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text)
-                out.append(("transient" if 400 <= code < 500 else "failed", f"the server refused the recipient: {code} {_one_line(text)}"))
+                out.append(
+                    (
+                        "transient" if 400 <= code < 500 else "failed",
+                        f"the server refused the recipient: {code} {_one_line(text)}",
+                    )
+                )
             except smtplib.SMTPResponseException as exc:  # this message refused; the connection goes on
                 out.append(_smtp_error(exc))
             except Exception as exc:  # noqa: BLE001 - the connection is gone: this and the rest are tried again
                 out.append(_smtp_error(exc))
                 break
             else:
-                out.append(("sent", None) if not refused else ("failed", f"the server refused the recipient: {refused}"))
+                out.append(
+                    ("sent", None) if not refused else ("failed", f"the server refused the recipient: {refused}")
+                )
     except Exception as exc:  # noqa: BLE001 - a failure before the first message: all of them share it
         kind, text = _smtp_error(exc)
         out.extend([(kind, text)] * (len(messages) - len(out)))

@@ -54,7 +54,11 @@ async def notify_parked(
     try:
         await _notify(config, report, run_url, sleep, clock, results)
     except Exception as exc:  # noqa: BLE001 - not even a bug here may fail the run
-        logger.error("run %s: notifying stopped early: %s", report.run, _scrub(f"{type(exc).__name__}: {exc}", *_secrets_of(config)))
+        logger.error(
+            "run %s: notifying stopped early: %s",
+            report.run,
+            _scrub(f"{type(exc).__name__}: {exc}", *_secrets_of(config)),
+        )
     return [results[i] for i in sorted(results)]
 
 
@@ -65,7 +69,14 @@ def _secrets_of(config: ServeConfig) -> list[str]:
     return out
 
 
-async def _notify(config: ServeConfig, report: RunReport, run_url: str, sleep: Sleep, clock: Callable[[], float], results: dict[int, Delivery]) -> None:
+async def _notify(
+    config: ServeConfig,
+    report: RunReport,
+    run_url: str,
+    sleep: Sleep,
+    clock: Callable[[], float],
+    results: dict[int, Delivery],
+) -> None:
     now = clock()
     hooks: list[tuple[int, Webhook, PendingApproval]] = []
     mail: list[tuple[int, EmailMessage, PendingApproval, str]] = []
@@ -103,7 +114,7 @@ async def _notify(config: ServeConfig, report: RunReport, run_url: str, sleep: S
                 results[i] = await _webhook(client, hook, report, p, run_url, sleep, clock)
 
             async def emails() -> None:
-                for (i, *_), d in zip(mail, await _emails(config.email, report, mail, sleep)):
+                for (i, *_), d in zip(mail, await _emails(config.email, report, mail, sleep), strict=False):
                     results[i] = d
 
             for i, hook, p in hooks:

@@ -59,7 +59,15 @@ class WebhookBody(Doc):
 
 
 # --- one delivery, with its retries --------------------------------------------------------
-async def _webhook(client: Any, hook: Webhook, report: RunReport, p: PendingApproval, run_url: str, sleep: Sleep, clock: Callable[[], float]) -> Delivery:
+async def _webhook(
+    client: Any,
+    hook: Webhook,
+    report: RunReport,
+    p: PendingApproval,
+    run_url: str,
+    sleep: Sleep,
+    clock: Callable[[], float],
+) -> Delivery:
     import httpx2
 
     delivery_id = uuid.uuid4().hex
@@ -73,7 +81,15 @@ async def _webhook(client: Any, hook: Webhook, report: RunReport, p: PendingAppr
         if d.ok:
             logger.info("run %s step %s: webhook %s delivered (try %d)", report.run, p.step, hook.name, tries)
         else:
-            logger.warning("run %s step %s: webhook %s not delivered after %d tr%s: %s", report.run, p.step, hook.name, tries, "y" if tries == 1 else "ies", d.error)
+            logger.warning(
+                "run %s step %s: webhook %s not delivered after %d tr%s: %s",
+                report.run,
+                p.step,
+                hook.name,
+                tries,
+                "y" if tries == 1 else "ies",
+                d.error,
+            )
         return d
 
     try:
@@ -98,8 +114,12 @@ async def _webhook(client: Any, hook: Webhook, report: RunReport, p: PendingAppr
             }
             retry = False
             try:
-                async with client.stream("POST", hook.url, content=body, headers=headers, timeout=hook.timeout_s) as response:
-                    status = response.status_code  # the answer's body is never read: a receiver cannot make us hold much
+                async with client.stream(
+                    "POST", hook.url, content=body, headers=headers, timeout=hook.timeout_s
+                ) as response:
+                    status = (
+                        response.status_code
+                    )  # the answer's body is never read: a receiver cannot make us hold much
             except httpx2.TransportError as exc:
                 status = None
                 error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

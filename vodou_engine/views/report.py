@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 
 from ..errors import EXIT_DECLINED, EXIT_FAILED, EXIT_OK, EXIT_PARKED
 from ..reports import EffectView, RunReport, RunSummary, RunView, Together
 from ..text_safety import json_text
-from .term import cell, console, json_safe, out, printable, say
+from .term import cell, console, json_safe, out, say
 
 EXIT_FOR = {
     "succeeded": EXIT_OK,
@@ -43,13 +43,22 @@ def _json(doc: Any) -> None:
 class Progress:
     """Live rows while a run moves: one per node, updated in place on a terminal."""
 
-    ICONS = {"running": "[cyan]…[/]", "succeeded": "[green]✓[/]", "failed": "[red]✗[/]", "waiting": "[yellow]⚠ waiting[/]", "cancelled": "[dim]cancelled[/]", "skipped": "[dim]skipped[/]", "rejected": "[red]rejected[/]", "unknown": "[red]unknown[/]"}
+    ICONS: ClassVar[dict[str, str]] = {
+        "running": "[cyan]…[/]",
+        "succeeded": "[green]✓[/]",
+        "failed": "[red]✗[/]",
+        "waiting": "[yellow]⚠ waiting[/]",
+        "cancelled": "[dim]cancelled[/]",
+        "skipped": "[dim]skipped[/]",
+        "rejected": "[red]rejected[/]",
+        "unknown": "[red]unknown[/]",
+    }
 
     def __init__(self, node_ids: list[str], enabled: bool):
         self.order = node_ids
         self.enabled = enabled
         self.states: dict[str, str] = {}
-        self.live = None
+        self.live: Any = None
 
     def __enter__(self) -> Progress:
         if self.enabled:
@@ -118,7 +127,10 @@ def changed_lines(change: dict) -> list[str]:
     if isinstance(was, dict) and isinstance(now, dict):
         keys = [k for k in sorted(set(was) | set(now), key=str) if was.get(k, _MISSING) != now.get(k, _MISSING)]
         if keys:
-            return [f"  {k}: {_value(was[k]) if k in was else '(absent)'} -> {_value(now[k]) if k in now else '(absent)'}" for k in keys]
+            return [
+                f"  {k}: {_value(was[k]) if k in was else '(absent)'} -> {_value(now[k]) if k in now else '(absent)'}"
+                for k in keys
+            ]
     return [f"  was: {_value(was)}", f"  now: {_value(now)}"]
 
 
@@ -131,7 +143,10 @@ def report(rep: RunReport, *, json_out: bool = False, store_flag: str = "") -> i
         _json(rep)
         return EXIT_OK if rep.queued else EXIT_FOR.get(rep.state, EXIT_FAILED)
     if rep.queued:
-        say(f"run {rep.run} is queued for the workers (`recipe worker`), which drive it on; follow it with: recipe show {rep.run}{store_flag}", style="green")
+        say(
+            f"run {rep.run} is queued for the workers (`recipe worker`), which drive it on; follow it with: recipe show {rep.run}{store_flag}",
+            style="green",
+        )
         return EXIT_OK
     for line in together_lines(rep.together):
         say(line, style="dim")
@@ -142,7 +157,10 @@ def report(rep: RunReport, *, json_out: bool = False, store_flag: str = "") -> i
             style="yellow",
         )
     if rep.driven_by:
-        say(f"run {rep.run} is being driven by {rep.driven_by}; it picks up this decision when it next stops.", style="yellow")
+        say(
+            f"run {rep.run} is being driven by {rep.driven_by}; it picks up this decision when it next stops.",
+            style="yellow",
+        )
         return EXIT_OK
     if rep.state == "parked":
         for a in rep.pending:
@@ -184,11 +202,18 @@ def queued_run(run: str, *, json_out: bool = False, store_flag: str = "") -> Non
         _json({"run": run, "queued": True})
         return
     out(run + "\n")
-    say(f"queued: a worker (`recipe worker`) starts run {run} and drives it until it parks or ends; follow it with: recipe show {run}{store_flag}", err=True)
+    say(
+        f"queued: a worker (`recipe worker`) starts run {run} and drives it until it parks or ends; follow it with: recipe show {run}{store_flag}",
+        err=True,
+    )
 
 
 def interrupted(run: str, store_flag: str = "", *, err: bool = False) -> None:
-    say(f"run {run} was interrupted; nothing is lost. Continue it with: recipe resume {run}{store_flag}", style="yellow", err=err)
+    say(
+        f"run {run} was interrupted; nothing is lost. Continue it with: recipe resume {run}{store_flag}",
+        style="yellow",
+        err=err,
+    )
 
 
 def runs_table(runs: list[RunSummary], *, json_out: bool = False, store_flag: str = "", filtered: bool = False) -> None:
@@ -199,9 +224,19 @@ def runs_table(runs: list[RunSummary], *, json_out: bool = False, store_flag: st
         say("no runs match." if filtered else "no runs yet.")
         return
     con = console()
-    rows = [(r.run, r.state + (f" ({r.driven_by})" if r.driven_by else ""), r.recipe, r.started_by, when(r.created_at)) for r in runs]
+    rows = [
+        (r.run, r.state + (f" ({r.driven_by})" if r.driven_by else ""), r.recipe, r.started_by, when(r.created_at))
+        for r in runs
+    ]
     longest = max(len(r.run) for r in runs)
-    wide = longest + max(len(row[1]) for row in rows) + max(len(row[2]) for row in rows) + max(len(row[3]) for row in rows) + 25 + 16
+    wide = (
+        longest
+        + max(len(row[1]) for row in rows)
+        + max(len(row[2]) for row in rows)
+        + max(len(row[3]) for row in rows)
+        + 25
+        + 16
+    )
     if con.width >= wide:
         from rich.table import Table
 
@@ -240,21 +275,30 @@ def _block(head: str, text: str) -> None:
         say(f"{head}: {text}")
 
 
-def show(view: RunView, *, json_out: bool = False, audit: bool = False, full: bool = False, store_flag: str = "") -> None:
+def show(
+    view: RunView, *, json_out: bool = False, audit: bool = False, full: bool = False, store_flag: str = ""
+) -> None:
     if json_out:
         _json(view)
         return
     from rich.table import Table
 
     con = console()
-    say(f"{view.recipe} run {view.run}: {view.state} (started by {view.started_by} at {when(view.created_at)})", style="bold")
+    say(
+        f"{view.recipe} run {view.run}: {view.state} (started by {view.started_by} at {when(view.created_at)})",
+        style="bold",
+    )
     if view.error:
         say(f"  {view.error}", style="red")
     t = Table("node", "kind", "state", "work", "queued", "note")
     for n in view.nodes:
         gate = n.kind in ("approval", "question", "join")  # a person's time, or none: not work
         dur = _ms(n.ended_at - n.started_at) if n.started_at and n.ended_at and not gate else ""
-        queued = _ms(n.started_at - n.ready_at) if n.ready_at and n.started_at and n.started_at - n.ready_at >= 0.001 and not gate else ""
+        queued = (
+            _ms(n.started_at - n.ready_at)
+            if n.ready_at and n.started_at and n.started_at - n.ready_at >= 0.001 and not gate
+            else ""
+        )
         t.add_row(cell(n.node), cell(n.kind), cell(n.state), dur, queued, cell(n.error or ""))
     con.print(t, soft_wrap=True)
     for line in together_lines(view.together):
@@ -282,7 +326,9 @@ def show(view: RunView, *, json_out: bool = False, audit: bool = False, full: bo
         if a.reason:
             line += f", reason: {a.reason}"
         say(line + f"  {a.fingerprint}")
-        if a.state == "pending" and (a.card or a.refusal):  # rendered from the frozen payload just now, never the stored text
+        if a.state == "pending" and (
+            a.card or a.refusal
+        ):  # rendered from the frozen payload just now, never the stored text
             say("\n".join("  " + row for row in (a.card or a.refusal or "").splitlines()))
     for e in view.effects:
         if e.state == "unknown":

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..text_safety import hidden_in, shown
 
+
 def json_safe(text: str) -> str:
     """JSON text with every character that could hide or drive a terminal (``text_safety``:
     controls, bidirectional and other format characters, zero-width and tag characters,
@@ -96,7 +97,7 @@ class _Survivor:
 def guard_stdout() -> None:
     """Make stdout survive its reader closing (once per process)."""
     if not isinstance(sys.stdout, _Survivor):
-        sys.stdout = _Survivor(sys.stdout)  # type: ignore[assignment]
+        sys.stdout = _Survivor(sys.stdout)
 
 
 def out(text: str) -> None:

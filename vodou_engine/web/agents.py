@@ -94,7 +94,9 @@ class ServedAgentServer(AgentServer):
         finally:
             runs.close()
         if record is None:
-            raise RefusedError(f"{identity} was removed; nothing was done", hint="a person adds it again with `recipe agent add`")
+            raise RefusedError(
+                f"{identity} was removed; nothing was done", hint="a person adds it again with `recipe agent add`"
+            )
         mine = copy.copy(self.config)
         mine.see = record.sees
         mine.approvers = approvers_of(record) or self.config.approvers
@@ -140,7 +142,15 @@ class ServedAgentServer(AgentServer):
                 "next": "queued: a worker (`recipe worker`) starts it; it parks before every effect until a person decides. Call run_status to follow it.",
             }  # fmt: skip
         else:
-            start = functools.partial(svc.start_text, f"{name or 'agent'}.recipe", text, inputs=inputs or {}, actor=identity, origin="agent", wait_s=wait_s)
+            start = functools.partial(
+                svc.start_text,
+                f"{name or 'agent'}.recipe",
+                text,
+                inputs=inputs or {},
+                actor=identity,
+                origin="agent",
+                wait_s=wait_s,
+            )
             run_id, report = self._in_service(start)
             if report is None:
                 out = {
@@ -160,7 +170,10 @@ def _who(ctx: Any) -> str:
     request = ctx.request_context.request
     record = (getattr(request, "scope", None) or {}).get(SCOPE_KEY)
     if record is None:
-        raise RefusedError("this request carries no proven agent; nothing was done", hint="send the agent's bearer token (`recipe agent add NAME`)")
+        raise RefusedError(
+            "this request carries no proven agent; nothing was done",
+            hint="send the agent's bearer token (`recipe agent add NAME`)",
+        )
     return identity(record)
 
 
@@ -205,7 +218,7 @@ class AgentsOverHTTP:
         try:
             if await self.web.read(lambda runs: bool(runs.store(create=False).agents_list())):
                 await self._session_manager()
-        except Exception:  # noqa: BLE001 - the first request tries again and reports it
+        except Exception:  # the first request tries again and reports it
             logger.exception("could not start the agent MCP server ahead of its first request")
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
@@ -223,18 +236,29 @@ class AgentsOverHTTP:
         if scope.get("method") != "POST":
             # Stateless: no stream for the server to write to later (GET), no session to end
             # (DELETE). The spec's answer is 405; a client then only POSTs.
-            body = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "this server is stateless: POST each request (no GET stream, no session to end)"}}
-            return await Response(json.dumps(body) + "\n", status_code=405, media_type="application/json", headers={"allow": "POST"})(scope, receive, send)
+            body = {
+                "jsonrpc": "2.0",
+                "id": None,
+                "error": {
+                    "code": -32600,
+                    "message": "this server is stateless: POST each request (no GET stream, no session to end)",
+                },
+            }
+            return await Response(
+                json.dumps(body) + "\n", status_code=405, media_type="application/json", headers={"allow": "POST"}
+            )(scope, receive, send)
         manager = await self._session_manager()
         if manager is None:
-            return await Response("the agent server is stopping\n", status_code=503, media_type="text/plain")(scope, receive, send)
+            return await Response("the agent server is stopping\n", status_code=503, media_type="text/plain")(
+                scope, receive, send
+            )
         await manager.handle_request({**scope, SCOPE_KEY: record}, receive, send)
 
     async def _refused(self, scope: dict, why: str) -> None:
         data = {"why": why, "method": scope.get("method"), "path": scope.get("path")}
         try:
             await self.web.write(lambda runs: runs.store().audit("agent.refused", actor=None, data=data))
-        except Exception:  # noqa: BLE001 - the refusal stands even if it cannot be logged
+        except Exception:  # the refusal stands even if it cannot be logged
             logger.exception("could not write the audit row for a refused agent request")
 
     async def _session_manager(self) -> Any:
@@ -265,7 +289,13 @@ class AgentsOverHTTP:
         server = build_server(self.impl.config, impl=self.impl, identify=_who)
         # Host names and cross-site POSTs are refused by the app's guard before this.
         security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
-        server.streamable_http_app(streamable_http_path=MCP_PATH, stateless_http=True, json_response=True, transport_security=security, max_request_body_size=MAX_BODY_BYTES)
+        server.streamable_http_app(
+            streamable_http_path=MCP_PATH,
+            stateless_http=True,
+            json_response=True,
+            transport_security=security,
+            max_request_body_size=MAX_BODY_BYTES,
+        )
         return server.session_manager
 
     @staticmethod
@@ -278,8 +308,13 @@ class AgentsOverHTTP:
 def _unauthorized(had_token: bool, why: str) -> Response:
     """401 with the challenge RFC 6750 describes (an error code only when a token was sent)."""
     challenge = f'Bearer realm="{REALM}"'
-    body: dict[str, str] = {"error": "unauthorized", "error_description": f"{why}; nothing was done. An agent sends `Authorization: Bearer TOKEN`, a token `recipe agent add NAME` printed"}
+    body: dict[str, str] = {
+        "error": "unauthorized",
+        "error_description": f"{why}; nothing was done. An agent sends `Authorization: Bearer TOKEN`, a token `recipe agent add NAME` printed",
+    }
     if had_token:
         challenge += f', error="invalid_token", error_description="{why}"'
         body["error"] = "invalid_token"
-    return Response(json.dumps(body) + "\n", status_code=401, media_type="application/json", headers={"www-authenticate": challenge})
+    return Response(
+        json.dumps(body) + "\n", status_code=401, media_type="application/json", headers={"www-authenticate": challenge}
+    )

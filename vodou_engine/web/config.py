@@ -71,7 +71,9 @@ def check(cfg: WebConfig) -> None:
     if cfg.url is not None:
         parts = urlsplit(cfg.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise UsageError(f"the inbox's address {cfg.url!r} must be an http:// or https:// URL; nothing was started", url=cfg.url)
+            raise UsageError(
+                f"the inbox's address {cfg.url!r} must be an http:// or https:// URL; nothing was started", url=cfg.url
+            )
     if not cfg.grace_s >= 0:
         raise UsageError("--grace must be 0 seconds or more; nothing was started", grace_s=cfg.grace_s)
 

@@ -68,7 +68,9 @@ class StorePool:
         with self._lock:
             if self._free:
                 return self._free.pop()
-        return open_store(None if self.location is None else os.fspath(self.location), create=False, readonly=self.readonly)
+        return open_store(
+            None if self.location is None else os.fspath(self.location), create=False, readonly=self.readonly
+        )
 
     def give(self, store: Any, *, reuse: bool) -> None:
         if reuse:
@@ -138,7 +140,9 @@ class Web:
         session = runs.store(create=False).get_web_session(sha256(sid), now=time.time())
         return None if session is None else Me(session.name, sid, self.signer.form_token(sid))
 
-    async def refused(self, me: Me | None, action: str, exc: VodouError | str, *, run: str | None = None, **data: Any) -> None:
+    async def refused(
+        self, me: Me | None, action: str, exc: VodouError | str, *, run: str | None = None, **data: Any
+    ) -> None:
         """Every refused attempt goes to the store-wide audit log (and the run's own log
         already has what the store itself refused)."""
         detail = {"action": action, **data}
@@ -147,20 +151,46 @@ class Web:
         else:
             detail.update(code="web.refused", message=exc)
         try:
-            await self.write(lambda runs: runs.store().audit("web.refused", actor=me.name if me else None, run_id=run, data=detail))
-        except Exception:  # noqa: BLE001 - the refusal stands even if it cannot be logged
+            await self.write(
+                lambda runs: runs.store().audit("web.refused", actor=me.name if me else None, run_id=run, data=detail)
+            )
+        except Exception:  # the refusal stands even if it cannot be logged
             logger.exception("could not write the audit row for a refused %s", action)
 
     # --- responses ----------------------------------------------------------------------------
     def render(self, request: Request, template: str, *, me: Me | None, status: int = 200, **ctx: Any) -> HTMLResponse:
         done = request.query_params.get("done")
-        html = self.env.get_template(template).render(me=me, request_path=request.url.path, done=DONE.get(done or ""), **ctx)
+        html = self.env.get_template(template).render(
+            me=me, request_path=request.url.path, done=DONE.get(done or ""), **ctx
+        )
         return HTMLResponse(html, status_code=status)
 
-    def error(self, request: Request, me: Me | None, exc: VodouError, *, back: str | None = None, title: str | None = None, **ctx: Any) -> HTMLResponse:
+    def error(
+        self,
+        request: Request,
+        me: Me | None,
+        exc: VodouError,
+        *,
+        back: str | None = None,
+        title: str | None = None,
+        **ctx: Any,
+    ) -> HTMLResponse:
         status = status_for(exc)
-        title = title or {403: "Not allowed", 404: "Not found", 400: "That cannot work", 409: "Refused"}.get(status, "Something failed")
-        return self.render(request, "error.html", me=me, status=status, title=title, message=exc.message, hint=exc.hint, code=exc.code, back=back, **ctx)
+        title = title or {403: "Not allowed", 404: "Not found", 400: "That cannot work", 409: "Refused"}.get(
+            status, "Something failed"
+        )
+        return self.render(
+            request,
+            "error.html",
+            me=me,
+            status=status,
+            title=title,
+            message=exc.message,
+            hint=exc.hint,
+            code=exc.code,
+            back=back,
+            **ctx,
+        )
 
     def not_signed_in(self, request: Request) -> Response:
         here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
@@ -171,8 +201,22 @@ class Web:
         return RedirectResponse("/signin?next=" + quote(here, safe="/"), status_code=303)
 
     def form_refused(self, request: Request, me: Me | None) -> HTMLResponse:
-        why = "You are not signed in (or your session ended)." if me is None else "This form is not from this inbox, or is from an older session."
-        return self.render(request, "error.html", me=me, status=403, title="Form refused", message=why + " Nothing was changed.", hint="open the page again and use its form", code="web.form", back="/")
+        why = (
+            "You are not signed in (or your session ended)."
+            if me is None
+            else "This form is not from this inbox, or is from an older session."
+        )
+        return self.render(
+            request,
+            "error.html",
+            me=me,
+            status=403,
+            title="Form refused",
+            message=why + " Nothing was changed.",
+            hint="open the page again and use its form",
+            code="web.form",
+            back="/",
+        )
 
     async def form(self, request: Request) -> dict[str, str] | Response:
         if request.headers.get("content-type", "").split(";")[0].strip().lower() != "application/x-www-form-urlencoded":
@@ -217,7 +261,7 @@ def _shown(value: Any) -> Any:
 def _csrf_field(ctx: Any) -> Markup:
     """The form token of the signed-in session, as a hidden field (every form has one)."""
     me = ctx.get("me")
-    return Markup(f'<input type="hidden" name="csrf" value="{escape(me.csrf)}">') if me else Markup("")
+    return Markup(f'<input type="hidden" name="csrf" value="{escape(me.csrf)}">') if me else Markup("")  # noqa: S704 - the token is escaped
 
 
 def status_for(exc: VodouError) -> int:

@@ -53,7 +53,9 @@ def run_page(runs: Any, request: Request, me: Me, now: float) -> tuple[str, dict
 def _card_fields(form: dict[str, str]) -> tuple[str, str, str]:
     step, approval, fingerprint = form.get("step", ""), form.get("approval", ""), form.get("fingerprint", "")
     if not step or not fingerprint:
-        raise UsageError("the form names no step or fingerprint; nothing was changed", hint="use the form on the run's page")
+        raise UsageError(
+            "the form names no step or fingerprint; nothing was changed", hint="use the form on the run's page"
+        )
     return step, approval, fingerprint
 
 
@@ -78,10 +80,22 @@ async def approve(web: Web, request: Request, me: Me, form: dict[str, str]) -> R
         await web.svc.approve(run_id, step, actor=me.name, fingerprint=fingerprint, proof="web-session")
     except VodouError as exc:
         if exc.code == "refused" and not web.svc.accepting:
-            return web.render(request, "error.html", me=me, status=503, title="Recorded, not yet run", message="Your approval was recorded, but this inbox is stopping; the run goes on when it is next driven (the inbox starting again, or `recipe resume`).", hint=None, code=exc.code, back=f"/runs/{run_id}")
+            return web.render(
+                request,
+                "error.html",
+                me=me,
+                status=503,
+                title="Recorded, not yet run",
+                message="Your approval was recorded, but this inbox is stopping; the run goes on when it is next driven (the inbox starting again, or `recipe resume`).",
+                hint=None,
+                code=exc.code,
+                back=f"/runs/{run_id}",
+            )
         await web.refused(me, "approve", exc, run=run_id, step=form.get("step"), fingerprint=form.get("fingerprint"))
         return web.error(request, me, exc, back=f"/runs/{run_id}", run=run_id)
-    return see(f"/runs/{quote(run_id)}?done=" + ("approved-queued" if getattr(web.svc, "workers", False) else "approved"))
+    return see(
+        f"/runs/{quote(run_id)}?done=" + ("approved-queued" if getattr(web.svc, "workers", False) else "approved")
+    )
 
 
 async def reject(web: Web, request: Request, me: Me, form: dict[str, str]) -> Response:

@@ -55,7 +55,10 @@ class Guard:
         mcp = scope.get("path") == MCP_PATH  # the agents' MCP endpoint: a bearer token, no forms
         problem = None
         if hostname.lower() not in self.web.hosts:
-            problem = (421, f"this inbox does not answer to {host!r}; it answers to the address it listens on, localhost and [inbox] base_url's host")
+            problem = (
+                421,
+                f"this inbox does not answer to {host!r}; it answers to the address it listens on, localhost and [inbox] base_url's host",
+            )
         elif method not in ("GET", "HEAD", "POST") and not (mcp and method == "DELETE"):
             problem = (405, "only GET and POST")
         elif method == "POST":
@@ -63,7 +66,11 @@ class Guard:
             site = headers.get("sec-fetch-site")
             if site is not None and site not in ("same-origin", "none"):
                 problem = (403, "a form from another site; nothing was changed")
-            elif origin is not None and origin != "null" and urlsplit(origin).netloc.lower() not in (host.lower(), self.public):
+            elif (
+                origin is not None
+                and origin != "null"
+                and urlsplit(origin).netloc.lower() not in (host.lower(), self.public)
+            ):
                 problem = (403, "a form from another origin; nothing was changed")
             elif int(headers.get("content-length") or 0) > (MCP_MAX_BYTES if mcp else MAX_FORM_BYTES):
                 problem = (413, "form too large")
@@ -91,5 +98,7 @@ class Guard:
             logger.exception("%s %s failed", method, scope.get("path"))
             if began:
                 raise
-            response = PlainTextResponse("something failed on the server; nothing more is known here (see the serve log)\n", status_code=500)
+            response = PlainTextResponse(
+                "something failed on the server; nothing more is known here (see the serve log)\n", status_code=500
+            )
             await response(scope, receive, send_with_headers)

@@ -70,7 +70,15 @@ def _store_of(runs_or_store: Any) -> Any:
     return store() if callable(store) else runs_or_store
 
 
-def sign_in_link(runs_or_store: Any, name: str, *, by: str, base_url: str | None = None, ttl_s: float = LINK_TTL_S, now: float | None = None) -> str:
+def sign_in_link(
+    runs_or_store: Any,
+    name: str,
+    *,
+    by: str,
+    base_url: str | None = None,
+    ttl_s: float = LINK_TTL_S,
+    now: float | None = None,
+) -> str:
     """A one-time sign-in link for the approver ``name`` (who must exist in the store).
 
     ``runs_or_store``: a :class:`~vodou_engine.runs.Runs` or a store. ``base_url``:
@@ -86,7 +94,9 @@ def sign_in_link(runs_or_store: Any, name: str, *, by: str, base_url: str | None
     return f"{(base_url or default_base_url()).rstrip('/')}/signin?token={token}"
 
 
-def add_approver(runs: Any, name: str, *, by: str, base_url: str | None = None, ttl_s: float = LINK_TTL_S) -> tuple[str, str]:
+def add_approver(
+    runs: Any, name: str, *, by: str, base_url: str | None = None, ttl_s: float = LINK_TTL_S
+) -> tuple[str, str]:
     """What ``recipe approver add NAME`` does: (the secret for ``--as``, a one-time sign-in link).
 
     Giving a name a new secret revokes its old secret, its unused links and
@@ -106,7 +116,7 @@ class Signer:
         self._key = bytes.fromhex(key_hex)
 
     def _mac(self, label: str, value: str) -> str:
-        return _b64(hmac.new(self._key, f"{label}|{value}".encode("utf-8"), hashlib.sha256).digest())
+        return _b64(hmac.new(self._key, f"{label}|{value}".encode(), hashlib.sha256).digest())
 
     def sign(self, value: str, label: str = "cookie") -> str:
         return f"{value}.{self._mac(label, value)}"
@@ -122,7 +132,9 @@ class Signer:
         return self._mac("csrf", session_id)
 
     def form_token_ok(self, session_id: str | None, token: str | None) -> bool:
-        return bool(session_id and token) and hmac.compare_digest(token.encode("utf-8", "replace"), self.form_token(session_id).encode())
+        return bool(session_id and token) and hmac.compare_digest(
+            token.encode("utf-8", "replace"), self.form_token(session_id).encode()
+        )
 
 
 def new_secret() -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -18,6 +19,7 @@ from ..text_safety import json_text, shown
 
 MAX_SHOWN = 64 * 1024
 """A step output longer than this (pretty-printed) is cut on the page."""
+
 
 def visible(text: str) -> str:
     """Every string a page prints: characters that could hide or reorder what a person reads
@@ -66,9 +68,7 @@ def clock(ts: float | None) -> str:
 def iso(ts: float | None) -> str:
     if ts is None:
         return ""
-    from datetime import datetime, timezone
-
-    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds")
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
 
 
 def duration(seconds: float | None) -> str:
@@ -86,7 +86,9 @@ def pretty(value: Any) -> str:
     step's output longer than :data:`MAX_SHOWN` is cut, saying so."""
     text = json_text(value)
     if len(text) > MAX_SHOWN:
-        text = text[:MAX_SHOWN] + f"\n… ({len(text) - MAX_SHOWN} more characters; `recipe show RUN --json` has all of it)"
+        text = (
+            text[:MAX_SHOWN] + f"\n… ({len(text) - MAX_SHOWN} more characters; `recipe show RUN --json` has all of it)"
+        )
     return text
 
 
@@ -101,14 +103,24 @@ def inbox(runs: Any, me: str, now: float) -> dict[str, Any]:
     """Pending questions: those ``me`` may decide, the others, and those that no longer give
     their fingerprint (the store was edited: listed for everyone, with who may decide left
     out, since that is part of what was edited)."""
-    mine, others, tampered = [], [], []
+    mine: list[dict[str, Any]] = []
+    others: list[dict[str, Any]] = []
+    tampered: list[dict[str, Any]] = []
     dec = msgspec.json.Decoder(list[str])
     store = runs.store(create=False, readonly=True)
     rows = store.inbox()
     edited = _tampered(store, rows)
     for row in rows:
         if row.approval_id in edited:
-            tampered.append({"run": row.run_id, "step": row.step, "recipe": row.recipe_name, "started_by": row.started_by, "refusal": edited[row.approval_id]})
+            tampered.append(
+                {
+                    "run": row.run_id,
+                    "step": row.step,
+                    "recipe": row.recipe_name,
+                    "started_by": row.started_by,
+                    "refusal": edited[row.approval_id],
+                }
+            )
             continue
         approvers = dec.decode(row.approvers_json) if row.approvers_json else []
         item = {
@@ -126,7 +138,8 @@ def inbox(runs: Any, me: str, now: float) -> dict[str, Any]:
         (mine if not approvers or me in approvers else others).append(item)
     mine.reverse()  # newest first
     others.reverse()
-    lapsed, waiting = [], []
+    lapsed: list[dict[str, Any]] = []
+    waiting: list[dict[str, Any]] = []
     for r, name, by, at in store.parked_unasked():
         why = parked_why(store, r, now)
         item = {"run": r, "recipe": name, "started_by": by, "since": ago(at, now), "why": why}
@@ -146,14 +159,20 @@ def parked_why(store: Any, run_id: str, now: float) -> dict[str, Any]:
     doubt = sorted(e.step for e in store.effects(run_id) if e.state in ("unknown", "executing"))
     approved = [a for a in latest.values() if a.state == "approved"]
     if doubt:
-        return {"kind": "unknown", "text": f"The outcome of {', '.join(doubt)} is unknown: check the target, then settle it (recipe reconcile) before the run goes on.", "detail": []}
+        return {
+            "kind": "unknown",
+            "text": f"The outcome of {', '.join(doubt)} is unknown: check the target, then settle it (recipe reconcile) before the run goes on.",
+            "detail": [],
+        }
     if approved:
         since = max(a.decided_at or 0 for a in approved)
         who = ", ".join(sorted({a.decided_by for a in approved if a.decided_by}))
         workers = getattr(store, "kind", None) == "postgresql"
         events = store.events(run_id)
         decided = max((i for i, e in enumerate(events) if e.kind == "approval.decided"), default=-1)
-        tried = [e for e in events[decided + 1 :] if e.kind == "handed_back"]  # since the last decision, in the log's order
+        tried = [
+            e for e in events[decided + 1 :] if e.kind == "handed_back"
+        ]  # since the last decision, in the log's order
         detail = []
         for e in tried:
             data = _decode(e.data_json) or {}
@@ -214,8 +233,8 @@ def run_page(runs: Any, run_id: str, me: str, now: float) -> dict[str, Any]:
     extras = store.approval_extras(run_id)  # read before Runs.show checks each question against its fingerprint
     view = runs.show(run_id)
     record = store.get_run(run_id)
-    pending = []
-    history = []
+    pending: list[dict[str, Any]] = []
+    history: list[dict[str, Any]] = []
     for a in view.approvals:
         preview_json, check_json = extras.get(a.id, (None, None))
         item = {
@@ -285,7 +304,8 @@ def run_page(runs: Any, run_id: str, me: str, now: float) -> dict[str, Any]:
         "timeline": timeline(view),
         "together": [together_chart(t) for t in view.together],
         "why": parked_why(store, run_id, now) if str(view.state) == "parked" and not pending else None,
-        "resumable": str(view.state) == "interrupted" or (str(view.state) == "parked" and (not pending or any(p["expired"] for p in pending))),
+        "resumable": str(view.state) == "interrupted"
+        or (str(view.state) == "parked" and (not pending or any(p["expired"] for p in pending))),
         "finished": str(view.state) in ("succeeded", "failed", "declined", "cancelled"),
     }
 
@@ -306,7 +326,16 @@ def together_chart(t: Any) -> dict[str, Any]:
         "join": t.join,
         "title": f"together {t.join}: wall-clock {duration(t.wall_s)} for {duration(t.sum_s)} of work"
         + (f" ({t.sum_s / t.wall_s:.1f}× in parallel)" if t.wall_s > 0 else ""),
-        "bars": [{"label": label, "value": duration(v), "w": max(1.0, round(v / top * CHART_W, 1)), "y": 4 + i * 26, "cls": cls} for i, (label, v, cls) in enumerate(bars)],
+        "bars": [
+            {
+                "label": label,
+                "value": duration(v),
+                "w": max(1.0, round(v / top * CHART_W, 1)),
+                "y": 4 + i * 26,
+                "cls": cls,
+            }
+            for i, (label, v, cls) in enumerate(bars)
+        ],
         "height": 4 + len(bars) * 26,
         "queued": duration(t.queued_s) if t.queued_s else None,
         "failed": t.failed,
@@ -316,7 +345,11 @@ def together_chart(t: Any) -> dict[str, Any]:
 
 def timeline(view: Any) -> dict[str, Any] | None:
     """Each step's own work on one time axis (tool and write steps that ran)."""
-    spans = [(n.node, n.started_at, n.ended_at, str(n.state)) for n in view.nodes if n.kind in ("tool", "write") and n.started_at is not None and n.ended_at is not None]
+    spans = [
+        (n.node, n.started_at, n.ended_at, str(n.state))
+        for n in view.nodes
+        if n.kind in ("tool", "write") and n.started_at is not None and n.ended_at is not None
+    ]
     if not spans:
         return None
     t0 = min(s for _, s, _, _ in spans)
@@ -325,7 +358,16 @@ def timeline(view: Any) -> dict[str, Any] | None:
     rows = []
     for i, (node, s, e, state) in enumerate(spans):
         x = round((s - t0) / total * CHART_W, 1)
-        rows.append({"node": node, "x": x, "w": max(1.0, round((e - s) / total * CHART_W, 1)), "y": 4 + i * 22, "took": duration(e - s), "state": state})
+        rows.append(
+            {
+                "node": node,
+                "x": x,
+                "w": max(1.0, round((e - s) / total * CHART_W, 1)),
+                "y": 4 + i * 22,
+                "took": duration(e - s),
+                "state": state,
+            }
+        )
     return {"rows": rows, "height": 4 + len(rows) * 22, "total": duration(total)}
 
 
@@ -371,7 +413,19 @@ def recipes(runs: Any, now: float) -> list[dict[str, Any]]:
             card, error, inputs = card_text(plan), None, plan.inputs
         except Exception as exc:  # noqa: BLE001 - one bad row must not hide the others
             card, error, inputs = "", str(exc), []
-        out.append({"name": rec.name, "version": rec.version, "saved_by": rec.saved_by, "saved": clock(rec.saved_at), "saved_ago": ago(rec.saved_at, now), "origin": rec.origin, "card": card, "error": error, "inputs": inputs})
+        out.append(
+            {
+                "name": rec.name,
+                "version": rec.version,
+                "saved_by": rec.saved_by,
+                "saved": clock(rec.saved_at),
+                "saved_ago": ago(rec.saved_at, now),
+                "origin": rec.origin,
+                "card": card,
+                "error": error,
+                "inputs": inputs,
+            }
+        )
     return out
 
 
@@ -395,7 +449,6 @@ def schedules(runs: Any, now: float) -> list[dict[str, Any]]:
         firings = runs.firings(s.name, limit=5)
         due = None
         if s.next_due is not None:
-            from datetime import datetime
             from zoneinfo import ZoneInfo
 
             try:
@@ -439,7 +492,7 @@ def parse_pairs(text: str) -> dict[str, Any]:
             continue
         name, eq, raw = line.partition("=")
         if not eq or not name.strip():
-            raise UsageError(f"{line!r} is not NAME=VALUE", hint='one per line, e.g. channel=#daily or limit=5')
+            raise UsageError(f"{line!r} is not NAME=VALUE", hint="one per line, e.g. channel=#daily or limit=5")
         try:
             out[name.strip()] = json.loads(raw)
         except ValueError:

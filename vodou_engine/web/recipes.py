@@ -31,11 +31,17 @@ def recipe(runs: Any, request: Request, me: Me, now: float) -> tuple[str, dict[s
     version = request.query_params.get("version")
     if version is not None and not version.isdigit():
         raise UsageError(f"version {version!r} is not a version number", hint="versions are 1, 2, 3…")
-    return "recipe.html", {"r": pages.recipe(runs, request.path_params["name"], now, version=int(version) if version else None)}
+    return "recipe.html", {
+        "r": pages.recipe(runs, request.path_params["name"], now, version=int(version) if version else None)
+    }
 
 
 def schedules(runs: Any, request: Request, me: Me, now: float) -> tuple[str, dict[str, Any]]:
-    return "schedules.html", {"schedules": pages.schedules(runs, now), "recipes": [r.name for r in runs.saved_recipes()], "chosen": request.query_params.get("recipe")}
+    return "schedules.html", {
+        "schedules": pages.schedules(runs, now),
+        "recipes": [r.name for r in runs.saved_recipes()],
+        "chosen": request.query_params.get("recipe"),
+    }
 
 
 # --- starting a saved recipe ----------------------------------------------------------------------------

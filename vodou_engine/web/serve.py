@@ -22,7 +22,8 @@ import logging
 import os
 import signal
 import sys
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from .config import GRACE_S, WebConfig, from_flags
 
@@ -36,11 +37,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``recipe serve``."""
     parser.add_argument("--host", help="address to listen on (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, help="TCP port (default 8400; 0 picks a free one)")
-    parser.add_argument("--store", metavar="PATH", help="run store (default: $VODOU_STORE or ~/.local/share/vodou/runs.db)")
-    parser.add_argument("--servers", metavar="FILE", help="MCP servers JSON (default: $VODOU_SERVERS, ./mcp.json, ~/.config/vodou/mcp.json, then the demo servers)")
-    parser.add_argument("--policy", metavar="FILE", help="tool policy file (default: $VODOU_POLICY, ./vodou-policy.toml, ~/.config/vodou/policy.toml)")
-    parser.add_argument("--config", metavar="FILE", help="serve configuration: the inbox's address and notifications (default: $VODOU_SERVE_CONFIG, ./vodou-serve.toml, ~/.config/vodou/serve.toml; docs/notifications.md)")
-    parser.add_argument("--grace", type=float, metavar="SECONDS", help=f"on SIGTERM, how long running steps get to finish before their runs are left interrupted (default {GRACE_S:.0f})")
+    parser.add_argument(
+        "--store", metavar="PATH", help="run store (default: $VODOU_STORE or ~/.local/share/vodou/runs.db)"
+    )
+    parser.add_argument(
+        "--servers",
+        metavar="FILE",
+        help="MCP servers JSON (default: $VODOU_SERVERS, ./mcp.json, ~/.config/vodou/mcp.json, then the demo servers)",
+    )
+    parser.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="tool policy file (default: $VODOU_POLICY, ./vodou-policy.toml, ~/.config/vodou/policy.toml)",
+    )
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="serve configuration: the inbox's address and notifications (default: $VODOU_SERVE_CONFIG, ./vodou-serve.toml, ~/.config/vodou/serve.toml; docs/notifications.md)",
+    )
+    parser.add_argument(
+        "--grace",
+        type=float,
+        metavar="SECONDS",
+        help=f"on SIGTERM, how long running steps get to finish before their runs are left interrupted (default {GRACE_S:.0f})",
+    )
 
 
 def build(cfg: WebConfig) -> tuple[Any, Any]:
@@ -53,7 +73,13 @@ def build(cfg: WebConfig) -> tuple[Any, Any]:
     servers = load_servers(cfg.servers)
     policy = load_policy(cfg.policy)
     holder: dict[str, Any] = {}
-    service = Service(store=cfg.store, servers=servers, policy=policy, grace_s=cfg.grace_s, on_parked=parked_hook(cfg, lambda: holder["app"].state.web))
+    service = Service(
+        store=cfg.store,
+        servers=servers,
+        policy=policy,
+        grace_s=cfg.grace_s,
+        on_parked=parked_hook(cfg, lambda: holder["app"].state.web),
+    )
     if service.workers:  # a PostgreSQL store: everything goes through the workers' queue
         from ..workers.app import require_procrastinate
 
@@ -80,7 +106,9 @@ def parked_hook(cfg: WebConfig, web: Callable[[], Any]) -> Callable[[Any], Await
 def run(args: Any) -> int:
     """``recipe serve``: serve until a signal; 0 after a clean stop."""
     if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr
+        )
     cfg = from_flags(args)
     service, app = build(cfg)
     import trio
@@ -114,7 +142,9 @@ async def _serve(service: Any, app: Any, cfg: WebConfig) -> None:
                 async for signum in signals:
                     seen += 1
                     if seen == 1:
-                        logger.warning("%s: stopping; running steps get %g s to finish", signal.Signals(signum).name, cfg.grace_s)
+                        logger.warning(
+                            "%s: stopping; running steps get %g s to finish", signal.Signals(signum).name, cfg.grace_s
+                        )
                         service.stop()
                         shutdown.set()
                     else:
@@ -135,17 +165,23 @@ async def _serve(service: Any, app: Any, cfg: WebConfig) -> None:
             except OSError as exc:
                 from ..errors import UsageError
 
-                raise UsageError(f"cannot listen on {host}:{cfg.port}: {exc.strerror or exc}; nothing was started", hint="choose another --port, or stop what listens there") from None
+                raise UsageError(
+                    f"cannot listen on {host}:{cfg.port}: {exc.strerror or exc}; nothing was started",
+                    hint="choose another --port, or stop what listens there",
+                ) from None
             port = _port(binds)
             app.state.web.port = port
             from ..store import default_store_path
-
             from ..store.postgres import _safe
 
             where = _safe(str(cfg.store or default_store_path()))
             if service.workers:
                 where += "; runs go on in `recipe worker` processes, schedules through their queue"
-            print(f"vodou inbox: serving on {cfg.base_url(port)} (store {where}); stop with Ctrl-C or SIGTERM", file=sys.stderr, flush=True)
+            print(
+                f"vodou inbox: serving on {cfg.base_url(port)} (store {where}); stop with Ctrl-C or SIGTERM",
+                file=sys.stderr,
+                flush=True,
+            )
     logger.info("stopped")
 
 
@@ -162,7 +198,13 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m vodou_engine.web.serve``: the command without the rest of the CLI."""
     from ..standalone import command_main
 
-    return command_main(argv, prog="recipe serve", description="Serve the approval inbox and run saved recipes on their schedules.", add_arguments=add_arguments, run=run)
+    return command_main(
+        argv,
+        prog="recipe serve",
+        description="Serve the approval inbox and run saved recipes on their schedules.",
+        add_arguments=add_arguments,
+        run=run,
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover - a process entry point

@@ -22,10 +22,15 @@ from .identity import PRE_COOKIE, SESSION_COOKIE, new_secret, sha256
 
 def safe_next(value: str | None) -> str:
     """Only a path on this site (never ``//host`` or a scheme)."""
-    if not value or not value.startswith("/") or value.startswith("//") or "\\" in value or any(ord(c) < 32 for c in value):
+    if (
+        not value
+        or not value.startswith("/")
+        or value.startswith("//")
+        or "\\" in value
+        or any(ord(c) < 32 for c in value)
+    ):
         return "/"
     return value
-
 
 
 # --- signing in and out ---------------------------------------------------------------------------------
@@ -52,7 +57,15 @@ async def signin_page(request: Request) -> Response:
         request, "signin.html", me=me, token=token if link is not None and why is None else "", name=link.name if link is not None else None,
         why=why, next=nxt, signin_csrf=web.signer.form_token("pre:" + pre), signed_out=request.query_params.get("done") == "out",
     )  # fmt: skip
-    response.set_cookie(PRE_COOKIE, web.signer.sign(pre, "pre"), max_age=3600, path="/signin", httponly=True, samesite="strict", secure=web.cfg.secure)
+    response.set_cookie(
+        PRE_COOKIE,
+        web.signer.sign(pre, "pre"),
+        max_age=3600,
+        path="/signin",
+        httponly=True,
+        samesite="strict",
+        secure=web.cfg.secure,
+    )
     return response
 
 
@@ -69,11 +82,33 @@ async def signin(request: Request) -> Response:
     sid = new_secret()
     ttl = web.cfg.session_ttl_s
     ua = request.headers.get("user-agent")
-    session, why = await web.write(lambda runs: runs.store().use_web_link(sha256(token), sha256(sid), session_expires_at=time.time() + ttl, user_agent=ua))
+    session, why = await web.write(
+        lambda runs: runs.store().use_web_link(
+            sha256(token), sha256(sid), session_expires_at=time.time() + ttl, user_agent=ua
+        )
+    )
     if session is None:
-        return web.render(request, "error.html", me=None, status=403, title="Not signed in", message=f"{why[0].upper()}{why[1:]}; nothing was changed.", hint="ask for a new sign-in link (`recipe approver add NAME` prints one)", code="web.signin", back="/signin")
+        return web.render(
+            request,
+            "error.html",
+            me=None,
+            status=403,
+            title="Not signed in",
+            message=f"{why[0].upper()}{why[1:]}; nothing was changed.",
+            hint="ask for a new sign-in link (`recipe approver add NAME` prints one)",
+            code="web.signin",
+            back="/signin",
+        )
     response = see(safe_next(form.get("next")))
-    response.set_cookie(SESSION_COOKIE, web.signer.sign(sid), max_age=int(ttl), path="/", httponly=True, samesite="strict", secure=web.cfg.secure)
+    response.set_cookie(
+        SESSION_COOKIE,
+        web.signer.sign(sid),
+        max_age=int(ttl),
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=web.cfg.secure,
+    )
     response.delete_cookie(PRE_COOKIE, path="/signin", httponly=True, samesite="strict", secure=web.cfg.secure)
     return response
 

@@ -48,7 +48,8 @@ import datetime
 import json
 import logging
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..errors import QueueError, StoreError
 from ..owners import LEASE_S, RENEW_EVERY_S, is_gone
@@ -128,7 +129,10 @@ def ensure_schema(url: str) -> None:
     try:
         conn = psycopg.connect(url, autocommit=True, connect_timeout=10)
     except psycopg.OperationalError as exc:
-        raise StoreError(f"the queue at {_safe(url)} cannot be reached: {str(exc).strip().splitlines()[0]}", hint="check that PostgreSQL is running and the URL is right") from None
+        raise StoreError(
+            f"the queue at {_safe(url)} cannot be reached: {str(exc).strip().splitlines()[0]}",
+            hint="check that PostgreSQL is running and the URL is right",
+        ) from None
     with conn:
         ensure_queue(conn)
 
@@ -152,7 +156,9 @@ def ensure_queue(conn: Any) -> None:
 
 
 def _has_queue(conn: Any) -> bool:
-    row = conn.execute("SELECT to_regclass('procrastinate_jobs') IS NOT NULL AND to_regclass('vodou_queue_workers') IS NOT NULL").fetchone()
+    row = conn.execute(
+        "SELECT to_regclass('procrastinate_jobs') IS NOT NULL AND to_regclass('vodou_queue_workers') IS NOT NULL"
+    ).fetchone()
     return bool(row[0])
 
 
@@ -176,8 +182,11 @@ def store_queue(store: Any) -> Any:
     if store not in _READY:
         try:
             ensure_queue(conn)
-        except Exception as exc:  # psycopg's errors, in the store's words
-            raise StoreError(f"cannot create the workers' queue in the store at {store.location}: {str(exc).strip().splitlines()[0]}", hint="the database user needs to create tables in the store's schema") from None
+        except Exception as exc:  # noqa: BLE001 - psycopg's errors, in the store's words
+            raise StoreError(
+                f"cannot create the workers' queue in the store at {store.location}: {str(exc).strip().splitlines()[0]}",
+                hint="the database user needs to create tables in the store's schema",
+            ) from None
         _READY.add(store)
     return conn
 
@@ -200,16 +209,25 @@ def defer_drive_in(conn: Any, run_id: str, spec: Mapping[str, Any] | None = None
             return False
         conn.execute("SAVEPOINT vodou_defer")
         try:
-            _JOBS_APP.configure_task(DRIVE_TASK, connection=conn, **_options(run_id)).defer(run_id=run_id, **dict(spec or {}))
+            _JOBS_APP.configure_task(DRIVE_TASK, connection=conn, **_options(run_id)).defer(
+                run_id=run_id, **dict(spec or {})
+            )
         except procrastinate.exceptions.AlreadyEnqueued:
             # Another process queued one between the look and the insert: lock that one.
             conn.execute("ROLLBACK TO SAVEPOINT vodou_defer")
             continue
         except procrastinate.exceptions.ConnectorException as exc:
-            raise StoreError(f"could not queue run {run_id} for the workers: {exc.__cause__ or exc}; nothing was recorded", run=run_id) from None
+            raise StoreError(
+                f"could not queue run {run_id} for the workers: {exc.__cause__ or exc}; nothing was recorded",
+                run=run_id,
+            ) from None
         conn.execute("RELEASE SAVEPOINT vodou_defer")
         return True
-    raise StoreError(f"could not queue run {run_id} for the workers: its waiting job kept changing; nothing was recorded", hint="retry", run=run_id)
+    raise StoreError(
+        f"could not queue run {run_id} for the workers: its waiting job kept changing; nothing was recorded",
+        hint="retry",
+        run=run_id,
+    )
 
 
 # --- the app ------------------------------------------------------------------------------
@@ -220,7 +238,14 @@ def build_app(url: str, *, tick_cron: str = TICK_CRON, pool_size: int = 4) -> An
     app = procrastinate.App(connector=connector)
 
     @app.task(name=DRIVE_TASK, queue=QUEUE, pass_context=True)
-    async def drive(context: Any, run_id: str, start: dict | None = None, saved: dict | None = None, firing: dict | None = None, declined: list | None = None) -> dict:
+    async def drive(
+        context: Any,
+        run_id: str,
+        start: dict | None = None,
+        saved: dict | None = None,
+        firing: dict | None = None,
+        declined: list | None = None,
+    ) -> dict:
         return await _drive(app, context, run_id, _spec(start=start, saved=saved, firing=firing, declined=declined))
 
     @app.periodic(cron=tick_cron, periodic_id="schedules")
@@ -249,7 +274,7 @@ async def _drive(app: Any, context: Any, run_id: str, spec: dict[str, Any]) -> d
         # (the job keeps the list of workers that could not drive it).
         try:
             await asyncio.shield(defer_drive_async(app, run_id, spec))
-        except Exception:  # noqa: BLE001 - nothing more to do here; recovery finds it
+        except Exception:  # nothing more to do here; recovery finds it
             logger.exception("could not queue run %s again after stopping its drive", run_id)
         raise
     if out.cannot is not None:
@@ -259,7 +284,9 @@ async def _drive(app: Any, context: Any, run_id: str, spec: dict[str, Any]) -> d
             # schedule's due time is recorded failed, as when its start fails anywhere).
             from ..errors import VodouError
 
-            why = f"no live worker can start run {run_id}: " + "; ".join(f"{d['worker']}: {d['reason']}" for d in declined)
+            why = f"no live worker can start run {run_id}: " + "; ".join(
+                f"{d['worker']}: {d['reason']}" for d in declined
+            )
             if "firing" in spec:
                 await host.call(engine.firing_failed, spec["firing"], why)
             raise VodouError(why, run=run_id)
@@ -293,9 +320,17 @@ async def hand_back(app: Any, run_id: str, spec: Mapping[str, Any]) -> None:
     waits there too, knowing who declined."""
     procrastinate = _procrastinate()
     try:
-        await app.configure_task(DRIVE_TASK, lock=run_id, queueing_lock=run_id, queue=WAITING_QUEUE).defer_async(run_id=run_id, **dict(spec))
+        await app.configure_task(DRIVE_TASK, lock=run_id, queueing_lock=run_id, queue=WAITING_QUEUE).defer_async(
+            run_id=run_id, **dict(spec)
+        )
     except procrastinate.exceptions.AlreadyEnqueued:
-        await app.connector.execute_query_async(query=MERGE_WAITING_SQL, waiting=WAITING_QUEUE, queue=QUEUE, run_id=run_id, declined=json.dumps(spec.get("declined", [])))
+        await app.connector.execute_query_async(
+            query=MERGE_WAITING_SQL,
+            waiting=WAITING_QUEUE,
+            queue=QUEUE,
+            run_id=run_id,
+            declined=json.dumps(spec.get("declined", [])),
+        )
 
 
 LIVE_WORKERS_SQL = """
@@ -329,7 +364,9 @@ UPDATE procrastinate_jobs j SET queue_name = %(mine)s FROM mine WHERE j.id = min
 async def claim_waiting(app: Any, owner: str, *, limit: int = 20) -> list[int]:
     """Move drives handed back by other workers, that ``owner`` has not declined, to its own
     queue (and those of runs that have ended meanwhile, which any worker closes); the ids."""
-    rows = await app.connector.execute_query_all_async(query=CLAIM_SQL, waiting=WAITING_QUEUE, owner=owner, mine=private_queue(owner), limit=limit)
+    rows = await app.connector.execute_query_all_async(
+        query=CLAIM_SQL, waiting=WAITING_QUEUE, owner=owner, mine=private_queue(owner), limit=limit
+    )
     ids = [r["id"] for r in rows]
     if ids:
         await app.connector.execute_query_async(
@@ -355,11 +392,13 @@ async def _tick(app: Any, context: Any, timestamp: int) -> dict:
 def _options(run_id: str, at: float | None = None) -> dict[str, Any]:
     options: dict[str, Any] = {"lock": run_id, "queueing_lock": run_id, "queue": QUEUE}
     if at is not None:
-        options["schedule_at"] = datetime.datetime.fromtimestamp(at, datetime.timezone.utc)
+        options["schedule_at"] = datetime.datetime.fromtimestamp(at, datetime.UTC)
     return options
 
 
-async def defer_drive_async(app: Any, run_id: str, spec: Mapping[str, Any] | None = None, *, at: float | None = None) -> bool:
+async def defer_drive_async(
+    app: Any, run_id: str, spec: Mapping[str, Any] | None = None, *, at: float | None = None
+) -> bool:
     """Queue a drive of ``run_id`` (from a worker's loop); False when one is already waiting."""
     procrastinate = _procrastinate()
     try:
@@ -411,7 +450,7 @@ class TickThread:
                     await defer_ticks(self.url, tick_cron=self.tick_cron)
                 except asyncio.CancelledError:
                     pass
-                except Exception:  # noqa: BLE001 - the web app goes on; workers defer ticks too
+                except Exception:  # the web app goes on; workers defer ticks too
                     logger.exception("deferring the schedules' tick stopped")
 
             asyncio.run(body())
@@ -469,7 +508,9 @@ class Queue:
         procrastinate = _procrastinate()
         conn = self._connection()
         try:
-            self._app.configure_task(DRIVE_TASK, connection=conn, **_options(run_id, at)).defer(run_id=run_id, **dict(spec or {}))
+            self._app.configure_task(DRIVE_TASK, connection=conn, **_options(run_id, at)).defer(
+                run_id=run_id, **dict(spec or {})
+            )
         except procrastinate.exceptions.AlreadyEnqueued:
             return False
         return True
@@ -488,7 +529,7 @@ class Queue:
             (status,) if status else (),
         ).fetchall()
         keys = ("id", "task", "status", "lock", "queueing_lock", "attempts", "worker_id")
-        return [dict(zip(keys, r)) for r in rows]
+        return [dict(zip(keys, r, strict=True)) for r in rows]
 
 
 # --- recovery: jobs of workers that died --------------------------------------------------------
@@ -517,7 +558,9 @@ async def recover(app: Any, me: int | None, *, stalled_after: float = STALLED_AF
     """Give back the jobs of dead workers; the ids of the jobs given back (or closed because
     another job for the same run was already waiting)."""
     procrastinate = _procrastinate()
-    rows = await app.connector.execute_query_all_async(query=ORPHANS_SQL, stalled_after=float(stalled_after), queue=QUEUE, me=me)
+    rows = await app.connector.execute_query_all_async(
+        query=ORPHANS_SQL, stalled_after=float(stalled_after), queue=QUEUE, me=me
+    )
     dead_workers: set[int] = set()
     recovered: list[int] = []
     for row in rows:
@@ -530,27 +573,42 @@ async def recover(app: Any, me: int | None, *, stalled_after: float = STALLED_AF
         # A drive a worker had taken from the waiting queue goes back there, for a worker that can.
         queue = WAITING_QUEUE if row["queue_name"] != QUEUE else None
         try:
-            await manager.retry_job_by_id_async(job_id=row["id"], retry_at=datetime.datetime.now(datetime.timezone.utc), queue=queue)
+            await manager.retry_job_by_id_async(
+                job_id=row["id"], retry_at=datetime.datetime.now(datetime.UTC), queue=queue
+            )
         except procrastinate.exceptions.UniqueViolation:
             # Another job for this run waits already: it drives the run; this one is closed.
             try:
-                await manager.finish_job_by_id_async(job_id=row["id"], status=procrastinate.jobs.Status.FAILED, delete_job=False)
+                await manager.finish_job_by_id_async(
+                    job_id=row["id"], status=procrastinate.jobs.Status.FAILED, delete_job=False
+                )
             except procrastinate.exceptions.ConnectorException:
                 continue
         except procrastinate.exceptions.ConnectorException:
             continue  # another worker recovered it first
         recovered.append(row["id"])
-        logger.warning("job %s (%s) of a dead worker (%s) is back in the queue", row["id"], row["queueing_lock"], row["owner"] or f"worker {row['worker_id']}")
+        logger.warning(
+            "job %s (%s) of a dead worker (%s) is back in the queue",
+            row["id"],
+            row["queueing_lock"],
+            row["owner"] or f"worker {row['worker_id']}",
+        )
     if dead_workers:
-        await app.connector.execute_query_async(query="DELETE FROM procrastinate_workers WHERE id = ANY(%(ids)s)", ids=sorted(dead_workers))
+        await app.connector.execute_query_async(
+            query="DELETE FROM procrastinate_workers WHERE id = ANY(%(ids)s)", ids=sorted(dead_workers)
+        )
     waiting = await app.connector.execute_query_all_async(query=PRIVATE_TODO_SQL)
     if waiting:
         live = {private_queue(o) for o in await _live_owners(app, stalled_after)}
         for row in waiting:
             if row["queue_name"] not in live:  # taken from the waiting queue by a worker that died since
-                await app.connector.execute_query_async(query=BACK_TO_WAITING_SQL, waiting=WAITING_QUEUE, id=row["id"], queue=row["queue_name"])
+                await app.connector.execute_query_async(
+                    query=BACK_TO_WAITING_SQL, waiting=WAITING_QUEUE, id=row["id"], queue=row["queue_name"]
+                )
                 recovered.append(row["id"])
-                logger.warning("job %s, taken by a worker that is gone, waits again for a worker that can drive it", row["id"])
+                logger.warning(
+                    "job %s, taken by a worker that is gone, waits again for a worker that can drive it", row["id"]
+                )
     if recovered:
         # A job put back by an UPDATE sends no notification of its own: wake the workers.
         await app.connector.execute_query_async(

@@ -25,7 +25,8 @@ import os
 import signal
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .app import HEARTBEAT_S, RECOVER_EVERY_S, STALLED_AFTER_S, TICK_CRON
 
@@ -38,11 +39,35 @@ GRACE_S = 30.0
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``recipe worker``."""
-    parser.add_argument("--concurrency", type=int, default=CONCURRENCY, metavar="N", help=f"runs driven at once by this worker (default {CONCURRENCY})")
-    parser.add_argument("--store", metavar="URL", help="the PostgreSQL store (default: $VODOU_STORE); the queue lives in the same database and schema")
-    parser.add_argument("--servers", metavar="FILE", help="MCP servers JSON (default: $VODOU_SERVERS, ./mcp.json, ~/.config/vodou/mcp.json, then the demo servers); every worker needs the same")
-    parser.add_argument("--policy", metavar="FILE", help="tool policy file (default: $VODOU_POLICY, ./vodou-policy.toml, ~/.config/vodou/policy.toml); every worker needs the same")
-    parser.add_argument("--grace", type=float, default=GRACE_S, metavar="SECONDS", help=f"on SIGTERM, how long running steps get to finish before their runs are left interrupted and queued again (default {GRACE_S:.0f})")
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=CONCURRENCY,
+        metavar="N",
+        help=f"runs driven at once by this worker (default {CONCURRENCY})",
+    )
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        help="the PostgreSQL store (default: $VODOU_STORE); the queue lives in the same database and schema",
+    )
+    parser.add_argument(
+        "--servers",
+        metavar="FILE",
+        help="MCP servers JSON (default: $VODOU_SERVERS, ./mcp.json, ~/.config/vodou/mcp.json, then the demo servers); every worker needs the same",
+    )
+    parser.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="tool policy file (default: $VODOU_POLICY, ./vodou-policy.toml, ~/.config/vodou/policy.toml); every worker needs the same",
+    )
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=GRACE_S,
+        metavar="SECONDS",
+        help=f"on SIGTERM, how long running steps get to finish before their runs are left interrupted and queued again (default {GRACE_S:.0f})",
+    )
 
 
 def run(args: Any) -> int:
@@ -53,7 +78,9 @@ def run(args: Any) -> int:
     from .app import queue_url
 
     if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr
+        )
         logging.getLogger("procrastinate").setLevel(logging.WARNING)
     concurrency = getattr(args, "concurrency", CONCURRENCY)
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
@@ -64,7 +91,9 @@ def run(args: Any) -> int:
     import asyncio
 
     got: list[int] = []
-    asyncio.run(work(url, servers, policy, concurrency=concurrency, grace_s=getattr(args, "grace", GRACE_S), signals=got))
+    asyncio.run(
+        work(url, servers, policy, concurrency=concurrency, grace_s=getattr(args, "grace", GRACE_S), signals=got)
+    )
     return 0
 
 
@@ -160,7 +189,7 @@ async def _keep_recovering(app: Any, worker: Any, owner: str, on_ready: Callable
 
     from .app import claim_waiting, recover, register_worker
 
-    while worker.worker_id is None:
+    while worker.worker_id is None:  # noqa: ASYNC110 - procrastinate sets worker_id and signals nothing
         await asyncio.sleep(0.01)
     await register_worker(app, worker.worker_id, owner)
     if on_ready is not None:
@@ -171,7 +200,7 @@ async def _keep_recovering(app: Any, worker: Any, owner: str, on_ready: Callable
             await claim_waiting(app, owner)
         except asyncio.CancelledError:
             raise
-        except Exception:  # noqa: BLE001 - a failed look is tried again next time
+        except Exception:  # a failed look is tried again next time
             logger.exception("looking for jobs of dead workers failed")
         await asyncio.sleep(RECOVER_EVERY_S)
 
@@ -180,7 +209,13 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m vodou_engine.workers.command``: the command without the rest of the CLI."""
     from ..standalone import command_main
 
-    return command_main(argv, prog="recipe worker", description="Drive runs from the queue in the PostgreSQL store; start as many as you like.", add_arguments=add_arguments, run=run)
+    return command_main(
+        argv,
+        prog="recipe worker",
+        description="Drive runs from the queue in the PostgreSQL store; start as many as you like.",
+        add_arguments=add_arguments,
+        run=run,
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover - a process entry point

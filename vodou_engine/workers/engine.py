@@ -18,17 +18,25 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import msgspec
 
-from ..errors import PolicyMismatchError, RefusedError, ServerConfigError, ServerMismatchError, ToolError, UnknownRunError
+from ..errors import (
+    PolicyMismatchError,
+    RefusedError,
+    ServerConfigError,
+    ServerMismatchError,
+    ToolError,
+    UnknownRunError,
+)
 from ..owners import describe, this_process
 from ..plan import ToolNode
 from ..policy import Policy
 from ..runs import Runs
 from ..runtime.plans import RecipeChangedError
-from ..servers import ServerSet, servers_needed, servers_to_finish
+from ..servers import ServerSet, servers_needed
 from ..states import TERMINAL_NODE_STATES, TERMINAL_RUN_STATES
 
 logger = logging.getLogger("vodou_engine.workers")
@@ -65,7 +73,16 @@ class Outcome(msgspec.Struct, kw_only=True, omit_defaults=True):
 class Engine:
     """The engine of one worker: warm servers and store connections, on the trio thread."""
 
-    def __init__(self, store: str, servers: ServerSet, policy: Policy, *, clock: Callable[[], float] = time.time, keep: int = 16, owner: str | None = None):
+    def __init__(
+        self,
+        store: str,
+        servers: ServerSet,
+        policy: Policy,
+        *,
+        clock: Callable[[], float] = time.time,
+        keep: int = 16,
+        owner: str | None = None,
+    ):
         from ..service import ServerPool
 
         self.owner = owner or this_process()
@@ -87,6 +104,7 @@ class Engine:
         await trio.to_thread.run_sync(runs.store)  # the store is created or migrated now, not mid-job
         self._give_back(runs, True)
         from ..tools import hub  # noqa: F401 - the MCP SDK (about a second) is imported now, not by the first job
+
         return self.close
 
     def close(self) -> None:
@@ -128,7 +146,9 @@ class Engine:
         drive it on from where it is, until it parks or ends. A run this worker cannot
         drive, and another may, is left as it is (a decision stays as it was made) with
         ``cannot`` saying why, and, when it exists, an event ``handed_back`` in its log."""
-        return await self._with_runs(lambda runs: self._drive(runs, run_id, {k: v for k, v in (spec or {}).items() if k != "declined"}))
+        return await self._with_runs(
+            lambda runs: self._drive(runs, run_id, {k: v for k, v in (spec or {}).items() if k != "declined"})
+        )
 
     async def _drive(self, runs: Runs, run_id: str, spec: dict[str, Any]) -> Outcome:
         import trio
@@ -151,13 +171,20 @@ class Engine:
             report = await runs.resume(run_id, hub=hub)
         except (CannotDriveHere, *NOT_HERE) as exc:
             reason = exc.reason if isinstance(exc, CannotDriveHere) else exc.message
-            run = await trio.to_thread.run_sync(self._handed_back, store, run_id, reason, getattr(exc, "code", "worker.cannot"))
+            run = await trio.to_thread.run_sync(
+                self._handed_back, store, run_id, reason, getattr(exc, "code", "worker.cannot")
+            )
             return Outcome(run=run_id, state=str(run.state), cannot=reason)
         except RefusedError as exc:
             if exc.code != "run.busy":
                 raise
             run = await trio.to_thread.run_sync(store.get_run, run_id)
-            return Outcome(run=run_id, state=str(run.state), busy_until=run.lease_expires_at or (time.time() + 1.0), owner=run.owner)
+            return Outcome(
+                run=run_id,
+                state=str(run.state),
+                busy_until=run.lease_expires_at or (time.time() + 1.0),
+                owner=run.owner,
+            )
         finally:
             if hub is not None:
                 hub.release()
@@ -190,7 +217,9 @@ class Engine:
                 saved = await trio.to_thread.run_sync(store.get_recipe, s["name"], s.get("version"))
                 plan, _, _ = runs.load(f"{saved.name}.recipe", text=saved.source)
                 hub = await self._hub_here(plan, servers_needed(plan))
-                return await runs.start_saved(saved, inputs=s.get("inputs") or {}, actor=s.get("actor"), run_id=run_id, hub=hub)
+                return await runs.start_saved(
+                    saved, inputs=s.get("inputs") or {}, actor=s.get("actor"), run_id=run_id, hub=hub
+                )
             if "firing" in spec:
                 from ..store import FiringRecord
 
@@ -206,16 +235,22 @@ class Engine:
         finally:
             if hub is not None:
                 hub.release()
-        raise UnknownRunError(f"there is no run {run_id} and the job does not say how to start it; nothing was done", run=run_id)
+        raise UnknownRunError(
+            f"there is no run {run_id} and the job does not say how to start it; nothing was done", run=run_id
+        )
 
-    async def _hub_here(self, plan: Any, names: list[str], done: Any = frozenset(), servers: ServerSet | None = None) -> Any:
+    async def _hub_here(
+        self, plan: Any, names: list[str], done: Any = frozenset(), servers: ServerSet | None = None
+    ) -> Any:
         """This worker's warm servers for ``names``; :class:`CannotDriveHere` when one is not
         configured here, does not start here, or does not list a tool a step of ``plan`` not
         yet ``done`` calls (its preview and check included). Nothing is called."""
         servers = servers or self.servers
         missing = [n for n in names if n not in servers.servers]
         if missing:
-            raise CannotDriveHere(f"this worker has no server {', '.join(map(repr, missing))} (its server file: {servers.source})")
+            raise CannotDriveHere(
+                f"this worker has no server {', '.join(map(repr, missing))} (its server file: {servers.source})"
+            )
         if not names:
             return None
         hub = None

@@ -30,7 +30,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 logger = logging.getLogger("vodou_engine.workers")
 
@@ -40,7 +41,7 @@ class HostStopped(RuntimeError):
 
 
 class _Job:
-    __slots__ = ("scope", "cancelled")
+    __slots__ = ("cancelled", "scope")
 
     def __init__(self) -> None:
         self.scope: Any = None
@@ -56,7 +57,9 @@ class EngineHost:
     the host stops.
     """
 
-    def __init__(self, setup: Callable[[Any], Awaitable[Callable[[], None] | None]] | None = None, *, name: str = "vodou-engine"):
+    def __init__(
+        self, setup: Callable[[Any], Awaitable[Callable[[], None] | None]] | None = None, *, name: str = "vodou-engine"
+    ):
         self._setup = setup
         self._name = name
         self._token: Any = None
@@ -114,7 +117,7 @@ class EngineHost:
 
         try:
             trio.run(self._main)
-        except BaseException as exc:  # noqa: BLE001 - reported to whoever waits for ready
+        except BaseException as exc:  # reported to whoever waits for ready
             if not self._ready.is_set():
                 self._error = exc
             else:
@@ -143,7 +146,14 @@ class EngineHost:
         if self._stop is not None:
             self._stop.set()
 
-    async def _job(self, job: _Job, fn: Callable[..., Awaitable[Any]], args: tuple, loop: asyncio.AbstractEventLoop, fut: asyncio.Future) -> None:
+    async def _job(
+        self,
+        job: _Job,
+        fn: Callable[..., Awaitable[Any]],
+        args: tuple,
+        loop: asyncio.AbstractEventLoop,
+        fut: asyncio.Future,
+    ) -> None:
         import trio
 
         outcome: tuple[str, Any] = ("cancelled", None)
