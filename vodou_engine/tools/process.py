@@ -137,7 +137,7 @@ class Prespawned:
             resolved = config.resolve(name).config
         except ServerConfigError:
             return
-        stderr = tempfile.TemporaryFile(prefix=f"vodou-{name}-", suffix=".stderr")
+        stderr = tempfile.TemporaryFile(prefix=f"vodou-{name}-", suffix=".stderr")  # noqa: SIM115 - the hub that takes it over closes it
         started = time.perf_counter()
         try:
             popen = start(resolved, stderr)
