@@ -19,6 +19,7 @@ import difflib
 import os
 import signal
 import sys
+from typing import TYPE_CHECKING, cast
 
 import trio
 
@@ -26,6 +27,9 @@ from vodou_engine.errors import NoReplyError, NotSentError, ServerStartError, Un
 from vodou_engine.limits import size_words
 from vodou_engine.tools.live import LiveServer
 from vodou_engine.tools.wire import HttpWire
+
+if TYPE_CHECKING:
+    from mcp.shared.exceptions import MCPError
 
 __all__ = [
     "ending",
@@ -212,9 +216,8 @@ def _sdk_error(cause: BaseException) -> tuple[int, str] | None:
     """(code, message) when ``cause`` is the SDK's ``MCPError``; None otherwise, or when the SDK is not loaded."""
     if not isinstance(cause, getattr(sys.modules.get("mcp.shared.exceptions"), "MCPError", ())):
         return None
-    code: int = cause.code
-    message: str = cause.message
-    return code, message
+    error = cast("MCPError", cause)  # what the isinstance above found it to be
+    return error.code, error.message
 
 
 def _connection_closed() -> int | None:

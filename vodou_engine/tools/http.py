@@ -47,9 +47,9 @@ both are imported at its top.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx2
 import msgspec
@@ -58,8 +58,12 @@ from mcp.client.streamable_http import streamable_http_client
 from vodou_engine.limits import MAX_MESSAGE_BYTES
 from vodou_engine.masking import Mask
 from vodou_engine.servers import ServerConfig
-from vodou_engine.tools.http_body import ScreenedBody, error_words
+from vodou_engine.tools.http_body import BodyKind, ScreenedBody, error_words
 from vodou_engine.tools.wire import CallWatch, HttpWire, WatchedWrites, request_key
+
+if TYPE_CHECKING:
+    from mcp.client._transport import ReadStream
+    from mcp.shared.message import SessionMessage
 
 try:
     from httpx2._utils import get_environment_proxies
@@ -90,7 +94,7 @@ _NEVER_SENT = (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout, h
 """Failures that happen before a request is written (when its write had not begun, by the trace)."""
 
 
-def _rpc(request: httpx2.Request) -> tuple[str | None, Any]:
+def _rpc(request: httpx2.Request) -> tuple[str | None, object]:
     """(method, id) of the JSON-RPC message a POST carries; (None, None) for a reply or anything else."""
     try:
         body = msgspec.json.decode(request.content)
@@ -114,7 +118,8 @@ class _WatchingTransport(httpx2.AsyncBaseTransport):
         self._inner = inner
         self._wire = wire
 
-    def _tracer(self, watch: CallWatch | None) -> Any:
+    def _tracer(self, watch: CallWatch | None) -> Callable[[str, dict[str, Any]], Awaitable[None]]:
+        """httpcore's ``trace`` extension for one request: notes when its write begins."""
         wire = self._wire
 
         async def trace(event: str, info: dict[str, Any]) -> None:
@@ -133,7 +138,9 @@ class _WatchingTransport(httpx2.AsyncBaseTransport):
         request.headers["accept-encoding"] = "identity"
         method, rpc_id = _rpc(request) if request.method == "POST" else (None, None)
         is_request = method is not None and rpc_id is not None
-        watch = wire.calls.get(request_key(rpc_id)) if method == "tools/call" and rpc_id is not None else None
+        watch = (
+            wire.calls.get(request_key(rpc_id)) if method == "tools/call" and isinstance(rpc_id, (int, str)) else None
+        )
         if request.method == "DELETE":
             request.extensions["timeout"] = dict.fromkeys(("connect", "read", "write", "pool"), SHUTDOWN_S)
         if wire.overflow is not None and request.method == "GET":
@@ -174,7 +181,7 @@ class _WatchingTransport(httpx2.AsyncBaseTransport):
             )
         # As the SDK tells them apart (it reads a body of either kind, and no other).
         content_type = response.headers.get("content-type", "").lower()
-        kind = (
+        kind: BodyKind | None = (
             "json"
             if content_type.startswith("application/json")
             else "sse"
@@ -192,7 +199,7 @@ class _WatchingTransport(httpx2.AsyncBaseTransport):
             if is_request and status >= 300:
                 wire.last_failure = f"{wire.url} answered {_status_words(response)}"
             if kind is not None:
-                response.stream = ScreenedBody(response, kind, wire, None, rpc_id)  # type: ignore[assignment]
+                response.stream = ScreenedBody(response, kind, wire, None, rpc_id)
             return response
         # Each response is a new attempt (the SDK follows a redirect on the endpoint's own origin).
         watch.lost = None
@@ -207,7 +214,8 @@ class _WatchingTransport(httpx2.AsyncBaseTransport):
             watch.lost = f"the server answered with content of type {shown or '(none)'}, not JSON-RPC"
         else:
             # A body that carries (or may carry) the reply: read it on its way to the SDK.
-            response.stream = ScreenedBody(response, kind, wire, watch, rpc_id)  # type: ignore[assignment]
+            assert kind is not None  # each status without a body to read is above
+            response.stream = ScreenedBody(response, kind, wire, watch, rpc_id)
             if kind == "refused":
                 watch.lost = (
                     f"the server sent its reply compressed ({encoding}), which was not asked for; it was not read"
@@ -230,7 +238,7 @@ def connection_transport() -> httpx2.AsyncBaseTransport:
     return httpx2.AsyncHTTPTransport()
 
 
-def _proxies(wire: HttpWire) -> dict[str, Any]:
+def _proxies(wire: HttpWire) -> dict[str, httpx2.AsyncBaseTransport | None]:
     """``HTTP_PROXY`` / ``HTTPS_PROXY`` / ``ALL_PROXY`` and ``NO_PROXY``, as httpx2 reads them for a
     client of its own, each proxy watched like a direct connection. (httpx2 leaves them out
     for a client given its own transport, as this one is.)"""
@@ -243,7 +251,7 @@ def _proxies(wire: HttpWire) -> dict[str, Any]:
 @asynccontextmanager
 async def session_streams(
     config: ServerConfig, shown_url: str, *, limit: int = MAX_MESSAGE_BYTES, masking: Mask | None = None
-) -> AsyncIterator[tuple[Any, Any, HttpWire]]:
+) -> AsyncIterator[tuple[ReadStream[SessionMessage | Exception], WatchedWrites, HttpWire]]:
     """The (read, write) message streams a ``ClientSession`` takes, over streamable HTTP to
     ``config.url`` (a resolved configuration: its headers hold the values themselves),
     and the :class:`HttpWire` that watches them. ``shown_url`` is the URL as written, for messages;

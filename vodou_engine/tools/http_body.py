@@ -18,17 +18,24 @@ are spawned, so the MCP SDK is imported at the top.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
 from contextlib import suppress
-from typing import Any
+from typing import Literal, NamedTuple, TypeVar, cast
 
 import httpx2
 import mcp_types
 import msgspec
 import trio
 
-from vodou_engine.tools.wire import OFF_THREAD_BYTES, CallWatch, HttpWire, describe, request_key
+from vodou_engine.tools.wire import OFF_THREAD_BYTES, CallWatch, HttpWire, RequestId, describe, same_request
 
-__all__ = ["ScreenedBody", "error_words"]
+__all__ = ["BodyKind", "ScreenedBody", "Verdict", "error_words", "judge"]
+
+BodyKind = Literal["json", "sse", "refused"]
+"""What a response body is read as: JSON, server-sent events, or (``refused``: compressed) not at all."""
+
+_In = TypeVar("_In")
+_Out = TypeVar("_Out")
 
 
 def error_words(exc: BaseException) -> str:
@@ -130,16 +137,26 @@ class Events:
         return events
 
 
-def verdict(data: bytes) -> tuple[str, Any, Any]:
-    """What one JSON-RPC message of a body is: ("reply", id, is_error), ("bad", reason, None),
-    or ("other", None, None) for a request or notification from the server on the way."""
+class Verdict(NamedTuple):
+    """What one JSON-RPC message of a body is: a reply (its ``id``, and whether it ``is_error``),
+    ``bad`` (``reason``: why it is not JSON-RPC), or ``other``: a request or notification from
+    the server on the way."""
+
+    what: Literal["reply", "bad", "other"]
+    id: RequestId | None = None
+    is_error: bool = False
+    reason: str | None = None
+
+
+def judge(data: bytes) -> Verdict:
+    """The :class:`Verdict` on one JSON-RPC message of a body."""
     try:
         message = mcp_types.jsonrpc_message_adapter.validate_json(data, by_name=False)
     except ValueError as exc:
-        return "bad", describe(data, exc), None
+        return Verdict("bad", reason=describe(data, exc))
     if isinstance(message, (mcp_types.JSONRPCResponse, mcp_types.JSONRPCError)):
-        return "reply", message.id, isinstance(message, mcp_types.JSONRPCError)
-    return "other", None, None
+        return Verdict("reply", id=message.id, is_error=isinstance(message, mcp_types.JSONRPCError))
+    return Verdict("other")
 
 
 class ScreenedBody(httpx2.AsyncByteStream):
@@ -151,9 +168,12 @@ class ScreenedBody(httpx2.AsyncByteStream):
     into the SDK's task group. A body or event over the limit ends the session
     (``HttpWire.overflowed``) and wakes the caller at once."""
 
-    def __init__(self, response: httpx2.Response, kind: str, wire: HttpWire, watch: CallWatch | None, rpc_id: Any):
-        """``kind``: ``"json"``, ``"sse"``, or ``"refused"`` (a compressed body: nothing of it is read)."""
-        self._inner = response.stream
+    def __init__(
+        self, response: httpx2.Response, kind: BodyKind, wire: HttpWire, watch: CallWatch | None, rpc_id: object
+    ):
+        """``rpc_id``: the id of the request it answers, if a request (a stand-in error carries it)."""
+        # An async client's responses stream asynchronously.
+        self._inner = cast(httpx2.AsyncByteStream, response.stream)
         self._declared = response.headers.get("content-length", "")
         self._status = response.status_code
         self._sse = response.headers.get("content-type", "").lower().startswith("text/event-stream")
@@ -163,10 +183,10 @@ class ScreenedBody(httpx2.AsyncByteStream):
         self._rpc_id = rpc_id
         self._body = bytearray()
         self._events = Events(wire.limit)
-        self._iterator: Any = None
+        self._iterator: AsyncIterator[bytes]  # set by __aiter__, which comes first
         self._done = False
 
-    def __aiter__(self) -> ScreenedBody:  # type: ignore[override]
+    def __aiter__(self) -> ScreenedBody:
         self._iterator = self._inner.__aiter__()
         return self
 
@@ -201,11 +221,11 @@ class ScreenedBody(httpx2.AsyncByteStream):
                 raise StopAsyncIteration from None
             if events:
                 body, verdicts = await self._off_thread(self._rewrite, events, size=sum(e.size for e in events))
-                for verdict in verdicts:
-                    self._note(verdict, substituted=True)
+                for one in verdicts:
+                    self._note(one, substituted=True)
                 return body
 
-    def _rewrite(self, events: list[Event]) -> tuple[bytes, list[tuple[str, Any, Any]]]:
+    def _rewrite(self, events: list[Event]) -> tuple[bytes, list[Verdict]]:
         """The events masked, as the SDK will read them, and (for a watched call) the verdict
         on each message.
 
@@ -213,7 +233,7 @@ class ScreenedBody(httpx2.AsyncByteStream):
         as one line. Another kind of event is only logged by the SDK: its data is dropped."""
         masking = self._wire.masking
         out: list[bytes] = []
-        verdicts = []
+        verdicts: list[Verdict] = []
         for event in events:
             kind = event.event or b"message"
             if event.event is not None:
@@ -225,7 +245,7 @@ class ScreenedBody(httpx2.AsyncByteStream):
             if event.data is not None and kind == b"message":
                 data = masking.message(bytes(event.data)).replace(b"\n", b" ")
                 if data and self._watch is not None:
-                    verdicts.append(verdict(data))
+                    verdicts.append(judge(data))
                 out.append(b"data: " + data + b"\n")
             elif event.data is not None:
                 out.append(b"data:\n")
@@ -265,18 +285,18 @@ class ScreenedBody(httpx2.AsyncByteStream):
         error = {"code": -32000, "message": "Connection closed"}
         return msgspec.json.encode({"jsonrpc": "2.0", "id": self._rpc_id, "error": error})
 
-    def _masked_json(self, body: bytes) -> tuple[bytes, list[tuple[str, Any, Any]]]:
+    def _masked_json(self, body: bytes) -> tuple[bytes, list[Verdict]]:
         body = self._wire.masking.message(body)
-        return body, [verdict(body)] if self._watch is not None else []
+        return body, [judge(body)] if self._watch is not None else []
 
-    async def _off_thread(self, fn: Any, arg: Any, *, size: int) -> Any:
+    async def _off_thread(self, fn: Callable[[_In], _Out], arg: _In, *, size: int) -> _Out:
         """``fn(arg)``, on a worker thread when the message is large (see ``tools/stdio.py``)."""
         if size < OFF_THREAD_BYTES:
             return fn(arg)
         # Pure work: a caller that stops waiting (the session closing) need not wait for it.
         return await trio.to_thread.run_sync(fn, arg, abandon_on_cancel=True)
 
-    def _ended(self, verdicts: list[tuple[str, Any, Any]] | None = None) -> None:
+    def _ended(self, verdicts: list[Verdict] | None = None) -> None:
         self._done = True
         watch = self._watch
         if watch is None:
@@ -306,30 +326,29 @@ class ScreenedBody(httpx2.AsyncByteStream):
         with suppress(Exception):
             await self._inner.aclose()
 
-    def _note(self, verdict: tuple[str, Any, Any], *, substituted: bool, errors_only: bool = False) -> None:
+    def _note(self, verdict: Verdict, *, substituted: bool, errors_only: bool = False) -> None:
         """One JSON-RPC message of the body. ``substituted``: the SDK takes any reply here as this
         call's (it puts the request's id on it); else the id must match, as the SDK matches it."""
         watch = self._watch
         if watch is None or watch.answered:
             return
-        what, first, is_error = verdict
-        if what == "bad":
+        if verdict.what == "bad":
             if errors_only:
                 watch.lost = f"the server answered HTTP {self._status}"
             else:
                 watch.answered = True  # the SDK answers the call with a parse error of its own
-                watch.bad_reply = first
+                watch.bad_reply = verdict.reason
             return
-        if errors_only and not (what == "reply" and is_error):
+        if errors_only and not (verdict.what == "reply" and verdict.is_error):
             watch.lost = f"the server answered HTTP {self._status}"
             return
-        if what != "reply":
+        if verdict.what != "reply":
             return  # a request or notification from the server on the way (progress, logging...)
-        if not substituted and request_key(first) != request_key(watch.request_id):
-            self._wire.stray_ids = [*self._wire.stray_ids, first][-5:]
+        if not substituted and not same_request(verdict.id, watch.request_id):
+            self._wire.stray_ids = [*self._wire.stray_ids, verdict.id][-5:]
             return
         watch.answered = True
-        watch.error_reply = is_error
+        watch.error_reply = verdict.is_error
 
     async def aclose(self) -> None:
         await self._inner.aclose()

@@ -99,7 +99,7 @@ def maybe_json(text: str) -> Any:
 def to_result(result: CallToolResult, duration: float) -> ToolResult:
     """Raises ``limits.TooDeep`` when the result nests deeper than ``limits.MAX_DEPTH``."""
     texts: list[str] = []
-    others: list[Any] = []
+    others: list[dict[str, Any]] = []
     for block in result.content:
         if block.type == "text":
             texts.append(block.text)

@@ -43,7 +43,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING
 
 import trio
 
@@ -52,7 +52,11 @@ from vodou_engine.limits import MAX_MESSAGE_BYTES
 from vodou_engine.masking import Mask
 from vodou_engine.servers import ServerConfig
 from vodou_engine.tools.process import STDIN_GRACE_S, TERM_GRACE_S, forget, signal_group, start
-from vodou_engine.tools.wire import OFF_THREAD_BYTES, WatchedWrites, Wire, describe
+from vodou_engine.tools.wire import OFF_THREAD_BYTES, RequestId, WatchedWrites, Wire, describe
+
+if TYPE_CHECKING:
+    from anyio.streams.memory import MemoryObjectReceiveStream
+    from mcp.shared.message import SessionMessage
 
 __all__ = ["ServerProcess", "Wire", "load_sdk", "session_streams", "spawn", "stop"]
 
@@ -67,7 +71,7 @@ _NO_MASK = Mask({})
 class ServerProcess:
     """A started server's pipes as trio streams, and a wait that does not block the trio thread."""
 
-    def __init__(self, popen: subprocess.Popen):
+    def __init__(self, popen: subprocess.Popen[bytes]):
         assert popen.stdin is not None and popen.stdout is not None
         self.popen = popen
         self.pid = popen.pid
@@ -109,7 +113,7 @@ _TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.S)
 _ID_VALUE = re.compile(rb'\s*:\s*(-?\d+(?![.eE\d])|"(?:[^"\\]|\\.)*")', re.S)
 
 
-def _top_level_id(line: bytes) -> Any:
+def _top_level_id(line: bytes | bytearray) -> RequestId | None:
     """The ``id`` member of a line that did not parse, found without parsing it (it may be
     nested too deep for any parser); None when there is none to be had."""
     depth = 0
@@ -123,7 +127,7 @@ def _top_level_id(line: bytes) -> Any:
             value = _ID_VALUE.match(line, match.end())
             if value is not None:
                 try:
-                    found = json.loads(value.group(1))
+                    found: object = json.loads(value.group(1))
                 except ValueError:
                     return None
                 return found if isinstance(found, (int, str)) and not isinstance(found, bool) else None
@@ -160,7 +164,7 @@ async def load_sdk() -> None:
 @asynccontextmanager
 async def session_streams(
     process: ServerProcess, *, limit: int = MAX_MESSAGE_BYTES, masking: Mask = _NO_MASK
-) -> AsyncIterator[tuple[Any, Any, Wire]]:
+) -> AsyncIterator[tuple[MemoryObjectReceiveStream[SessionMessage | Exception], WatchedWrites, Wire]]:
     """The (read, write) message streams a ``ClientSession`` takes, bridged to the
     process's pipes, and the :class:`Wire` that watches them. ``limit``: the largest
     line read (bytes); ``masking``: applied to every line before the SDK parses it.
@@ -174,18 +178,19 @@ async def session_streams(
     except BaseException:
         await stop(process)
         raise
+    # Loaded now (load_sdk above): the SDK's streams and message types.
     import anyio
     import mcp_types
     from mcp.shared.message import SessionMessage
 
     wire = Wire(process, limit)
-    to_session, read_stream = anyio.create_memory_object_stream[Any](0)
-    write_stream, from_session = anyio.create_memory_object_stream[Any](0)
+    to_session, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_stream, from_session = anyio.create_memory_object_stream[SessionMessage](0)
     writer_done = trio.Event()
     adapter = mcp_types.jsonrpc_message_adapter
     replies = (mcp_types.JSONRPCResponse, mcp_types.JSONRPCError)
 
-    def parse(line: bytes) -> tuple[Any, Any, str | None]:
+    def parse(line: bytes | bytearray) -> tuple[SessionMessage | Exception, RequestId | None, str | None]:
         """(the message, or the error the session reports against a pending request;
         the id a line that is not JSON-RPC names; why it is not)"""
         line = masking.message(line)
@@ -239,7 +244,7 @@ async def session_streams(
             message, request_id, reason = await trio.to_thread.run_sync(parse, line, abandon_on_cancel=True)
         if reason is not None:
             wire.bad_line_read(request_id, reason)
-        elif isinstance(message.message, replies):
+        elif isinstance(message, SessionMessage) and isinstance(message.message, replies):
             # Noted before the session sees it, so a caller woken by it finds the note.
             wire.reply_read(message.message.id, error=isinstance(message.message, mcp_types.JSONRPCError))
         await to_session.send(message)

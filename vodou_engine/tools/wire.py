@@ -19,13 +19,15 @@ imports this module before it spawns the servers, and the SDK after
 from __future__ import annotations
 
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeAlias
 
 from vodou_engine.limits import MAX_MESSAGE_BYTES
 from vodou_engine.masking import Mask
 
 if TYPE_CHECKING:
     import trio
+    from mcp.client._transport import WriteStream
+    from mcp.shared.message import SessionMessage
 
     from vodou_engine.tools.stdio import ServerProcess
 
@@ -34,11 +36,16 @@ __all__ = [
     "OFF_THREAD_BYTES",
     "CallWatch",
     "HttpWire",
+    "RequestId",
     "WatchedWrites",
     "Wire",
     "describe",
     "request_key",
+    "same_request",
 ]
+
+RequestId: TypeAlias = int | str
+"""A JSON-RPC request's id, as the SDK types it."""
 
 _STRAY_KEPT = 5
 
@@ -67,7 +74,7 @@ class CallWatch:
     )
 
     def __init__(self, scope: trio.CancelScope | None = None):
-        self.request_id: Any = None
+        self.request_id: RequestId | None = None
         """Set when the request reaches the transport (the SDK chose its id)."""
         self.refused = False
         """The transport's writer was gone when the request was handed to it: it provably never left."""
@@ -113,11 +120,11 @@ class Wire:
         self.overflow: int | None = None
         """Set when a message went over ``limit``: how many of its bytes had come. Nothing was
         read from the server after that, and the session has ended (``gone``)."""
-        self.calls: dict[Any, CallWatch] = {}
+        self.calls: dict[RequestId, CallWatch] = {}
         """Calls by request id, from the moment they are sent until they are answered, or
         until their caller is done with them: a call its caller abandoned stays here,
         unanswered, and makes the shutdown skip the stdin grace (:meth:`in_doubt`)."""
-        self.outstanding: set[Any] = set()
+        self.outstanding: set[RequestId] = set()
         """Ids of every request written and not yet answered (the SDK's own included)."""
         self.eof = False
         """The server's output has ended (or the transport was shut down)."""
@@ -127,7 +134,7 @@ class Wire:
         """Bytes of a line received so far without its newline."""
         self.write_failed = False
         """Writing to the server's stdin failed: it is gone, or closed its input."""
-        self.stray_ids: list[Any] = []
+        self.stray_ids: list[RequestId | None] = []
         """Ids of the last replies that matched no request in flight."""
         self.bad_lines = 0
         """Lines that were not JSON-RPC and named no call in flight."""
@@ -161,35 +168,36 @@ class Wire:
 
     # -- the transport's side ---------------------------------------------
 
-    def request_written(self, request_id: Any) -> None:
+    def request_written(self, request_id: RequestId) -> None:
         self.outstanding.add(request_key(request_id))
 
-    def reply_read(self, request_id: Any, *, error: bool) -> None:
+    def reply_read(self, request_id: RequestId | None, *, error: bool) -> None:
         key = request_key(request_id) if request_id is not None else None
-        if key in self.outstanding:
+        if key is not None and key in self.outstanding:
             self.outstanding.discard(key)
         else:
             self.stray_ids = [*self.stray_ids, request_id][-_STRAY_KEPT:]
-        watch = self.calls.get(key)
-        if watch is not None:
+        watch = self.calls.get(key) if key is not None else None
+        if key is not None and watch is not None:
             watch.answered = True
             watch.error_reply = error
             if watch.caller_done:  # a late reply to a call given up on: nothing more to keep
                 del self.calls[key]
 
-    def bad_line_read(self, request_id: Any, reason: str) -> None:
+    def bad_line_read(self, request_id: RequestId | None, reason: str) -> None:
         """A line that is not JSON-RPC: ``request_id`` is the top-level id it names, if any
         (``stdio._top_level_id``), ``reason`` why it is not (:func:`describe`)."""
-        watch = self.calls.get(request_key(request_id)) if request_id is not None else None
-        if watch is None:
+        key = request_key(request_id) if request_id is not None else None
+        watch = self.calls.get(key) if key is not None else None
+        if key is None or watch is None:
             self.bad_lines += 1
             self.last_bad_line = reason
             return
-        self.outstanding.discard(request_key(request_id))
+        self.outstanding.discard(key)
         watch.answered = True
         watch.bad_reply = reason
         if watch.caller_done:
-            del self.calls[request_key(request_id)]
+            del self.calls[key]
         elif watch.scope is not None:
             watch.scope.cancel()
 
@@ -204,20 +212,26 @@ class Wire:
         self.eof = True
 
 
-def request_key(request_id: Any) -> Any:
-    # The SDK's correlation rule ("7" and 7 are one id), so we match what it matches.
-    from mcp.shared.dispatcher import coerce_request_id
+def request_key(request_id: RequestId) -> RequestId:
+    """The key the SDK correlates ``request_id`` by ("7" and 7 are one id), so we match what it matches."""
+    from mcp.shared.dispatcher import coerce_request_id  # loaded with the session (see the module docstring)
 
     return coerce_request_id(request_id)
 
 
-def describe(line: bytes, exc: Exception) -> str:
+def same_request(a: RequestId | None, b: RequestId | None) -> bool:
+    """Whether two ids name one request, as the SDK correlates them (no id names none but itself)."""
+    return (request_key(a) if a is not None else None) == (request_key(b) if b is not None else None)
+
+
+def describe(line: bytes | bytearray, exc: Exception) -> str:
     """Why a line is not JSON-RPC, in a few words (pydantic's own report lists every union member)."""
-    try:
-        errors = exc.errors()  # type: ignore[attr-defined]
-    except Exception:  # noqa: BLE001 - not a pydantic error: say what it says
+    from pydantic import ValidationError  # loaded with the SDK, whose validation raised ``exc``
+
+    if not isinstance(exc, ValidationError):  # say what it says
         text = str(exc).strip().splitlines()
         return text[0][:200] if text else type(exc).__name__
+    errors = exc.errors()
     if errors and str(errors[0].get("msg", "")).startswith("Invalid JSON"):
         return "invalid JSON: " + str(errors[0]["msg"]).removeprefix("Invalid JSON: ")[:200]
     member = "JSONRPCError" if b'"error"' in line else "JSONRPCResponse"
@@ -233,11 +247,12 @@ class WatchedWrites:
     """The session's write stream: notes, in the caller's own task, which call a
     ``tools/call`` request belongs to before handing it to the pipe writer."""
 
-    def __init__(self, inner: Any, wire: Wire):
+    def __init__(self, inner: WriteStream[SessionMessage], wire: Wire):
         self._inner = inner
         self._wire = wire
 
-    async def send(self, item: Any) -> None:
+    async def send(self, item: SessionMessage) -> None:
+        # Loaded with the session (see the module docstring).
         import anyio
         from mcp_types import JSONRPCRequest
 
@@ -260,9 +275,6 @@ class WatchedWrites:
             # anyio raises this only when the item was not taken: the writer had already ended.
             watch.refused = True
             raise
-
-    def close(self) -> None:
-        self._inner.close()
 
     async def aclose(self) -> None:
         await self._inner.aclose()
