@@ -30,6 +30,8 @@ CLEAN = [
     "vodou_engine/bounds.py",
     "vodou_engine/osuser.py",
     "vodou_engine/owners.py",
+    "vodou_engine/servers",
+    "vodou_engine/tools",
 ]
 
 

@@ -3,8 +3,8 @@
 The session runs over the official SDK's ``streamable_http_client``, given
 an httpx2 client of ours: its transport (:class:`_WatchingTransport`) sits
 under the SDK and keeps, for every ``tools/call``, the facts ``Hub.call``
-judges the outcome by (the same :class:`~vodou_engine.tools.stdio.CallWatch`
-the stdio transport fills in; ``tools/wire.py``):
+judges the outcome by (the same :class:`~vodou_engine.tools.wire.CallWatch`
+the stdio transport fills in):
 
 * **Was it sent?** httpcore reports, through the request's ``trace``
   extension, the moment it begins to write a request's headers. Until then

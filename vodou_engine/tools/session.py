@@ -111,7 +111,7 @@ async def _streams(
         if popen is not None:
             process = stdio.ServerProcess(popen)
         else:
-            assert srv.stderr is not None  # a server started here always has its stderr file (Hub._own)
+            assert srv.stderr is not None  # a server started here always has its stderr file (``Hub._own``)
             process = await stdio.spawn(srv.resolved.config, srv.stderr)
         srv.process = process
     finally:
