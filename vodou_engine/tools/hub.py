@@ -276,10 +276,10 @@ class Hub:
             # Registered at once, so closing the hub reaches a start still in progress.
             self._servers[name] = srv
 
-            def ready(srv: LiveServer) -> None:
+            def started(srv: LiveServer) -> None:
                 self.started_in[srv.name] = time.perf_counter() - clock
 
-            await session.own(srv, popen, spawned, ready)
+            await session.own(srv, popen, spawned, started)
 
     async def _spawn_all(self, owners: trio.Nursery) -> None:
         """Start every owner and return once every process exists: the handshakes go on behind."""

@@ -46,14 +46,14 @@ logger = logging.getLogger("vodou_engine.tools.hub")
 
 
 async def own(
-    srv: LiveServer, popen: subprocess.Popen[bytes] | None, spawned: trio.Event, ready: Callable[[LiveServer], None]
+    srv: LiveServer, popen: subprocess.Popen[bytes] | None, spawned: trio.Event, on_ready: Callable[[LiveServer], None]
 ) -> None:
     """Spawns (or reaches), connects and finally closes one server, all in this task (see the module docstring).
 
     ``popen``: a process started before trio was imported, taken over instead of
     spawning one. ``spawned`` is set once the process exists (or could not be made;
     at once for an HTTP server), before the SDK is imported, so a caller can go on
-    with its own work while the server boots. ``ready`` is called the moment the
+    with its own work while the server boots. ``on_ready`` is called the moment the
     session is usable, before anyone waiting on ``srv.ready`` wakes.
     """
     try:
@@ -69,7 +69,7 @@ async def own(
                     srv.wire = wire
                     srv.session = session
                     srv.tools = {t.name: tool_info(t) for t in tools}
-                    ready(srv)
+                    on_ready(srv)
                     srv.ready.set()
                     await srv.close_requested.wait()
     except BaseException as exc:
