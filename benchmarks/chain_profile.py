@@ -11,7 +11,7 @@ way:
    transport (``tools/stdio.py``: its pipe reader and writer, the call
    watch), taken from the hub the run API opened, ``Hub.call`` left out;
 3. ``hub.call``: ``Hub.call`` on that hub (the call's checks and outcome
-   rules, ``_to_result`` with its depth check);
+   rules, ``results.to_result`` with its depth check);
 4. ``run``: ``Runs.start`` of a 200-step recipe on that hub (the scheduler,
    the journal, the store writes on SQLite).
 
@@ -135,15 +135,15 @@ def _no_deadline():
 
 @contextmanager
 def _no_depth_check():
-    """_to_result without limits.check_value_depth on the structured content."""
-    from vodou_engine.tools import hub
+    """to_result without limits.check_value_depth on the structured content."""
+    from vodou_engine.tools import results
 
-    original = hub.check_value_depth
-    hub.check_value_depth = lambda value: None
+    original = results.check_value_depth
+    results.check_value_depth = lambda value: None
     try:
         yield
     finally:
-        hub.check_value_depth = original
+        results.check_value_depth = original
 
 
 @contextmanager
@@ -262,9 +262,9 @@ WATCHED = (
     ("vodou_engine/tools/hub.py", "call", "      Hub.call"),
     ("mcp/client/session.py", "call_tool", "        ClientSession.call_tool (the SDK)"),
     ("mcp/client/session.py", "validate_tool_result", "          its output-schema check (jsonschema)"),
-    ("vodou_engine/tools/hub.py", "_to_result", "        hub._to_result"),
+    ("vodou_engine/tools/results.py", "to_result", "        results.to_result"),
     ("vodou_engine/limits.py", "check_value_depth", "          limits.check_value_depth"),
-    ("vodou_engine/tools/stdio.py", "finish", "        Wire.finish"),
+    ("vodou_engine/tools/wire.py", "finish", "        Wire.finish"),
     ("vodou_engine/runtime/journal.py", "set", "  Journal.set (RUNNING, SUCCEEDED)"),
     ("vodou_engine/runtime/scheduler.py", "_after", "  Scheduler._after → _try_start (the next step's task spawned)"),
     ("vodou_engine/runtime/scheduler.py", "_try_start", "    Scheduler._try_start"),
@@ -274,8 +274,8 @@ WATCHED = (
     ("vodou_engine/runtime/journal.py", "_take_dirty", "    Journal._take_dirty: NodeRecords, outputs encoded"),
     ("vodou_engine/tools/stdio.py", "read_pipe", "transport: read_pipe (reply lines parsed)"),
     ("vodou_engine/tools/stdio.py", "write_pipe", "transport: write_pipe (requests serialised)"),
-    ("vodou_engine/tools/stdio.py", "send", "transport: _WatchedWrites.send"),
-    ("vodou_engine/tools/stdio.py", "_key", "transport: _key (coerce_request_id)"),
+    ("vodou_engine/tools/wire.py", "send", "transport: WatchedWrites.send"),
+    ("vodou_engine/tools/wire.py", "request_key", "transport: request_key (coerce_request_id)"),
     ("mcp/client/stdio.py", "stdout_reader", "the SDK's stdio_client: stdout_reader"),
     ("mcp/client/stdio.py", "stdin_writer", "the SDK's stdio_client: stdin_writer"),
     ("trio/_core/_run.py", "unrolled_run", "trio's run loop, its own time (not inside any task)", "own"),

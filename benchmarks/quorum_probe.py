@@ -7,7 +7,7 @@ moments below are written to that file, as JSON ``[[name, time.time()], ...]``,
 by the last ``atexit`` handler:
 
 * ``reply read <server>``: the transport read a reply line from that server
-  (``tools.stdio.Wire.reply_read``; the SDK has not seen it yet), and
+  (``tools.wire.Wire.reply_read``; the SDK has not seen it yet), and
   ``call <server> returned``: ``Hub.call`` returned it to the engine;
 * ``jsonschema import began (<thread>)``: the first ``import jsonschema`` in
   the process (the MCP SDK imports it lazily, to validate the first tool
@@ -81,7 +81,7 @@ def install() -> None:
     import vodou_engine.views.report as report_mod
     from vodou_engine.runtime import driver
     from vodou_engine.tools import hub as hub_mod
-    from vodou_engine.tools import stdio
+    from vodou_engine.tools import stdio, wire
 
     names: dict[int, str] = {}
 
@@ -121,15 +121,15 @@ def install() -> None:
 
     hub_mod.Hub.call = call
 
-    real_reply = stdio.Wire.reply_read
+    real_reply = wire.Wire.reply_read
 
     def reply_read(self, request_id, *, error):
-        if request_id is not None and self.calls.get(stdio._key(request_id)) is not None:  # a tools/call reply
+        if request_id is not None and self.calls.get(wire.request_key(request_id)) is not None:  # a tools/call reply
             pid = getattr(self.process, "pid", None)
             mark(f"reply read {names.get(pid, pid)}")
         return real_reply(self, request_id, error=error)
 
-    stdio.Wire.reply_read = reply_read
+    wire.Wire.reply_read = reply_read
 
     real_stop = stdio.stop
     keep_grace = os.environ.get("VODOU_BENCH_KEEP_GRACE") == "1"

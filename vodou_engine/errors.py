@@ -162,6 +162,8 @@ class ServerStartError(NotSentError):
     """An MCP server process could not be started or initialized."""
 
     code = "server.start_failed"
+    server: str | None = None
+    """The server that did not start (of several, the first)."""
 
 
 class UnknownToolError(NotSentError):

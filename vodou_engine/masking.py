@@ -48,7 +48,7 @@ import base64
 import re
 from collections.abc import Mapping
 from itertools import pairwise
-from typing import Any
+from typing import Any, overload
 
 import msgspec
 
@@ -174,7 +174,7 @@ def _unescaped(text: str) -> str:
     return _PLAIN_ESCAPES.sub(lambda m: _plain_char(m.groups()) or m.group(), text)
 
 
-def _unescaped_bytes(data: bytes) -> bytes:
+def _unescaped_bytes(data: bytes | bytearray) -> bytes | bytearray:
     if not (
         (b"\\" in data and (b"\\u00" in data or b"\\x" in data)) or b"%" in data or (b"&" in data and b"&#" in data)
     ):
@@ -265,7 +265,11 @@ class Mask:
 
     # -- messages ---------------------------------------------------------
 
-    def message(self, data: bytes) -> bytes:
+    @overload
+    def message(self, data: bytes) -> bytes: ...
+    @overload
+    def message(self, data: bytearray) -> bytes | bytearray: ...
+    def message(self, data: bytes | bytearray) -> bytes | bytearray:
         """One JSON-RPC message as a server sent it, masked: every string in it (and every
         number, which becomes the string ``${VAR}`` if it is a value), each text block of a
         result with its neighbours. The message's ``id`` is left as it is (it matches the reply
@@ -287,7 +291,7 @@ class Mask:
             masked = self._value(decoded)
         return msgspec.json.encode(masked)
 
-    def _maybe_in(self, data: bytes) -> bool:
+    def _maybe_in(self, data: bytes | bytearray) -> bool:
         plain = _unescaped_bytes(data)
         for secret in self._compiled():
             if secret.needles_bytes is None:

@@ -17,11 +17,12 @@ import time
 from contextlib import suppress
 from typing import IO
 
+from vodou_engine.errors import ServerConfigError
 from vodou_engine.servers import ServerConfig
 
 __all__ = ["Prespawned", "default_environment", "forget", "start", "stop_all_now", "stop_now"]
 
-_LIVE: dict[int, subprocess.Popen] = {}
+_LIVE: dict[int, subprocess.Popen[bytes]] = {}
 """Every server this process started and has not yet stopped, by pid: what a second
 Ctrl-C (or SIGTERM) kills on the way out, so no server outlives the command."""
 
@@ -45,7 +46,7 @@ def default_environment() -> dict[str, str]:
     return env
 
 
-def start(config: ServerConfig, stderr: IO[bytes]) -> subprocess.Popen:
+def start(config: ServerConfig, stderr: IO[bytes]) -> subprocess.Popen[bytes]:
     """Start the server process now, with no protocol traffic and no trio needed.
 
     ``config`` is a resolved one (``ServerConfig.resolve(...).config``): its
@@ -55,6 +56,7 @@ def start(config: ServerConfig, stderr: IO[bytes]) -> subprocess.Popen:
     on a worker thread; :class:`Prespawned` runs it before trio is imported.
     Raises OSError (FileNotFoundError, PermissionError, …) when it cannot run.
     """
+    assert config.command is not None  # resolved: ServerConfig.check saw to it
     popen = subprocess.Popen(
         [config.command, *config.args],
         stdin=subprocess.PIPE,
@@ -68,7 +70,7 @@ def start(config: ServerConfig, stderr: IO[bytes]) -> subprocess.Popen:
     return popen
 
 
-def forget(popen: subprocess.Popen) -> None:
+def forget(popen: subprocess.Popen[bytes]) -> None:
     """A server that has been stopped and reaped."""
     _LIVE.pop(popen.pid, None)
 
@@ -81,7 +83,7 @@ def stop_all_now() -> None:
         forget(popen)
 
 
-def stop_now(popen: subprocess.Popen) -> None:
+def stop_now(popen: subprocess.Popen[bytes]) -> None:
     """``stdio.stop`` for a process no trio task took over (blocking; at most a few seconds)."""
     if popen.stdin is not None:
         with suppress(OSError):
@@ -101,7 +103,7 @@ def stop_now(popen: subprocess.Popen) -> None:
             popen.stdout.close()
 
 
-def signal_group(popen: subprocess.Popen, sig: int, *, leader_too: bool = True) -> None:
+def signal_group(popen: subprocess.Popen[bytes], sig: int, *, leader_too: bool = True) -> None:
     if sys.platform == "win32":  # pragma: no cover - no process groups
         if leader_too:
             popen.kill()
@@ -122,22 +124,20 @@ class Prespawned:
     """
 
     def __init__(self) -> None:
-        self._waiting: dict[str, tuple[subprocess.Popen, IO[bytes], float]] = {}
+        self._waiting: dict[str, tuple[subprocess.Popen[bytes], IO[bytes], float]] = {}
 
     def start(self, name: str, config: ServerConfig) -> None:
         """Start ``config`` (as written: its ``${VAR}`` are taken from this process's
         environment now). Anything that would not start (an HTTP server, which has
         no process; a variable that is not set; a command that cannot run) is left
         to the hub, which reports it."""
-        from vodou_engine.errors import ServerConfigError
-
         if config.transport != "stdio":
             return
         try:
             resolved = config.resolve(name).config
         except ServerConfigError:
             return
-        stderr = tempfile.TemporaryFile(prefix=f"vodou-{name}-", suffix=".stderr")
+        stderr = tempfile.TemporaryFile(prefix=f"vodou-{name}-", suffix=".stderr")  # noqa: SIM115 - the hub that takes it over closes it
         started = time.perf_counter()
         try:
             popen = start(resolved, stderr)
@@ -146,7 +146,7 @@ class Prespawned:
             return
         self._waiting[name] = (popen, stderr, started)
 
-    def take(self, name: str) -> tuple[subprocess.Popen, IO[bytes], float] | None:
+    def take(self, name: str) -> tuple[subprocess.Popen[bytes], IO[bytes], float] | None:
         """The process, its stderr file and when it was started; the caller now owns them."""
         return self._waiting.pop(name, None)
 

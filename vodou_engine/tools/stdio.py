@@ -9,11 +9,12 @@ pipes (framing aside) is still the SDK: its session, its message types, its
 validation.
 
 The transport also keeps its own account of each ``tools/call`` (a
-:class:`CallWatch`, see :class:`Wire`): whether the request reached the pipe,
-whether a line with its id came back and what kind, whether the server's
-output ended, mid-line or not. The SDK folds all of that into one error code
-(a server's own -32000 error and a closed connection look the same), so the
-hub asks the transport, which saw the bytes, what really happened.
+``CallWatch`` and the connection's ``Wire``, ``tools/wire.py``): whether the
+request reached the pipe, whether a line with its id came back and what
+kind, whether the server's output ended, mid-line or not. The SDK folds all
+of that into one error code (a server's own -32000 error and a closed
+connection look the same), so the hub asks the transport, which saw the
+bytes, what really happened.
 
 Everything the server writes is bounded and masked here, before the SDK
 parses it: a line longer than the server's ``maxMessageBytes`` is not read
@@ -34,6 +35,7 @@ runs in its own process group so the whole tree it starts (``npx`` → ``node``,
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -41,27 +43,27 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
-from contextvars import ContextVar
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING
 
 import trio
 
+from vodou_engine.gcpause import paused_for_import
 from vodou_engine.limits import MAX_MESSAGE_BYTES
 from vodou_engine.masking import Mask
 from vodou_engine.servers import ServerConfig
 from vodou_engine.tools.process import STDIN_GRACE_S, TERM_GRACE_S, forget, signal_group, start
+from vodou_engine.tools.wire import OFF_THREAD_BYTES, RequestId, WatchedWrites, Wire, describe
 
-__all__ = ["CURRENT_CALL", "CallWatch", "ServerProcess", "Wire", "load_sdk", "session_streams", "spawn", "stop"]
+if TYPE_CHECKING:
+    from anyio.streams.memory import MemoryObjectReceiveStream
+    from mcp.shared.message import SessionMessage
+
+__all__ = ["ServerProcess", "Wire", "load_sdk", "session_streams", "spawn", "stop"]
 
 FLUSH_S = 0.5
 """How long queued requests get to reach the server before it is told to stop."""
 
 _READ_CHUNK = 1 << 16
-_STRAY_KEPT = 5
-
-OFF_THREAD_BYTES = 1 << 20
-"""A line at least this long is masked and parsed on a worker thread: the trio thread
-keeps serving timeouts and the other sessions meanwhile."""
 
 _NO_MASK = Mask({})
 
@@ -69,7 +71,7 @@ _NO_MASK = Mask({})
 class ServerProcess:
     """A started server's pipes as trio streams, and a wait that does not block the trio thread."""
 
-    def __init__(self, popen: subprocess.Popen):
+    def __init__(self, popen: subprocess.Popen[bytes]):
         assert popen.stdin is not None and popen.stdout is not None
         self.popen = popen
         self.pid = popen.pid
@@ -107,169 +109,13 @@ class ServerProcess:
             os.close(fd)
 
 
-class CallWatch:
-    """What the transport saw of one ``tools/call``: the facts ``Hub.call`` judges its outcome by.
-
-    The hub puts one in :data:`CURRENT_CALL` before it calls the SDK; the
-    transport fills it in from the bytes it writes and reads.
-    """
-
-    __slots__ = ("request_id", "refused", "answered", "error_reply", "bad_reply", "scope", "caller_done", "held", "lost")
-
-    def __init__(self, scope: trio.CancelScope | None = None):
-        self.request_id: Any = None
-        """Set when the request reaches the transport (the SDK chose its id)."""
-        self.refused = False
-        """The transport's writer was gone when the request was handed to it: it provably never left."""
-        self.answered = False
-        """A line with this request's id came back (well-formed or not)."""
-        self.error_reply = False
-        """That line was a JSON-RPC error object the server itself wrote."""
-        self.bad_reply: str | None = None
-        """Why a line with this request's id could not be parsed as JSON-RPC."""
-        self.scope = scope
-        """Cancelled by the transport when a reply for this call arrives unreadable:
-        the SDK would otherwise wait for a well-formed one until the call times out."""
-        self.caller_done = False
-        """``Hub.call`` has returned or raised (an answer, a timeout, or its caller was cancelled)."""
-        self.held = False
-        """The transport has the request but has not begun to write it, and never will once
-        ``caller_done`` is set (HTTP: the POST waits for a connection; see ``tools/http.py``)."""
-        self.lost: str | None = None
-        """What went wrong with this call as the transport saw it, in words for a message
-        (HTTP: the connection could not be made, broke mid-reply, an HTTP error status...)."""
-
-    @property
-    def may_have_left(self) -> bool:
-        """False only when the request provably never reached the server (its pipe, or its socket)."""
-        return self.request_id is not None and not self.refused and not self.held
-
-    @property
-    def in_flight(self) -> bool:
-        return self.may_have_left and not self.answered
-
-
-CURRENT_CALL: ContextVar[CallWatch | None] = ContextVar("vodou_current_call", default=None)
-"""The call the current task is making; read by the transport when the SDK writes a ``tools/call``."""
-
-
-class Wire:
-    """The transport's own knowledge of one server connection."""
-
-    def __init__(self, process: ServerProcess | None, limit: int = MAX_MESSAGE_BYTES):
-        self.process = process
-        self.limit = limit
-        """The largest message read from this server, in bytes (its ``maxMessageBytes``)."""
-        self.overflow: int | None = None
-        """Set when a message went over ``limit``: how many of its bytes had come. Nothing was
-        read from the server after that, and the session has ended (``gone``)."""
-        self.calls: dict[Any, CallWatch] = {}
-        """Calls by request id, from the moment they are sent until they are answered, or
-        until their caller is done with them: a call its caller abandoned stays here,
-        unanswered, and makes the shutdown skip the stdin grace (:meth:`in_doubt`)."""
-        self.outstanding: set[Any] = set()
-        """Ids of every request written and not yet answered (the SDK's own included)."""
-        self.eof = False
-        """The server's output has ended (or the transport was shut down)."""
-        self.cut_off = 0
-        """Bytes of an unfinished line the output ended with."""
-        self.unfinished = 0
-        """Bytes of a line received so far without its newline."""
-        self.write_failed = False
-        """Writing to the server's stdin failed: it is gone, or closed its input."""
-        self.stray_ids: list[Any] = []
-        """Ids of the last replies that matched no request in flight."""
-        self.bad_lines = 0
-        """Lines that were not JSON-RPC and named no call in flight."""
-        self.last_bad_line: str | None = None
-
-    @property
-    def gone(self) -> bool:
-        """Nothing sent now can be answered: the server's output ended or its input broke.
-
-        (Not "the process exited": a launcher may exit and leave the real server,
-        its child, serving on the same pipes.)"""
-        return self.eof or self.write_failed
-
-    def holds_requests(self) -> bool:
-        """Whether a request handed to this transport is only ``held`` until it begins to be
-        written, and withheld for good if its caller is done first. The pipe writes at once: no."""
-        return False
-
-    def in_doubt(self) -> bool:
-        """Some call was sent and not answered. Asked at shutdown, when every caller has
-        returned: such a call was given up on (cancelled, or timed out) while the server
-        may still be working on it."""
-        return any(watch.in_flight for watch in self.calls.values())
-
-    def finish(self, watch: CallWatch) -> None:
-        """The caller is done with ``watch``; an unanswered call stays on record until its reply comes."""
-        watch.caller_done = True
-        watch.scope = None  # nobody left to wake
-        if watch.request_id is not None and not watch.in_flight:
-            self.calls.pop(_key(watch.request_id), None)
-
-    # -- the transport's side ---------------------------------------------
-
-    def request_written(self, request_id: Any) -> None:
-        self.outstanding.add(_key(request_id))
-
-    def reply_read(self, request_id: Any, *, error: bool) -> None:
-        key = _key(request_id) if request_id is not None else None
-        if key in self.outstanding:
-            self.outstanding.discard(key)
-        else:
-            self.stray_ids = [*self.stray_ids, request_id][-_STRAY_KEPT:]
-        watch = self.calls.get(key)
-        if watch is not None:
-            watch.answered = True
-            watch.error_reply = error
-            if watch.caller_done:  # a late reply to a call given up on: nothing more to keep
-                del self.calls[key]
-
-    def bad_line_read(self, request_id: Any, reason: str) -> None:
-        """A line that is not JSON-RPC: ``request_id`` is the top-level id it names, if any
-        (:func:`_top_level_id`), ``reason`` why it is not (:func:`_describe`)."""
-        watch = self.calls.get(_key(request_id)) if request_id is not None else None
-        if watch is None:
-            self.bad_lines += 1
-            self.last_bad_line = reason
-            return
-        self.outstanding.discard(_key(request_id))
-        watch.answered = True
-        watch.bad_reply = reason
-        if watch.caller_done:
-            del self.calls[_key(request_id)]
-        elif watch.scope is not None:
-            watch.scope.cancel()
-
-    def ended(self, unfinished: int) -> None:
-        self.eof = True
-        self.cut_off = unfinished
-
-    def overflowed(self, size: int) -> None:
-        """A message went over the limit: the session ends (every call in flight gets no
-        reply, a later one is not sent), whatever the server writes next."""
-        self.overflow = size
-        self.eof = True
-
-
-def _key(request_id: Any) -> Any:
-    # The SDK's correlation rule ("7" and 7 are one id), so we match what it matches.
-    from mcp.shared.dispatcher import coerce_request_id
-
-    return coerce_request_id(request_id)
-
-
 _TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.S)
 _ID_VALUE = re.compile(rb'\s*:\s*(-?\d+(?![.eE\d])|"(?:[^"\\]|\\.)*")', re.S)
 
 
-def _top_level_id(line: bytes) -> Any:
+def _top_level_id(line: bytes | bytearray) -> RequestId | None:
     """The ``id`` member of a line that did not parse, found without parsing it (it may be
     nested too deep for any parser); None when there is none to be had."""
-    import json
-
     depth = 0
     for match in _TOKEN.finditer(line):
         token = match.group()
@@ -281,69 +127,11 @@ def _top_level_id(line: bytes) -> Any:
             value = _ID_VALUE.match(line, match.end())
             if value is not None:
                 try:
-                    found = json.loads(value.group(1))
+                    found: object = json.loads(value.group(1))
                 except ValueError:
                     return None
                 return found if isinstance(found, (int, str)) and not isinstance(found, bool) else None
     return None
-
-
-def _describe(line: bytes, exc: Exception) -> str:
-    """Why a line is not JSON-RPC, in a few words (pydantic's own report lists every union member)."""
-    try:
-        errors = exc.errors()  # type: ignore[attr-defined]
-    except Exception:  # noqa: BLE001 - not a pydantic error: say what it says
-        text = str(exc).strip().splitlines()
-        return text[0][:200] if text else type(exc).__name__
-    if errors and str(errors[0].get("msg", "")).startswith("Invalid JSON"):
-        return "invalid JSON: " + str(errors[0]["msg"]).removeprefix("Invalid JSON: ")[:200]
-    member = "JSONRPCError" if b'"error"' in line else "JSONRPCResponse"
-    for error in errors:
-        loc = tuple(error.get("loc", ()))
-        if loc[:1] == (member,):
-            where = ".".join(str(part) for part in loc[1:])
-            return f"not a valid JSON-RPC reply ({where}: {error.get('msg', '')})"[:200]
-    return "not a valid JSON-RPC message"
-
-
-class _WatchedWrites:
-    """The session's write stream: notes, in the caller's own task, which call a
-    ``tools/call`` request belongs to before handing it to the pipe writer."""
-
-    def __init__(self, inner: Any, wire: Wire):
-        self._inner = inner
-        self._wire = wire
-
-    async def send(self, item: Any) -> None:
-        import anyio
-        from mcp_types import JSONRPCRequest
-
-        watch = CURRENT_CALL.get()
-        message = item.message
-        if watch is None or watch.request_id is not None or not isinstance(message, JSONRPCRequest) or message.method != "tools/call":
-            await self._inner.send(item)
-            return
-        watch.request_id = message.id
-        watch.held = self._wire.holds_requests()
-        self._wire.calls[_key(message.id)] = watch
-        try:
-            await self._inner.send(item)
-        except anyio.BrokenResourceError:
-            # anyio raises this only when the item was not taken: the writer had already ended.
-            watch.refused = True
-            raise
-
-    def close(self) -> None:
-        self._inner.close()
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def __aenter__(self) -> _WatchedWrites:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
 
 async def spawn(config: ServerConfig, stderr: IO[bytes]) -> ServerProcess:
@@ -352,10 +140,8 @@ async def spawn(config: ServerConfig, stderr: IO[bytes]) -> ServerProcess:
 
 
 def _import_sdk() -> None:
-    from ..gcpause import paused_for_import
-
     with paused_for_import():
-        import mcp.client.session  # noqa: F401
+        import mcp.client.session
         import mcp.shared.message  # noqa: F401
         import mcp_types  # noqa: F401
 
@@ -378,7 +164,7 @@ async def load_sdk() -> None:
 @asynccontextmanager
 async def session_streams(
     process: ServerProcess, *, limit: int = MAX_MESSAGE_BYTES, masking: Mask = _NO_MASK
-) -> AsyncIterator[tuple[Any, Any, Wire]]:
+) -> AsyncIterator[tuple[MemoryObjectReceiveStream[SessionMessage | Exception], WatchedWrites, Wire]]:
     """The (read, write) message streams a ``ClientSession`` takes, bridged to the
     process's pipes, and the :class:`Wire` that watches them. ``limit``: the largest
     line read (bytes); ``masking``: applied to every line before the SDK parses it.
@@ -392,25 +178,26 @@ async def session_streams(
     except BaseException:
         await stop(process)
         raise
+    # Loaded now (load_sdk above): the SDK's streams and message types.
     import anyio
     import mcp_types
     from mcp.shared.message import SessionMessage
 
     wire = Wire(process, limit)
-    to_session, read_stream = anyio.create_memory_object_stream[Any](0)
-    write_stream, from_session = anyio.create_memory_object_stream[Any](0)
+    to_session, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_stream, from_session = anyio.create_memory_object_stream[SessionMessage](0)
     writer_done = trio.Event()
     adapter = mcp_types.jsonrpc_message_adapter
     replies = (mcp_types.JSONRPCResponse, mcp_types.JSONRPCError)
 
-    def parse(line: bytes) -> tuple[Any, Any, str | None]:
+    def parse(line: bytes | bytearray) -> tuple[SessionMessage | Exception, RequestId | None, str | None]:
         """(the message, or the error the session reports against a pending request;
         the id a line that is not JSON-RPC names; why it is not)"""
         line = masking.message(line)
         try:
             return SessionMessage(adapter.validate_json(line, by_name=False)), None, None
         except ValueError as exc:
-            return exc, _top_level_id(line), _describe(line, exc)
+            return exc, _top_level_id(line), describe(line, exc)
 
     async def read_pipe() -> None:
         pending = bytearray()  # grows in place: a line of many chunks is not copied per chunk
@@ -440,7 +227,13 @@ async def session_streams(
                 finally:
                     # Before the stream closes: the callers the SDK then wakes read this.
                     wire.ended(len(pending.strip()))
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, trio.ClosedResourceError, trio.BrokenResourceError, OSError):
+        except (
+            anyio.ClosedResourceError,
+            anyio.BrokenResourceError,
+            trio.ClosedResourceError,
+            trio.BrokenResourceError,
+            OSError,
+        ):
             pass  # the session or our own shutdown closed one end; nothing is left to deliver
 
     async def deliver(line: bytearray) -> None:
@@ -451,7 +244,7 @@ async def session_streams(
             message, request_id, reason = await trio.to_thread.run_sync(parse, line, abandon_on_cancel=True)
         if reason is not None:
             wire.bad_line_read(request_id, reason)
-        elif isinstance(message.message, replies):
+        elif isinstance(message, SessionMessage) and isinstance(message.message, replies):
             # Noted before the session sees it, so a caller woken by it finds the note.
             wire.reply_read(message.message.id, error=isinstance(message.message, mcp_types.JSONRPCError))
         await to_session.send(message)
@@ -464,7 +257,13 @@ async def session_streams(
                         wire.request_written(message.message.id)
                     data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
                     await process.stdin.send_all(data.encode() + b"\n")
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, trio.ClosedResourceError, trio.BrokenResourceError, OSError):
+        except (
+            anyio.ClosedResourceError,
+            anyio.BrokenResourceError,
+            trio.ClosedResourceError,
+            trio.BrokenResourceError,
+            OSError,
+        ):
             wire.write_failed = True
             await to_session.aclose()  # the server is gone: let the session see end of stream
         finally:
@@ -474,7 +273,7 @@ async def session_streams(
         pipes.start_soon(read_pipe)
         pipes.start_soon(write_pipe)
         try:
-            yield read_stream, _WatchedWrites(write_stream, wire), wire
+            yield read_stream, WatchedWrites(write_stream, wire), wire
         finally:
             with trio.CancelScope(shield=True):
                 write_stream.close()
