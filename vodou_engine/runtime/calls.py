@@ -38,13 +38,20 @@ class Tools:
                 return await self.threads.run(fn, args)
             with trio.move_on_after(timeout):
                 return await self.threads.run(fn, args)
-            raise NoReplyError(f"{server}.{tool} did not finish within the step's timeout of {timeout:g} s", server=server, tool=tool, timeout=timeout)
+            raise NoReplyError(
+                f"{server}.{tool} did not finish within the step's timeout of {timeout:g} s",
+                server=server,
+                tool=tool,
+                timeout=timeout,
+            )
         if self.hub is None:
             raise NotSentError(f"no server session for {server}", server=server)
         result = await self.hub.call(server, tool, args, timeout=timeout)
         if result.is_error:
             code = f" (JSON-RPC error {result.error_code})" if result.error_code is not None else ""
-            raise ToolError(f"{server}.{tool} failed{code}: {result.text}", server=server, tool=tool, code=result.error_code)
+            raise ToolError(
+                f"{server}.{tool} failed{code}: {result.text}", server=server, tool=tool, code=result.error_code
+            )
         return result.value
 
     async def prepare_effect(self, server: str, tool: str, payload: Any, key: str) -> dict:

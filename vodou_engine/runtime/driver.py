@@ -57,7 +57,9 @@ async def drive(
         servers=decode_bindings(run.servers_json),
         clock=clock,
     )
-    journal = Journal([n.id for n in plan.nodes], run_id=run.id, store=store, owner=owner, clock=clock, on_change=on_change)
+    journal = Journal(
+        [n.id for n in plan.nodes], run_id=run.id, store=store, owner=owner, clock=clock, on_change=on_change
+    )
     inputs = msgspec.json.decode(run.inputs_json)
     scheduler = Scheduler(ctx, journal, hub=hub, threads=Blocking(threads), model=model, inputs=inputs)
     if restore:
@@ -105,7 +107,9 @@ async def _keep_lease(store: Any, run_id: str, owner: str, lost: list[str], driv
         await trio.sleep(RENEW_EVERY_S)
         held = await trio.to_thread.run_sync(lambda: store.renew_lease(run_id, owner, lease_s=LEASE_S))
         if not held:
-            lost.append(f"run {run_id} was taken over, cancelled or ended by another process; this one stopped driving it")
+            lost.append(
+                f"run {run_id} was taken over, cancelled or ended by another process; this one stopped driving it"
+            )
             drive_scope.cancel()
             return
 
@@ -161,7 +165,15 @@ def _interrupted(store: Any, run_id: str, owner: str, journal: Journal) -> None:
         pass  # someone else holds it now; nothing of ours to leave behind
 
 
-def report(run: Any, plan: Plan, verdict: RunState | None, journal: Journal, pending: list, started_in: dict | None, asked_again: dict | None = None) -> RunReport:
+def report(
+    run: Any,
+    plan: Plan,
+    verdict: RunState | None,
+    journal: Journal,
+    pending: list,
+    started_in: dict | None,
+    asked_again: dict | None = None,
+) -> RunReport:
     states = journal.states
     errors = {k: v for k, v in journal.errors.items() if states.get(k) == NodeState.FAILED}
     unknown = {k: v for k, v in journal.errors.items() if states.get(k) == NodeState.UNKNOWN}
@@ -190,6 +202,10 @@ def pending_view(a: Any, plan: Plan, bindings: dict) -> PendingApproval:
     from ..cards import card_or_refusal
 
     return PendingApproval(
-        step=a.step, approval=a.id, fingerprint=a.fingerprint, expires_at=a.expires_at, card=card_or_refusal(a, plan, bindings),
+        step=a.step,
+        approval=a.id,
+        fingerprint=a.fingerprint,
+        expires_at=a.expires_at,
+        card=card_or_refusal(a, plan, bindings),
         approvers=msgspec.json.decode(a.approvers_json) if a.approvers_json else [],
     )

@@ -17,7 +17,9 @@ IDEMPOTENCY_FIELDS = ("idempotency_key", "idempotencyKey")
 """Input-schema property names that receive the key (docs/safety.md)."""
 
 
-def payload_fingerprint(*, run_id: str, node_id: str, address: str, payload: Any, policy: Any, observed: Any = None, server: str = "") -> str:
+def payload_fingerprint(
+    *, run_id: str, node_id: str, address: str, payload: Any, policy: Any, observed: Any = None, server: str = ""
+) -> str:
     """``observed`` is the ``check:`` read taken at question time: the world the person approved.
     ``server`` is the digest of the called server's binding (empty for runs stored before bindings)."""
     doc = {"run": run_id, "node": node_id, "tool": address, "payload": payload, "policy": policy}

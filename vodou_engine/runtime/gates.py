@@ -111,8 +111,15 @@ class Gates:
         from ..cards import approval_card_text
 
         card = approval_card_text(
-            run_id=ctx.run_id, step=step, question=question, payload=payload, fingerprint=fp, preview=preview,
-            expires_at=now + expires_s, approvers=ctx.approvers, server=server,
+            run_id=ctx.run_id,
+            step=step,
+            question=question,
+            payload=payload,
+            fingerprint=fp,
+            preview=preview,
+            expires_at=now + expires_s,
+            approvers=ctx.approvers,
+            server=server,
         )
         rec = ApprovalRecord(
             id=f"{ctx.run_id}/{node.id}/{int(now * 1000):x}",

@@ -29,7 +29,17 @@ FLUSH_EVERY_S = 0.005
 _json = msgspec.json.Encoder(order="deterministic")
 _SUCCEEDED = NodeState.SUCCEEDED
 _RUNNING = NodeState.RUNNING
-_ENDS = frozenset({NodeState.SUCCEEDED, NodeState.FAILED, NodeState.CANCELLED, NodeState.SKIPPED, NodeState.REJECTED, NodeState.WAITING, NodeState.UNKNOWN})
+_ENDS = frozenset(
+    {
+        NodeState.SUCCEEDED,
+        NodeState.FAILED,
+        NodeState.CANCELLED,
+        NodeState.SKIPPED,
+        NodeState.REJECTED,
+        NodeState.WAITING,
+        NodeState.UNKNOWN,
+    }
+)
 _NEVER_BEGAN = frozenset({NodeState.CANCELLED, NodeState.SKIPPED})
 """Ends a node can reach without its work ever starting: no start time is made up for them."""
 _OPEN = frozenset({NodeState.PENDING, NodeState.RUNNING, NodeState.WAITING})
@@ -67,7 +77,16 @@ class Journal:
         self._limiter = trio.CapacityLimiter(1)
 
     # --- changing states -------------------------------------------------------------
-    def set(self, nid: str, state: str, *, output: Any = None, error: str | None = None, started: float | None = None, ended: float | None = None) -> None:
+    def set(
+        self,
+        nid: str,
+        state: str,
+        *,
+        output: Any = None,
+        error: str | None = None,
+        started: float | None = None,
+        ended: float | None = None,
+    ) -> None:
         """Record a node's new state (journaled); ``started`` and ``ended`` override when its
         work began and ended (a thread call is timed on its worker, not when trio collects it)."""
         states = self.states
@@ -138,7 +157,15 @@ class Journal:
         st = self.states[nid]
         ready, started, ended = self.times[nid]
         output = _json.encode(self.outputs[nid]) if st == _SUCCEEDED and nid in self.outputs else None
-        return NodeRecord(node_id=nid, state=st, output_json=output, error=self.errors.get(nid), started_at=started, ended_at=ended, ready_at=ready)
+        return NodeRecord(
+            node_id=nid,
+            state=st,
+            output_json=output,
+            error=self.errors.get(nid),
+            started_at=started,
+            ended_at=ended,
+            ready_at=ready,
+        )
 
     async def effect_outcome(self, nid: str, finish: Callable[[], bool]) -> bool:
         """Write how an effect ended (``finish``: the store's compare-and-set on the effect's
@@ -163,7 +190,9 @@ class Journal:
             run = store.get_run(self.run_id)
             if run.state != RunState.RUNNING or run.owner != self.owner:
                 data = {"step": record.node_id, "state": record.state, "run": run.state}
-                store.append_event(self.run_id, "effect.after_drive", node_id=record.node_id, data_json=_json.encode(data).decode())
+                store.append_event(
+                    self.run_id, "effect.after_drive", node_id=record.node_id, data_json=_json.encode(data).decode()
+                )
         return True
 
     def close_open(self, why: str) -> None:
@@ -218,7 +247,9 @@ class Journal:
                 self._dirty[step] = None  # the effect's record (a person may have settled it) is newer: write it
 
 
-def ending_records(node_ids: list[str], nodes: dict[str, NodeRecord], effects: dict[str, Any], *, why: str, now: float) -> list[NodeRecord]:
+def ending_records(
+    node_ids: list[str], nodes: dict[str, NodeRecord], effects: dict[str, Any], *, why: str, now: float
+) -> list[NodeRecord]:
     """The node records that close a run ended by a person (cancelled, declined) while its
     driver was away or still going: a step with an effect says what its effect's record says
     (``executed``: succeeded with its result; ``failed``; otherwise ``unknown``, for a person
@@ -231,9 +262,21 @@ def ending_records(node_ids: list[str], nodes: dict[str, NodeRecord], effects: d
         eff = effects.get(nid)
         if eff is not None:
             if eff.state == EffectState.EXECUTED:
-                new = msgspec.structs.replace(rec, state=NodeState.SUCCEEDED, output_json=eff.result_json, error=None, ended_at=eff.ended_at or now)
+                new = msgspec.structs.replace(
+                    rec,
+                    state=NodeState.SUCCEEDED,
+                    output_json=eff.result_json,
+                    error=None,
+                    ended_at=eff.ended_at or now,
+                )
             elif eff.state == EffectState.FAILED:
-                new = msgspec.structs.replace(rec, state=NodeState.FAILED, output_json=None, error=eff.error or "the effect failed", ended_at=eff.ended_at or now)
+                new = msgspec.structs.replace(
+                    rec,
+                    state=NodeState.FAILED,
+                    output_json=None,
+                    error=eff.error or "the effect failed",
+                    ended_at=eff.ended_at or now,
+                )
             else:
                 new = msgspec.structs.replace(rec, state=NodeState.UNKNOWN, output_json=None, error=eff.error)
         elif rec.state in _OPEN:

@@ -45,7 +45,13 @@ RETRY_PAUSE_S = 0.5
 RETRY_PAUSE_MAX_S = 30.0
 
 PENDING, RUNNING, WAITING, SUCCEEDED = NodeState.PENDING, NodeState.RUNNING, NodeState.WAITING, NodeState.SUCCEEDED
-FAILED, CANCELLED, SKIPPED, REJECTED, UNKNOWN = NodeState.FAILED, NodeState.CANCELLED, NodeState.SKIPPED, NodeState.REJECTED, NodeState.UNKNOWN
+FAILED, CANCELLED, SKIPPED, REJECTED, UNKNOWN = (
+    NodeState.FAILED,
+    NodeState.CANCELLED,
+    NodeState.SKIPPED,
+    NodeState.REJECTED,
+    NodeState.UNKNOWN,
+)
 DONE_BAD = frozenset({FAILED, CANCELLED, SKIPPED, REJECTED})
 STEP_ERRORS = (ToolError, template.MissingValue, VodouError)
 
@@ -53,7 +59,16 @@ STEP_ERRORS = (ToolError, template.MissingValue, VodouError)
 class Scheduler:
     """Drives one run's graph until nothing more can run now. One per drive."""
 
-    def __init__(self, ctx: RunContext, journal: Journal, *, hub: Any = None, threads: Blocking, model: str | None = None, inputs: dict | None = None):
+    def __init__(
+        self,
+        ctx: RunContext,
+        journal: Journal,
+        *,
+        hub: Any = None,
+        threads: Blocking,
+        model: str | None = None,
+        inputs: dict | None = None,
+    ):
         self.ctx = ctx
         self.journal = journal
         self.states = journal.states
@@ -202,7 +217,9 @@ class Scheduler:
             self._finish_read(nid, lambda: builtin.TOOLS[node.tool][0](self.render(node.args)))
         self._after(nid)
 
-    def _finish_read(self, nid: str, result: Callable[[], Any], started: float | None = None, ended: float | None = None) -> None:
+    def _finish_read(
+        self, nid: str, result: Callable[[], Any], started: float | None = None, ended: float | None = None
+    ) -> None:
         """Record a read step's result, or the error ``result()`` raises for it."""
         try:
             out = result()
@@ -255,10 +272,26 @@ class Scheduler:
         ok, bad = self.tally[j.id]
         states = self.states
         if ok >= j.need:
-            results = {n: (SUCCEEDED if states[n] == SUCCEEDED else CANCELLED if states[n] in (PENDING, RUNNING, WAITING) else states[n]) for n in j.needs}
+            results = {
+                n: (
+                    SUCCEEDED
+                    if states[n] == SUCCEEDED
+                    else CANCELLED
+                    if states[n] in (PENDING, RUNNING, WAITING)
+                    else states[n]
+                )
+                for n in j.needs
+            }
             dropped = self._drop_items(j)
             crashpoint("quorum")
-            self.journal.set(j.id, SUCCEEDED, output={"succeeded": [n for n, s in results.items() if s == SUCCEEDED], "dropped": {n: str(s) for n, s in results.items() if s != SUCCEEDED}})
+            self.journal.set(
+                j.id,
+                SUCCEEDED,
+                output={
+                    "succeeded": [n for n, s in results.items() if s == SUCCEEDED],
+                    "dropped": {n: str(s) for n, s in results.items() if s != SUCCEEDED},
+                },
+            )
             self._after(j.id)
         elif bad > j.of - j.need:
             dropped = self._drop_items(j)
@@ -396,6 +429,11 @@ def _builtin_read(node) -> bool | None:
     """For a read-only built-in, whether it blocks: sleep goes to a worker thread
     (and no task of its own), noop and echo run inline (nothing to wait for).
     None for every other node: it gets a task."""
-    if isinstance(node, ToolNode) and node.server == BUILTIN_SERVER and not node.effectful and not (node.timeout_s or node.retries):
+    if (
+        isinstance(node, ToolNode)
+        and node.server == BUILTIN_SERVER
+        and not node.effectful
+        and not (node.timeout_s or node.retries)
+    ):
         return builtin.TOOLS[node.tool][1]
     return None

@@ -47,7 +47,9 @@ def with_model(model_id: str, prompt: str, inputs: dict[str, Any], missing: list
         from ..errors import ModelError
 
         raise ModelError(
-            f"model {model_id!r} needs the llm library", hint="install vodou_engine[llm], or run without a model to use the offline writer", model=model_id
+            f"model {model_id!r} needs the llm library",
+            hint="install vodou_engine[llm], or run without a model to use the offline writer",
+            model=model_id,
         ) from None
     body = [f"Task: {prompt}", "", "Inputs (JSON):"]
     for name, value in inputs.items():
@@ -59,8 +61,14 @@ def with_model(model_id: str, prompt: str, inputs: dict[str, Any], missing: list
     try:
         model = llm.get_model(model_id)
     except llm.UnknownModelError as exc:
-        raise ModelError(f"unknown model {model_id!r}: {exc}", hint="`llm models` lists the models installed", model=model_id) from None
+        raise ModelError(
+            f"unknown model {model_id!r}: {exc}", hint="`llm models` lists the models installed", model=model_id
+        ) from None
     try:
         return model.prompt("\n".join(body)).text()
     except Exception as exc:  # a missing key, a refused or failed request: the step fails, the run does not crash
-        raise ModelError(f"model {model_id!r} could not write: {type(exc).__name__}: {exc}", hint="check the model's key and settings (`llm keys`, `llm models`)", model=model_id) from None
+        raise ModelError(
+            f"model {model_id!r} could not write: {type(exc).__name__}: {exc}",
+            hint="check the model's key and settings (`llm keys`, `llm models`)",
+            model=model_id,
+        ) from None
