@@ -9,10 +9,10 @@ all and run inline, which measures the engine's own cost per step.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import ToolError
-
 
 MAX_SLEEP_MS = 7 * 86_400_000
 """A week: longer than any run should wait on a thread, far below what time.sleep refuses."""

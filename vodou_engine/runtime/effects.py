@@ -32,7 +32,8 @@ from ..errors import NoReplyError, NotSentError, TamperedError
 from ..plan import ToolNode
 from ..states import EffectState, NodeState
 from ..store import ApprovalRecord
-from .context import RunContext
+from .calls import Tools
+from .context import Render, RunContext
 from .faults import crashpoint
 from .freeze import idempotency_key, payload_fingerprint
 from .gates import Gates
@@ -49,19 +50,19 @@ _SETTLE = "; check the target, then settle it (reconcile the step as executed or
 
 
 class Effects:
-    def __init__(self, ctx: RunContext, journal: Journal, tools: Any, gates: Gates, render: Any):
+    def __init__(self, ctx: RunContext, journal: Journal, tools: Tools, gates: Gates, render: Render):
         self.ctx = ctx
         self.journal = journal
         self.tools = tools
         self.gates = gates
         self.render = render
-        self.asked_again: dict[str, dict] = {}
+        self.asked_again: dict[str, dict[str, Any]] = {}
         """Steps whose check read changed since their approval: {"was", "now"}, for the report."""
 
     async def run(self, node: ToolNode) -> None:
         """An approved effect: verify, re-check, claim, call once."""
         ctx = self.ctx
-        gate = ctx.index[node.needs[0]]
+        gate = ctx.approval_of(node)
         approval = await self.gates.latest(gate.id)
         if approval is None or approval.state != "approved":
             raise TamperedError(
@@ -133,7 +134,7 @@ class Effects:
             return
         await self._execute(node, args)
 
-    async def _prepare(self, node: ToolNode, payload: Any, key: str) -> dict | None:
+    async def _prepare(self, node: ToolNode, payload: Any, key: str) -> dict[str, Any] | None:
         """The call's arguments, or None (the step failed, nothing claimed or called)."""
         try:
             return await self.tools.prepare_effect(node.server, node.tool, payload, key)
@@ -188,7 +189,7 @@ class Effects:
             if not await journal.effect_outcome(node.id, finish):
                 await self._claimed_elsewhere(node)  # a person settled it meanwhile: their word stands
 
-    async def _call(self, node: ToolNode, args: Any) -> tuple[str, Any, str | None]:
+    async def _call(self, node: ToolNode, args: Any) -> tuple[EffectState, Any, str | None]:
         where = f"{node.server}.{node.tool}"
         try:
             result = await self.tools.effect(node.server, node.tool, args, timeout=node.timeout_s)

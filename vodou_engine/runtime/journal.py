@@ -16,13 +16,14 @@ once another process has taken the run, or the run was cancelled.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import msgspec
 import trio
 
 from ..states import EffectState, NodeState, RunState
-from ..store import NodeRecord
+from ..store import NodeRecord, RunStore
 
 FLUSH_EVERY_S = 0.005
 
@@ -54,7 +55,7 @@ class Journal:
         node_ids: list[str],
         *,
         run_id: str,
-        store: Any,
+        store: RunStore,
         owner: str | None,
         clock: Callable[[], float] = time.time,
         on_change: Callable[[str, str], None] | None = None,
@@ -70,7 +71,7 @@ class Journal:
         self.errors: dict[str, str] = {}
         self.times: dict[str, list[float | None]] = {nid: [None, None, None] for nid in node_ids}
         """Per node: [ready, started, ended]: queueing is ready -> started, work started -> ended."""
-        self.watched: dict[str, Any] = {}
+        self.watched: dict[str, Callable[[str, str, str], None]] = {}
         """Node -> a callback(node, old, new) for the scheduler's join tallies."""
         self._dirty: dict[str, None] = {}
         self._flush_wanted = trio.Event()
@@ -129,7 +130,7 @@ class Journal:
         self.times[nid][0] = self.clock()
 
     # --- the store -------------------------------------------------------------------
-    async def db(self, fn: Callable | None, *args: Any, **kwargs: Any) -> Any:
+    async def db(self, fn: Callable[..., Any] | None, *args: Any, **kwargs: Any) -> Any:
         """Call ``fn`` on the store's one worker thread, after writing the pending node states."""
         batch = self._take_dirty()
         if fn is None and not batch:
@@ -141,7 +142,9 @@ class Journal:
             self._dirty.update(dict.fromkeys(r.node_id for r in batch))
             raise
 
-    def _db_sync(self, batch: list[NodeRecord], fn: Callable | None, args: tuple, kwargs: dict) -> Any:
+    def _db_sync(
+        self, batch: list[NodeRecord], fn: Callable[..., Any] | None, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
         if batch:
             self.store.save_nodes(self.run_id, batch, owner=self.owner)
         return fn(*args, **kwargs) if fn is not None else None

@@ -19,7 +19,8 @@ question withdrawn. An effect already executing is shielded and finishes.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -35,7 +36,10 @@ from .effects import Effects
 from .faults import crashpoint
 from .gates import Gates
 from .journal import Journal
-from .threads import Blocking
+from .threads import Blocking, Job
+
+if TYPE_CHECKING:
+    from ..tools.hub import Hub
 
 # Steps that cannot wait (non-blocking built-ins) run in one shared task, at
 # most this many in a row before it lets the other tasks in.
@@ -59,15 +63,18 @@ STEP_ERRORS = (ToolError, template.MissingValue, VodouError)
 class Scheduler:
     """Drives one run's graph until nothing more can run now. One per drive."""
 
+    work: trio.Nursery
+    """Where every node's task runs; opened by :meth:`drive`."""
+
     def __init__(
         self,
         ctx: RunContext,
         journal: Journal,
         *,
-        hub: Any = None,
+        hub: Hub | None = None,
         threads: Blocking,
         model: str | None = None,
-        inputs: dict | None = None,
+        inputs: dict[str, Any] | None = None,
     ):
         self.ctx = ctx
         self.journal = journal
@@ -96,12 +103,11 @@ class Scheduler:
         self.tally: dict[str, list[int]] = {}
         self.absorbed: set[str] = set()
         """Nodes of items a quorum dropped: they never run (again)."""
-        self.ready: deque = deque()
+        self.ready: deque[ToolNode] = deque()
         self.draining = False
         self.scopes: dict[str, trio.CancelScope] = {}
-        self.jobs: dict[str, Any] = {}  # blocking built-ins on threads, by node id
+        self.jobs: dict[str, Job] = {}  # blocking built-ins on threads, by node id
         self.collecting = False
-        self.work: trio.Nursery | None = None
 
     # --- tallies ---------------------------------------------------------------------
     def _count(self, nid: str, prev: str, state: str) -> None:
@@ -135,7 +141,7 @@ class Scheduler:
             self.journal.mark(nid, PENDING)
 
     # --- the walk --------------------------------------------------------------------
-    async def drive(self) -> str:
+    async def drive(self) -> RunState:
         """Run every node that can run; return the verdict (a RunState).
 
         The last node states are left unsaved on purpose: the caller writes them
@@ -182,15 +188,15 @@ class Scheduler:
         if all(s == SUCCEEDED for s in needs):
             self.journal.mark(nid, RUNNING)
             self.journal.ready(nid)
-            blocks = _builtin_read(node)
-            if blocks is False:
-                # started like any other ready node, but by one shared task
-                self.ready.append(node)
-                if not self.draining:
-                    self.draining = True
-                    self.work.start_soon(self._drain)
-            elif blocks:
-                self._submit(node)
+            if isinstance(node, ToolNode) and (blocks := _builtin_read(node)) is not None:
+                if blocks:
+                    self._submit(node)
+                else:
+                    # started like any other ready node, but by one shared task
+                    self.ready.append(node)
+                    if not self.draining:
+                        self.draining = True
+                        self.work.start_soon(self._drain)
             else:
                 self.work.start_soon(self._run, node)
 
@@ -341,7 +347,7 @@ class Scheduler:
         return dropped
 
     # --- one node, in a task of its own ------------------------------------------------
-    async def _run(self, node) -> None:
+    async def _run(self, node: ToolNode | WriteNode | ApprovalNode | QuestionNode) -> None:
         nid = node.id
         journal = self.journal
         if nid in self.absorbed:
@@ -406,7 +412,7 @@ class Scheduler:
             return self.inputs[name]
         raise template.MissingValue(f"{{{name}}} has no value")
 
-    def render(self, args: dict) -> Any:
+    def render(self, args: dict[str, Any]) -> Any:
         return template.render(args, self._resolve)
 
     async def _write(self, node: WriteNode) -> None:
@@ -425,15 +431,10 @@ class Scheduler:
         self.journal.set(node.id, SUCCEEDED, output=text)
 
 
-def _builtin_read(node) -> bool | None:
+def _builtin_read(node: ToolNode) -> bool | None:
     """For a read-only built-in, whether it blocks: sleep goes to a worker thread
     (and no task of its own), noop and echo run inline (nothing to wait for).
     None for every other node: it gets a task."""
-    if (
-        isinstance(node, ToolNode)
-        and node.server == BUILTIN_SERVER
-        and not node.effectful
-        and not (node.timeout_s or node.retries)
-    ):
+    if node.server == BUILTIN_SERVER and not node.effectful and not (node.timeout_s or node.retries):
         return builtin.TOOLS[node.tool][1]
     return None
