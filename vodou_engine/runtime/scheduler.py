@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import trio
 
@@ -108,6 +108,10 @@ class Scheduler:
         self.scopes: dict[str, trio.CancelScope] = {}
         self.jobs: dict[str, Job] = {}  # blocking built-ins on threads, by node id
         self.collecting = False
+        self.handing = False
+        """True while a node's own task starts the nodes it made ready (:meth:`_after_in_task`)."""
+        self.handed: ToolNode | None = None
+        """The hub read that task runs next, in itself, instead of a task of its own."""
 
     # --- tallies ---------------------------------------------------------------------
     def _count(self, nid: str, prev: str, state: str) -> None:
@@ -197,6 +201,8 @@ class Scheduler:
                     if not self.draining:
                         self.draining = True
                         self.work.start_soon(self._drain)
+            elif self.handing and self.handed is None and _hub_read(node):
+                self.handed = node  # the task that made it ready runs it next (_run)
             else:
                 self.work.start_soon(self._run, node)
 
@@ -273,6 +279,17 @@ class Scheduler:
         for s in self.succ[nid]:
             self._try_start(s)
 
+    def _after_in_task(self, nid: str) -> ToolNode | None:
+        """:meth:`_after`, from ``nid``'s own task: the first hub read it makes ready is handed
+        back, for this task to run next (the rest start as before)."""
+        self.handing = True
+        try:
+            self._after(nid)
+        finally:
+            self.handing = False
+            handed, self.handed = self.handed, None
+        return handed
+
     # --- quorum joins ----------------------------------------------------------------
     def _eval_join(self, j: JoinNode) -> None:
         ok, bad = self.tally[j.id]
@@ -348,14 +365,23 @@ class Scheduler:
 
     # --- one node, in a task of its own ------------------------------------------------
     async def _run(self, node: ToolNode | WriteNode | ApprovalNode | QuestionNode) -> None:
+        """A node's task. A chain of hub reads goes on in it, one read after another: a step
+        costs no task of its own (spawn, first pass of the run loop, exit), and each read
+        still waits for its reply, so the other tasks get their turn as before."""
+        next_node: ToolNode | WriteNode | ApprovalNode | QuestionNode | None = node
+        while next_node is not None:
+            next_node = await self._run_one(next_node)
+
+    async def _run_one(self, node: ToolNode | WriteNode | ApprovalNode | QuestionNode) -> ToolNode | None:
+        """Run one node in its own cancel scope (what a quorum drop cancels); the read this
+        task is to run next, if ending it made one ready."""
         nid = node.id
         journal = self.journal
         if nid in self.absorbed:
             # Dropped by a quorum decided before this task took its first step,
             # when it had no cancel scope for the drop to cancel: it must not begin.
             journal.set(nid, CANCELLED, error="dropped by a quorum")
-            self._after(nid)
-            return
+            return self._after_in_task(nid)
         journal.set(nid, RUNNING)
         with trio.CancelScope() as scope:
             self.scopes[nid] = scope
@@ -385,7 +411,7 @@ class Scheduler:
             if isinstance(node, (ApprovalNode, QuestionNode)):
                 # Dropped while asking: its question may already be stored; it must not stay open.
                 self.work.start_soon(self.gates.withdraw, [nid], "its branch was dropped by a quorum")
-        self._after(nid)
+        return self._after_in_task(nid)
 
     async def _read(self, node: ToolNode) -> Any:
         """A read step: its own timeout, and its retries with a pause that doubles (an
@@ -429,6 +455,12 @@ class Scheduler:
         else:
             text = writer.offline(node.prompt, present, missing)
         self.journal.set(node.id, SUCCEEDED, output=text)
+
+
+def _hub_read(node: ToolNode | WriteNode | ApprovalNode | QuestionNode) -> TypeGuard[ToolNode]:
+    """A read over the hub: it always waits for its reply (or fails its step, and whatever
+    follows it is skipped), so a task that runs a chain of them still lets the others in."""
+    return isinstance(node, ToolNode) and node.server != BUILTIN_SERVER and not node.effectful
 
 
 def _builtin_read(node: ToolNode) -> bool | None:
