@@ -1,13 +1,18 @@
 """A run's node states as one drive knows them, and their way into the store.
 
 The scheduler, the gates and the effects all change node states through
-:meth:`Journal.set`; nothing else writes them. Node states are batched
-(written at most every FLUSH_EVERY_S, or ahead of the next store call) so a
-burst of steps costs one transaction and one thread hop; a crash may then
-repeat reads, which the contract allows. Approvals and effects are written,
-and committed, before the engine moves past them: they go through
-:meth:`Journal.db`, which writes the pending node states first, in the
-same thread hop.
+:meth:`Journal.set`; nothing else writes them. Node states are batched:
+written ahead of the next store call, in its thread hop, and otherwise at
+most every FLUSH_EVERY_S while the run moves, so a chain of reads costs a
+transaction and a thread hop a quarter of a second instead of one every
+few steps. A crash may then repeat the reads of that last moment, which the
+contract allows (reads are at least once). Nothing a promise rests on waits
+for the batch: questions, withdrawals and an effect's claim go through
+:meth:`Journal.db`, which writes the pending node states first, in the same
+hop, and commits before the engine moves past them; an effect's outcome
+is written with its step's state (:meth:`Journal.effect_outcome`); a park,
+an end and an interruption write the last states in the transaction that
+records them (``driver.py``).
 
 Every write carries the drive's owner: the store refuses it (LostRunError)
 once another process has taken the run, or the run was cancelled.
@@ -25,7 +30,10 @@ import trio
 from ..states import EffectState, NodeState, RunState
 from ..store import NodeRecord, RunStore
 
-FLUSH_EVERY_S = 0.005
+FLUSH_EVERY_S = 0.25
+"""The longest a changed node state waits for a write of its own: how live ``recipe show``
+and the run page (which reloads every 2 s) are while a run moves, and at most how much
+of a run's reads a crash repeats."""
 
 _json = msgspec.json.Encoder(order="deterministic")
 _SUCCEEDED = NodeState.SUCCEEDED
