@@ -103,6 +103,9 @@ class Scheduler:
         self.tally: dict[str, list[int]] = {}
         self.absorbed: set[str] = set()
         """Nodes of items a quorum dropped: they never run (again)."""
+        self.droppable: set[str] = {m for n in nodes if isinstance(n, JoinNode) for item in n.members for m in item}
+        """Nodes inside a quorum's items: the only ones a drop cancels while they run, so the
+        only ones that need a cancel scope of their own."""
         self.ready: deque[ToolNode] = deque()
         self.draining = False
         self.scopes: dict[str, trio.CancelScope] = {}
@@ -184,12 +187,16 @@ class Scheduler:
         if isinstance(node, JoinNode):
             self._eval_join(node)
             return
-        needs = [states[n] for n in node.needs]
-        if any(s in DONE_BAD for s in needs):
-            self.journal.set(nid, SKIPPED, error="an earlier step did not succeed")
-            self._after(nid)
-            return
-        if all(s == SUCCEEDED for s in needs):
+        met = True
+        for need in node.needs:  # one pass: any need ended badly skips it; all succeeded starts it
+            st = states[need]
+            if st in DONE_BAD:
+                self.journal.set(nid, SKIPPED, error="an earlier step did not succeed")
+                self._after(nid)
+                return
+            if st != SUCCEEDED:
+                met = False
+        if met:
             self.journal.mark(nid, RUNNING)
             self.journal.ready(nid)
             if isinstance(node, ToolNode) and (blocks := _builtin_read(node)) is not None:
@@ -373,45 +380,52 @@ class Scheduler:
             next_node = await self._run_one(next_node)
 
     async def _run_one(self, node: ToolNode | WriteNode | ApprovalNode | QuestionNode) -> ToolNode | None:
-        """Run one node in its own cancel scope (what a quorum drop cancels); the read this
-        task is to run next, if ending it made one ready."""
+        """Run one node, in a cancel scope of its own when a quorum may drop it; the read
+        this task is to run next, if ending it made one ready."""
         nid = node.id
-        journal = self.journal
         if nid in self.absorbed:
             # Dropped by a quorum decided before this task took its first step,
             # when it had no cancel scope for the drop to cancel: it must not begin.
-            journal.set(nid, CANCELLED, error="dropped by a quorum")
+            self.journal.set(nid, CANCELLED, error="dropped by a quorum")
             return self._after_in_task(nid)
-        journal.set(nid, RUNNING)
+        self.journal.set(nid, RUNNING)
+        if nid not in self.droppable:
+            await self._step(node)
+            return self._after_in_task(nid)
         with trio.CancelScope() as scope:
             self.scopes[nid] = scope
-            try:
-                if isinstance(node, ToolNode):
-                    if node.effectful and not node.without_asking:
-                        await self.effects.run(node)
-                    elif node.effectful:
-                        await self.effects.run_unasked(node)
-                    else:
-                        out = await self._read(node)
-                        crashpoint("reads")
-                        journal.set(nid, SUCCEEDED, output=out)
-                elif isinstance(node, WriteNode):
-                    await self._write(node)
-                elif isinstance(node, (ApprovalNode, QuestionNode)):
-                    await self.gates.run(node)
-                else:  # pragma: no cover - joins never run as tasks
-                    raise AssertionError(node)
-            except LostRunError:
-                raise  # not this step's failure: the whole drive must stop
-            except STEP_ERRORS as exc:
-                journal.set(nid, FAILED, error=str(exc))
+            await self._step(node)
         self.scopes.pop(nid, None)
         if scope.cancelled_caught and self.states[nid] == RUNNING:
-            journal.set(nid, CANCELLED, error="dropped by a quorum")
+            self.journal.set(nid, CANCELLED, error="dropped by a quorum")
             if isinstance(node, (ApprovalNode, QuestionNode)):
                 # Dropped while asking: its question may already be stored; it must not stay open.
                 self.work.start_soon(self.gates.withdraw, [nid], "its branch was dropped by a quorum")
         return self._after_in_task(nid)
+
+    async def _step(self, node: ToolNode | WriteNode | ApprovalNode | QuestionNode) -> None:
+        """A node's work, by kind; a step's own failure fails the step, nothing more."""
+        journal = self.journal
+        try:
+            if isinstance(node, ToolNode):
+                if node.effectful and not node.without_asking:
+                    await self.effects.run(node)
+                elif node.effectful:
+                    await self.effects.run_unasked(node)
+                else:
+                    out = await self._read(node)
+                    crashpoint("reads")
+                    journal.set(node.id, SUCCEEDED, output=out)
+            elif isinstance(node, WriteNode):
+                await self._write(node)
+            elif isinstance(node, (ApprovalNode, QuestionNode)):
+                await self.gates.run(node)
+            else:  # pragma: no cover - joins never run as tasks
+                raise AssertionError(node)
+        except LostRunError:
+            raise  # not this step's failure: the whole drive must stop
+        except STEP_ERRORS as exc:
+            journal.set(node.id, FAILED, error=str(exc))
 
     async def _read(self, node: ToolNode) -> Any:
         """A read step: its own timeout, and its retries with a pause that doubles (an
