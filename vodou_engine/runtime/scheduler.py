@@ -10,9 +10,12 @@ hub (many in flight per session); blocking work goes to real threads
 (threads.py) and is abandoned, never waited for, when a quorum drops its
 branch. Blocking built-ins have no task each: one collecting task finishes
 them, so a thousand-wide fan-out costs the trio thread (which competes for
-the GIL with every worker) as little as possible. A quorum join decides at
-its K-th success (or as soon as K is impossible) and drops the rest: tasks
-are cancelled, thread calls abandoned, and a dropped branch's pending
+the GIL with every worker) as little as possible. A chain of MCP reads has
+no task per step either: the read a finishing read makes ready runs next in
+the same task, which is what a chain of calls costs a plain client. A quorum
+join decides at its K-th success (or as soon as K is impossible) and drops
+the rest: tasks are cancelled (a node inside a quorum's items runs in a cancel
+scope of its own), thread calls abandoned, and a dropped branch's pending
 question withdrawn. An effect already executing is shielded and finishes.
 """
 
@@ -370,7 +373,7 @@ class Scheduler:
             self.work.start_soon(self.gates.withdraw, withdrawn, f"its branch was {why}")
         return dropped
 
-    # --- one node, in a task of its own ------------------------------------------------
+    # --- a node in a task of its own (a chain of hub reads shares one) ----------------------
     async def _run(self, node: ToolNode | WriteNode | ApprovalNode | QuestionNode) -> None:
         """A node's task. A chain of hub reads goes on in it, one read after another: a step
         costs no task of its own (spawn, first pass of the run loop, exit), and each read
