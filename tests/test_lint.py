@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CLEAN = [
     "vodou_engine/compiler",
     "vodou_engine/graph",
+    "vodou_engine/runtime",
     "vodou_engine/store",
     "vodou_engine/policy",
     "vodou_engine/plan.py",

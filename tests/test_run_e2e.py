@@ -291,3 +291,58 @@ def test_time_and_git_reads_together_commit_gated_once(cli, git_repo):
     show = cli("show", first["run"], "--json", expect=0).json()
     nodes = {n["node"]: n for n in show["nodes"]}
     assert max(nodes["now"]["started_at"], nodes["status"]["started_at"]) < min(nodes["now"]["ended_at"], nodes["status"]["ended_at"])
+
+
+def test_a_quorum_cancels_a_read_in_flight_that_followed_another_read_in_its_item(tmp_path):
+    """A read that follows another read runs where that one ran (no task of its own):
+    it still has a cancel scope of its own, so a quorum met elsewhere cancels it
+    mid-call, the server is told, and the run goes on without waiting for it."""
+    import trio
+
+    from vodou_engine.runs import Runs
+    from vodou_engine.servers import ServerConfig
+
+    log = tmp_path / "rogue.log"
+    env = {
+        "ROGUE_LOG": str(log),
+        "ROGUE_TOOLS": "get_status,get_status_now,get_statuses,post_message",
+        "ROGUE_MODES": "get_status_now=hang,get_statuses=held",
+        "ROGUE_RELEASE": str(tmp_path / "release"),
+    }
+    servers = {"ops": ServerConfig(command=sys.executable, args=["-I", "-S", str(Path(__file__).with_name("rogue_server.py"))], env=env)}
+    recipe = (
+        'recipe "a chain dropped mid-call"\n'
+        "together:\n"
+        "  need: 1 of 2\n"
+        "  then:\n"
+        "    first: ops.get_status {}\n"
+        "    stuck: ops.get_status_now {}\n"
+        "  quick: ops.get_statuses {}\n"
+    )
+    runs = Runs(store=tmp_path / "runs.db", servers=servers, workers=False)
+    seen: dict = {}
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+
+            async def drive():
+                seen["report"] = await runs.start("chain.recipe", text=recipe, actor="ana")
+
+            nursery.start_soon(drive)
+            with trio.fail_after(60):
+                while len(rogue_calls(log, "get_status_now")) == 0:  # the second read of the item is out
+                    await trio.sleep(0.01)
+                (tmp_path / "release").write_text("")  # now `quick` answers: the quorum is met
+                while "report" not in seen:
+                    await trio.sleep(0.01)
+
+    trio.run(main)
+    report = seen["report"]
+    assert report.state == "succeeded", report
+    nodes = {n.node: n for n in runs.show(report.run).nodes}
+    assert nodes["first"].state == "succeeded" and nodes["quick"].state == "succeeded"
+    assert nodes["stuck"].state == "cancelled" and "quorum" in (nodes["stuck"].error or "")
+    (stuck_call,) = rogue_calls(log, "get_status_now")
+    cancelled = [json.loads(line) for line in log.read_text().splitlines() if json.loads(line).get("event") == "cancelled"]
+    assert [c["request_id"] for c in cancelled] == [stuck_call["id"]]  # the server was told the call is dropped
+    runs.close()

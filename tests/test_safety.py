@@ -429,6 +429,30 @@ def test_a_crash_before_the_call_is_unknown_too_and_settled_by_a_person(cli, bri
     assert posts(cli) == []
 
 
+READS_THEN_POST = """\
+first:  ops.get_status {}
+second: ops.get_status {}
+post:   ops.post_message {"channel": "#daily", "text": "after {second.ts}"}
+  without asking
+"""
+
+
+def test_the_reads_before_an_effect_are_on_record_when_it_is_claimed(cli, tmp_path):
+    """Node states are written in batches, but never after the effect they led to is claimed:
+    the claim writes them in its own transaction. The process dies right after the claim; the
+    reads are on record (a resume does not call them again) and the effect is unknown, never sent."""
+    _crash(cli, "run", write(tmp_path, "reads.recipe", READS_THEN_POST), point="executing")
+    run = _only_run(cli)
+    nodes = {n["node"]: n["state"] for n in cli("show", run, "--json", expect=0).json()["nodes"]}
+    assert nodes["first"] == nodes["second"] == "succeeded"
+    assert len(rogue_calls(cli.tmp / "rogue.log", "get_status")) == 2
+    res = cli("resume", run, "--json")
+    assert res.code == 3, res.err  # the claimed effect is unknown: a person settles it
+    assert res.json()["unknown"].keys() == {"post"}
+    assert len(rogue_calls(cli.tmp / "rogue.log", "get_status")) == 2  # the reads were not done again
+    assert posts(cli) == []
+
+
 # --- 12: text never approves ------------------------------------------------------------------------
 def test_text_that_says_approved_changes_nothing(cli, tmp_path):
     recipe = write(

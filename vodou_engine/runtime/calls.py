@@ -11,7 +11,7 @@ store, and :meth:`Tools.effect` hands back the hub's answer untouched for
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -21,13 +21,16 @@ from . import builtin
 from .freeze import IDEMPOTENCY_FIELDS
 from .threads import Blocking
 
+if TYPE_CHECKING:
+    from ..tools.hub import Hub
+
 
 class Tools:
-    def __init__(self, hub: Any, threads: Blocking):
+    def __init__(self, hub: Hub | None, threads: Blocking):
         self.hub = hub
         self.threads = threads
 
-    async def read(self, server: str, tool: str, args: dict, *, timeout: float | None = None) -> Any:
+    async def read(self, server: str, tool: str, args: dict[str, Any], *, timeout: float | None = None) -> Any:
         """A read's value; ToolError (the step fails) for an error or no usable reply.
         ``timeout``: the step's own limit (else the server's ``callTimeout``)."""
         if server == BUILTIN_SERVER:
@@ -38,16 +41,23 @@ class Tools:
                 return await self.threads.run(fn, args)
             with trio.move_on_after(timeout):
                 return await self.threads.run(fn, args)
-            raise NoReplyError(f"{server}.{tool} did not finish within the step's timeout of {timeout:g} s", server=server, tool=tool, timeout=timeout)
+            raise NoReplyError(
+                f"{server}.{tool} did not finish within the step's timeout of {timeout:g} s",
+                server=server,
+                tool=tool,
+                timeout=timeout,
+            )
         if self.hub is None:
             raise NotSentError(f"no server session for {server}", server=server)
         result = await self.hub.call(server, tool, args, timeout=timeout)
         if result.is_error:
             code = f" (JSON-RPC error {result.error_code})" if result.error_code is not None else ""
-            raise ToolError(f"{server}.{tool} failed{code}: {result.text}", server=server, tool=tool, code=result.error_code)
+            raise ToolError(
+                f"{server}.{tool} failed{code}: {result.text}", server=server, tool=tool, code=result.error_code
+            )
         return result.value
 
-    async def prepare_effect(self, server: str, tool: str, payload: Any, key: str) -> dict:
+    async def prepare_effect(self, server: str, tool: str, payload: Any, key: str) -> dict[str, Any]:
         """The arguments an effect will be called with, once every local check has passed.
 
         Waits for the server to be up, then looks the tool up; raises
@@ -70,6 +80,8 @@ class Tools:
                     break
         return args
 
-    async def effect(self, server: str, tool: str, args: dict, *, timeout: float | None = None) -> Any:
+    async def effect(self, server: str, tool: str, args: dict[str, Any], *, timeout: float | None = None) -> Any:
         """The hub's answer to an effect: a ToolResult, or NotSentError / NoReplyError."""
+        if self.hub is None:
+            raise NotSentError(f"no server session for {server}; nothing was called", server=server)
         return await self.hub.call(server, tool, args, timeout=timeout)

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ..binding import ServerBinding, digest
-from ..plan import Plan, ToolNode
+from ..plan import ApprovalNode, Node, Plan, ToolNode
+
+Render = Callable[[dict[str, Any]], Any]
+"""How a step's argument templates become values (``Scheduler.render``): what its gates and effects are handed."""
 
 
 @dataclass(frozen=True)
@@ -19,13 +23,27 @@ class RunContext:
     servers: dict[str, ServerBinding] = field(default_factory=dict)
     """The run's server bindings (empty for a run stored before bindings existed)."""
     clock: Callable[[], float] = time.time
-    index: dict[str, Any] = field(default_factory=dict)
+    index: dict[str, Node] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.index:
             self.index.update(self.plan.index())
 
-    def policy_doc(self, step: ToolNode | None) -> dict:
+    def tool(self, nid: str) -> ToolNode:
+        """The step an approval guards (the verified plan makes it a tool step)."""
+        node = self.index[nid]
+        if not isinstance(node, ToolNode):
+            raise TypeError(f"`{nid}` is not a tool step")
+        return node
+
+    def approval_of(self, step: ToolNode) -> ApprovalNode:
+        """The approval an asked effect waits on: its only need (``graph/gate.py``; verified on every load)."""
+        node = self.index[step.needs[0]]
+        if not isinstance(node, ApprovalNode):
+            raise TypeError(f"`{step.id}` does not follow its approval")
+        return node
+
+    def policy_doc(self, step: ToolNode | None) -> dict[str, Any]:
         """The risk verdict an approval is fingerprinted under."""
         if step is None:
             return {"policy": self.policy_digest}

@@ -12,7 +12,8 @@ says another process took the run, this one stops writing at once.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import trio
@@ -23,24 +24,28 @@ from ..owners import LEASE_S, RENEW_EVERY_S
 from ..plan import Plan, WriteNode
 from ..reports import PendingApproval, RunReport, ServerStart, together_stats
 from ..states import ApprovalState, NodeState, RunState
+from ..store import ApprovalRecord, EffectRecord, NodeRecord, RunRecord, RunStore
 from .context import RunContext
 from .faults import SimulatedCrash
 from .journal import Journal
 from .scheduler import Scheduler
 from .threads import Blocking
 
+if TYPE_CHECKING:
+    from ..tools.hub import Hub
+
 
 async def drive(
-    store: Any,
-    run: Any,
+    store: RunStore,
+    run: RunRecord,
     plan: Plan,
     *,
     owner: str,
-    hub: Any,
+    hub: Hub | None,
     policy_digest: str,
     model: str | None,
     threads: int,
-    restore: tuple | None = None,
+    restore: tuple[dict[str, NodeRecord], dict[str, EffectRecord], list[ApprovalRecord]] | None = None,
     on_change: Callable[[str, str], None] | None = None,
     clock: Callable[[], float] = time.time,
 ) -> RunReport:
@@ -57,7 +62,9 @@ async def drive(
         servers=decode_bindings(run.servers_json),
         clock=clock,
     )
-    journal = Journal([n.id for n in plan.nodes], run_id=run.id, store=store, owner=owner, clock=clock, on_change=on_change)
+    journal = Journal(
+        [n.id for n in plan.nodes], run_id=run.id, store=store, owner=owner, clock=clock, on_change=on_change
+    )
     inputs = msgspec.json.decode(run.inputs_json)
     scheduler = Scheduler(ctx, journal, hub=hub, threads=Blocking(threads), model=model, inputs=inputs)
     if restore:
@@ -80,7 +87,7 @@ async def drive(
                     break
                 scheduler.wake(woken)
             await trio.to_thread.run_sync(_finish, store, run.id, owner, verdict, scheduler, journal)
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - raised again below, once the run is left as it should be
             if not lost and not contains(exc, (LostRunError, SimulatedCrash)):
                 with trio.CancelScope(shield=True):
                     await trio.to_thread.run_sync(_interrupted, store, run.id, owner, journal)
@@ -97,7 +104,7 @@ async def drive(
     return report(run, plan, verdict, journal, pending, getattr(hub, "started_in", None), scheduler.effects.asked_again)
 
 
-async def _keep_lease(store: Any, run_id: str, owner: str, lost: list[str], drive_scope: trio.CancelScope) -> None:
+async def _keep_lease(store: RunStore, run_id: str, owner: str, lost: list[str], drive_scope: trio.CancelScope) -> None:
     """Renew the lease while the drive goes on. Losing it (taken over, cancelled) stops
     the drive: every later write would be refused anyway. An effect already executing
     is shielded and still records how it ended."""
@@ -105,7 +112,9 @@ async def _keep_lease(store: Any, run_id: str, owner: str, lost: list[str], driv
         await trio.sleep(RENEW_EVERY_S)
         held = await trio.to_thread.run_sync(lambda: store.renew_lease(run_id, owner, lease_s=LEASE_S))
         if not held:
-            lost.append(f"run {run_id} was taken over, cancelled or ended by another process; this one stopped driving it")
+            lost.append(
+                f"run {run_id} was taken over, cancelled or ended by another process; this one stopped driving it"
+            )
             drive_scope.cancel()
             return
 
@@ -117,7 +126,7 @@ def contains(exc: BaseException, kind: type[BaseException] | tuple[type[BaseExce
     return isinstance(exc, kind)
 
 
-def _park_or_wake(store: Any, run_id: str, owner: str, journal: Journal) -> list[str]:
+def _park_or_wake(store: RunStore, run_id: str, owner: str, journal: Journal) -> list[str]:
     """In one transaction: save the last node states and park, unless a waiting gate was decided meanwhile."""
     waiting = [nid for nid, s in journal.states.items() if s == NodeState.WAITING]
     with store.transaction():
@@ -135,7 +144,9 @@ def _park_or_wake(store: Any, run_id: str, owner: str, journal: Journal) -> list
     return []
 
 
-def _finish(store: Any, run_id: str, owner: str, verdict: RunState, scheduler: Scheduler, journal: Journal) -> None:
+def _finish(
+    store: RunStore, run_id: str, owner: str, verdict: RunState, scheduler: Scheduler, journal: Journal
+) -> None:
     if verdict == RunState.PARKED:
         return  # parked inside _park_or_wake
     err = None
@@ -150,7 +161,7 @@ def _finish(store: Any, run_id: str, owner: str, verdict: RunState, scheduler: S
             raise LostRunError(f"run {run_id} was taken over or ended by another process", run=run_id)
 
 
-def _interrupted(store: Any, run_id: str, owner: str, journal: Journal) -> None:
+def _interrupted(store: RunStore, run_id: str, owner: str, journal: Journal) -> None:
     """The drive stopped before the run parked or ended: leave it resumable, if it is still ours."""
     try:
         with store.transaction():
@@ -161,7 +172,15 @@ def _interrupted(store: Any, run_id: str, owner: str, journal: Journal) -> None:
         pass  # someone else holds it now; nothing of ours to leave behind
 
 
-def report(run: Any, plan: Plan, verdict: RunState | None, journal: Journal, pending: list, started_in: dict | None, asked_again: dict | None = None) -> RunReport:
+def report(
+    run: RunRecord,
+    plan: Plan,
+    verdict: RunState | None,
+    journal: Journal,
+    pending: list[ApprovalRecord],
+    started_in: dict[str, float] | None,
+    asked_again: dict[str, dict[str, Any]] | None = None,
+) -> RunReport:
     states = journal.states
     errors = {k: v for k, v in journal.errors.items() if states.get(k) == NodeState.FAILED}
     unknown = {k: v for k, v in journal.errors.items() if states.get(k) == NodeState.UNKNOWN}
@@ -177,14 +196,14 @@ def report(run: Any, plan: Plan, verdict: RunState | None, journal: Journal, pen
         pending=[pending_view(a, plan, decode_bindings(run.servers_json)) for a in pending],
         errors=errors,
         unknown=unknown,
-        together=together_stats(plan, {k: tuple(v) for k, v in journal.times.items()}, states),
+        together=together_stats(plan, {k: (v[0], v[1], v[2]) for k, v in journal.times.items()}, states),
         servers={name: ServerStart(start_s=t) for name, t in (started_in or {}).items()},
         text=text,
         asked_again=dict(asked_again or {}),
     )
 
 
-def pending_view(a: Any, plan: Plan, bindings: dict) -> PendingApproval:
+def pending_view(a: Any, plan: Plan, bindings: dict[str, Any]) -> PendingApproval:
     """A waiting question, its card rendered now from its frozen payload (a tampered one has
     no card, and the refusal instead: ``cards.card_and_refusal``)."""
     from ..cards import card_and_refusal

@@ -32,7 +32,8 @@ from ..errors import NoReplyError, NotSentError, TamperedError
 from ..plan import ToolNode
 from ..states import EffectState, NodeState
 from ..store import ApprovalRecord
-from .context import RunContext
+from .calls import Tools
+from .context import Render, RunContext
 from .faults import crashpoint
 from .freeze import gives_its_fingerprint, idempotency_key, payload_fingerprint
 from .gates import Gates
@@ -49,22 +50,24 @@ _SETTLE = "; check the target, then settle it (reconcile the step as executed or
 
 
 class Effects:
-    def __init__(self, ctx: RunContext, journal: Journal, tools: Any, gates: Gates, render: Any):
+    def __init__(self, ctx: RunContext, journal: Journal, tools: Tools, gates: Gates, render: Render):
         self.ctx = ctx
         self.journal = journal
         self.tools = tools
         self.gates = gates
         self.render = render
-        self.asked_again: dict[str, dict] = {}
+        self.asked_again: dict[str, dict[str, Any]] = {}
         """Steps whose check read changed since their approval: {"was", "now"}, for the report."""
 
     async def run(self, node: ToolNode) -> None:
         """An approved effect: verify, re-check, claim, call once."""
         ctx = self.ctx
-        gate = ctx.index[node.needs[0]]
+        gate = ctx.approval_of(node)
         approval = await self.gates.latest(gate.id)
         if approval is None or approval.state != "approved":
-            raise TamperedError(f"step `{node.id}` has no approval on record; nothing was executed", run=ctx.run_id, step=node.id)
+            raise TamperedError(
+                f"step `{node.id}` has no approval on record; nothing was executed", run=ctx.run_id, step=node.id
+            )
         payload = msgspec.json.decode(approval.payload_json)
         self._check_untampered(node, approval, payload)
         journal = self.journal
@@ -86,8 +89,14 @@ class Effects:
         if args is None:
             return
         won = await journal.db(
-            journal.store.begin_effect, ctx.run_id, node.id, approval_id=approval.id, fingerprint=approval.fingerprint,
-            idempotency_key=key, payload_json=approval.payload_json, owner=journal.owner,
+            journal.store.begin_effect,
+            ctx.run_id,
+            node.id,
+            approval_id=approval.id,
+            fingerprint=approval.fingerprint,
+            idempotency_key=key,
+            payload_json=approval.payload_json,
+            owner=journal.owner,
         )
         if not won:
             await self._claimed_elsewhere(node)
@@ -99,7 +108,11 @@ class Effects:
         ctx = self.ctx
         payload = self.render(node.args)
         fp = payload_fingerprint(
-            run_id=ctx.run_id, node_id=node.id, address=node.address, payload=payload, policy=ctx.policy_doc(node),
+            run_id=ctx.run_id,
+            node_id=node.id,
+            address=node.address,
+            payload=payload,
+            policy=ctx.policy_doc(node),
             server=ctx.server_digest(node.server),
         )
         key = idempotency_key(ctx.run_id, node.id, fp)
@@ -108,15 +121,20 @@ class Effects:
             return
         journal = self.journal
         won = await journal.db(
-            journal.store.begin_unasked_effect, ctx.run_id, node.id, fingerprint=fp, idempotency_key=key,
-            payload_json=_json.encode(payload).decode(), owner=journal.owner,
+            journal.store.begin_unasked_effect,
+            ctx.run_id,
+            node.id,
+            fingerprint=fp,
+            idempotency_key=key,
+            payload_json=_json.encode(payload).decode(),
+            owner=journal.owner,
         )
         if not won:
             await self._claimed_elsewhere(node)
             return
         await self._execute(node, args)
 
-    async def _prepare(self, node: ToolNode, payload: Any, key: str) -> dict | None:
+    async def _prepare(self, node: ToolNode, payload: Any, key: str) -> dict[str, Any] | None:
         """The call's arguments, or None (the step failed, nothing claimed or called)."""
         try:
             return await self.tools.prepare_effect(node.server, node.tool, payload, key)
@@ -128,11 +146,17 @@ class Effects:
         journal = self.journal
         eff = await journal.db(journal.store.get_effect, self.ctx.run_id, node.id)
         if eff is not None and eff.state == EffectState.EXECUTED:
-            journal.set(node.id, NodeState.SUCCEEDED, output=msgspec.json.decode(eff.result_json) if eff.result_json else None)
+            journal.set(
+                node.id, NodeState.SUCCEEDED, output=msgspec.json.decode(eff.result_json) if eff.result_json else None
+            )
         elif eff is not None and eff.state == EffectState.FAILED:
             journal.set(node.id, NodeState.FAILED, error=eff.error or "the effect failed")
         else:
-            journal.set(node.id, NodeState.UNKNOWN, error="the effect was claimed by another process, which has not said how it ended" + _SETTLE)
+            journal.set(
+                node.id,
+                NodeState.UNKNOWN,
+                error="the effect was claimed by another process, which has not said how it ended" + _SETTLE,
+            )
 
     async def _execute(self, node: ToolNode, args: Any) -> None:
         """Call an effect this process alone has claimed; record how it ended, whatever happens."""
@@ -153,11 +177,19 @@ class Effects:
             # A real answer settles the record even if a takeover, or a cancel, marked it unknown
             # meanwhile; the step's state goes with it, whoever holds the run now.
             result_json = _json.encode(output).decode() if state == EffectState.EXECUTED else None
-            finish = functools.partial(store.finish_effect, run_id, node.id, state, result_json=result_json, error=error, expected=(EffectState.EXECUTING, EffectState.UNKNOWN))
+            finish = functools.partial(
+                store.finish_effect,
+                run_id,
+                node.id,
+                state,
+                result_json=result_json,
+                error=error,
+                expected=(EffectState.EXECUTING, EffectState.UNKNOWN),
+            )
             if not await journal.effect_outcome(node.id, finish):
                 await self._claimed_elsewhere(node)  # a person settled it meanwhile: their word stands
 
-    async def _call(self, node: ToolNode, args: Any) -> tuple[str, Any, str | None]:
+    async def _call(self, node: ToolNode, args: Any) -> tuple[EffectState, Any, str | None]:
         where = f"{node.server}.{node.tool}"
         try:
             result = await self.tools.effect(node.server, node.tool, args, timeout=node.timeout_s)
@@ -166,22 +198,36 @@ class Effects:
         except NoReplyError as exc:
             return EffectState.UNKNOWN, None, f"it may or may not have happened{_SETTLE}: {exc}"
         except Exception as exc:  # noqa: BLE001 - whatever broke, the request may have gone out
-            return EffectState.UNKNOWN, None, f"it may or may not have happened{_SETTLE}: {where}: {type(exc).__name__}: {exc}"
+            return (
+                EffectState.UNKNOWN,
+                None,
+                f"it may or may not have happened{_SETTLE}: {where}: {type(exc).__name__}: {exc}",
+            )
         if not result.is_error:
             return EffectState.EXECUTED, result.value, None
         if result.error_code is None:
             return EffectState.FAILED, None, f"{where} reported an error: {result.text}"
         if result.error_code in REFUSED_BEFORE_ACTING:
-            return EffectState.FAILED, None, f"{where} refused the request (JSON-RPC error {result.error_code}): {result.text}"
-        return EffectState.UNKNOWN, None, f"it may or may not have happened{_SETTLE}: {where} answered with JSON-RPC error {result.error_code}: {result.text}"
+            return (
+                EffectState.FAILED,
+                None,
+                f"{where} refused the request (JSON-RPC error {result.error_code}): {result.text}",
+            )
+        return (
+            EffectState.UNKNOWN,
+            None,
+            f"it may or may not have happened{_SETTLE}: {where} answered with JSON-RPC error {result.error_code}: {result.text}",
+        )
 
     def _check_untampered(self, node: ToolNode, approval: ApprovalRecord, payload: Any) -> None:
         ctx = self.ctx
         if not approval.policy_json:  # a question stored before its risk verdict was
             approval = msgspec.structs.replace(approval, policy_json=_json.encode(ctx.policy_doc(node)))
-        policy = msgspec.json.decode(approval.policy_json)
+        policy = msgspec.json.decode(approval.policy_json or b"{}")
         try:
-            as_asked = gives_its_fingerprint(approval, node_id=node.id, address=node.address, payload=payload, server=ctx.servers.get(node.server))
+            as_asked = gives_its_fingerprint(
+                approval, node_id=node.id, address=node.address, payload=payload, server=ctx.servers.get(node.server)
+            )
         except (msgspec.DecodeError, KeyError, TypeError):
             as_asked = False
         if approval.run_id != ctx.run_id or not as_asked:
@@ -189,13 +235,15 @@ class Effects:
                 f"the stored payload of `{node.id}` (or what was checked or shown with it, or the server it is bound to) "
                 f"no longer matches the fingerprint that was approved ({approval.fingerprint}); nothing was executed",
                 hint="the store was edited after the question; the audit log has what was approved",
-                run=ctx.run_id, step=node.id,
+                run=ctx.run_id,
+                step=node.id,
             )
         if policy != ctx.policy_doc(node):
             raise TamperedError(
                 f"the risk judgement of `{node.id}` changed since the question (policy or plan edited); nothing was executed",
                 hint="start a new run so the question is asked under the current policy",
-                run=ctx.run_id, step=node.id,
+                run=ctx.run_id,
+                step=node.id,
             )
 
 

@@ -33,7 +33,7 @@ def simulate(name: str | None) -> None:
 
 
 def crashpoint(name: str) -> None:
-    if _AT is not None and _AT == name:
+    if _AT is not None and name == _AT:
         os.kill(os.getpid(), signal.SIGKILL)
-    if _RAISE_AT is not None and _RAISE_AT == name:
+    if _RAISE_AT is not None and name == _RAISE_AT:
         raise SimulatedCrash(name)

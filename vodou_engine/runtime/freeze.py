@@ -22,7 +22,15 @@ IDEMPOTENCY_FIELDS = ("idempotency_key", "idempotencyKey")
 
 
 def payload_fingerprint(
-    *, run_id: str, node_id: str, address: str, payload: Any, policy: Any, observed: Any = None, server: str = "", card: dict | None = None
+    *,
+    run_id: str,
+    node_id: str,
+    address: str,
+    payload: Any,
+    policy: Any,
+    observed: Any = None,
+    server: str = "",
+    card: dict[str, Any] | None = None,
 ) -> str:
     """``observed`` is the ``check:`` read taken at question time: the world the person approved.
     ``server`` is the digest of the called server's binding (empty for runs stored before bindings).
@@ -38,7 +46,9 @@ def payload_fingerprint(
     return "sha256:" + hashlib.sha256(canonical_bytes(doc)).hexdigest()
 
 
-def card_doc(*, approvers: list[str], preview: Any = None, check_args: Any = None, has_check: bool = False, source: str = "") -> dict:
+def card_doc(
+    *, approvers: list[str], preview: Any = None, check_args: Any = None, has_check: bool = False, source: str = ""
+) -> dict[str, Any]:
     """What the card, the run page and a notification show of a question besides its payload,
     check read, risk verdict and binding digest: who may decide (the store decides by it), the
     preview's digest, the arguments the check is read again with before the effect, and the
@@ -86,7 +96,7 @@ def gives_its_fingerprint(approval: Any, *, node_id: str, address: str, payload:
     )  # fmt: skip
     if approval.fingerprint == payload_fingerprint(**common, card=card):
         return True
-    return approval.fingerprint == payload_fingerprint(**common)  # asked before the card was covered
+    return bool(approval.fingerprint == payload_fingerprint(**common))  # asked before the card was covered
 
 
 def idempotency_key(run_id: str, step: str, fingerprint: str) -> str:

@@ -16,14 +16,13 @@ question withdrawn, so nobody can decide it afterwards.
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 from ..plan import ApprovalNode, QuestionNode, ToolNode
 from ..states import ApprovalState, NodeState
 from ..store import ApprovalRecord
-from .context import RunContext
+from .calls import Tools
+from .context import Render, RunContext
 from .faults import crashpoint
 from .freeze import card_doc, expiry_s, payload_fingerprint
 from .journal import Journal
@@ -32,7 +31,7 @@ _json = msgspec.json.Encoder(order="deterministic")
 
 
 class Gates:
-    def __init__(self, ctx: RunContext, journal: Journal, tools: Any, render: Any):
+    def __init__(self, ctx: RunContext, journal: Journal, tools: Tools, render: Render):
         self.ctx = ctx
         self.journal = journal
         self.tools = tools
@@ -75,7 +74,7 @@ class Gates:
     async def ask(self, node: ApprovalNode | QuestionNode) -> ApprovalRecord:
         """Resolve, freeze, fingerprint and store the question; the node then waits."""
         ctx = self.ctx
-        step: ToolNode | None = ctx.index[node.step] if isinstance(node, ApprovalNode) else None
+        step: ToolNode | None = ctx.tool(node.step) if isinstance(node, ApprovalNode) else None
         question = node.question if isinstance(node, ApprovalNode) else node.text
         preview = check = None
         options = ctx.plan.options
@@ -91,6 +90,7 @@ class Gates:
         else:
             from ..cards import question_outputs
 
+            assert isinstance(node, QuestionNode)  # no step: a question of its own
             payload = {"question": question}
             about = question_outputs(ctx.plan, node, self.journal.outputs)
             if about:  # what the person is asked to judge is frozen with the question, and shown
@@ -116,8 +116,15 @@ class Gates:
         from ..cards import approval_card_text
 
         card = approval_card_text(
-            run_id=ctx.run_id, step=step, question=question, payload=payload, fingerprint=fp, preview=preview,
-            expires_at=expires_at, approvers=ctx.approvers, server=server,
+            run_id=ctx.run_id,
+            step=step,
+            question=question,
+            payload=payload,
+            fingerprint=fp,
+            preview=preview,
+            expires_at=expires_at,
+            approvers=ctx.approvers,
+            server=server,
         )
         rec = ApprovalRecord(
             id=f"{ctx.run_id}/{node.id}/{int(now * 1000):x}",

@@ -1,13 +1,18 @@
 """A run's node states as one drive knows them, and their way into the store.
 
 The scheduler, the gates and the effects all change node states through
-:meth:`Journal.set`; nothing else writes them. Node states are batched
-(written at most every FLUSH_EVERY_S, or ahead of the next store call) so a
-burst of steps costs one transaction and one thread hop; a crash may then
-repeat reads, which the contract allows. Approvals and effects are written,
-and committed, before the engine moves past them: they go through
-:meth:`Journal.db`, which writes the pending node states first, in the
-same thread hop.
+:meth:`Journal.set`; nothing else writes them. Node states are batched:
+written ahead of the next store call, in its thread hop, and otherwise at
+most every FLUSH_EVERY_S while the run moves, so a chain of reads costs a
+transaction and a thread hop a quarter of a second instead of one every
+few steps. A crash may then repeat the reads of that last moment, which the
+contract allows (reads are at least once). Nothing a promise rests on waits
+for the batch: questions, withdrawals and an effect's claim go through
+:meth:`Journal.db`, which writes the pending node states first, in the same
+hop, and commits before the engine moves past them; an effect's outcome
+is written with its step's state (:meth:`Journal.effect_outcome`); a park,
+an end and an interruption write the last states in the transaction that
+records them (``driver.py``).
 
 Every write carries the drive's owner: the store refuses it (LostRunError)
 once another process has taken the run, or the run was cancelled.
@@ -16,20 +21,34 @@ once another process has taken the run, or the run was cancelled.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import msgspec
 import trio
 
 from ..states import EffectState, NodeState, RunState
-from ..store import NodeRecord
+from ..store import NodeRecord, RunStore
 
-FLUSH_EVERY_S = 0.005
+FLUSH_EVERY_S = 0.25
+"""The longest a changed node state waits for a write of its own: how live ``recipe show``
+and the run page (which reloads every 2 s) are while a run moves, and at most how much
+of a run's reads a crash repeats."""
 
 _json = msgspec.json.Encoder(order="deterministic")
 _SUCCEEDED = NodeState.SUCCEEDED
 _RUNNING = NodeState.RUNNING
-_ENDS = frozenset({NodeState.SUCCEEDED, NodeState.FAILED, NodeState.CANCELLED, NodeState.SKIPPED, NodeState.REJECTED, NodeState.WAITING, NodeState.UNKNOWN})
+_ENDS = frozenset(
+    {
+        NodeState.SUCCEEDED,
+        NodeState.FAILED,
+        NodeState.CANCELLED,
+        NodeState.SKIPPED,
+        NodeState.REJECTED,
+        NodeState.WAITING,
+        NodeState.UNKNOWN,
+    }
+)
 _NEVER_BEGAN = frozenset({NodeState.CANCELLED, NodeState.SKIPPED})
 """Ends a node can reach without its work ever starting: no start time is made up for them."""
 _OPEN = frozenset({NodeState.PENDING, NodeState.RUNNING, NodeState.WAITING})
@@ -44,7 +63,7 @@ class Journal:
         node_ids: list[str],
         *,
         run_id: str,
-        store: Any,
+        store: RunStore,
         owner: str | None,
         clock: Callable[[], float] = time.time,
         on_change: Callable[[str, str], None] | None = None,
@@ -60,14 +79,23 @@ class Journal:
         self.errors: dict[str, str] = {}
         self.times: dict[str, list[float | None]] = {nid: [None, None, None] for nid in node_ids}
         """Per node: [ready, started, ended]: queueing is ready -> started, work started -> ended."""
-        self.watched: dict[str, Any] = {}
+        self.watched: dict[str, Callable[[str, str, str], None]] = {}
         """Node -> a callback(node, old, new) for the scheduler's join tallies."""
         self._dirty: dict[str, None] = {}
         self._flush_wanted = trio.Event()
         self._limiter = trio.CapacityLimiter(1)
 
     # --- changing states -------------------------------------------------------------
-    def set(self, nid: str, state: str, *, output: Any = None, error: str | None = None, started: float | None = None, ended: float | None = None) -> None:
+    def set(
+        self,
+        nid: str,
+        state: str,
+        *,
+        output: Any = None,
+        error: str | None = None,
+        started: float | None = None,
+        ended: float | None = None,
+    ) -> None:
         """Record a node's new state (journaled); ``started`` and ``ended`` override when its
         work began and ended (a thread call is timed on its worker, not when trio collects it)."""
         states = self.states
@@ -110,7 +138,7 @@ class Journal:
         self.times[nid][0] = self.clock()
 
     # --- the store -------------------------------------------------------------------
-    async def db(self, fn: Callable | None, *args: Any, **kwargs: Any) -> Any:
+    async def db(self, fn: Callable[..., Any] | None, *args: Any, **kwargs: Any) -> Any:
         """Call ``fn`` on the store's one worker thread, after writing the pending node states."""
         batch = self._take_dirty()
         if fn is None and not batch:
@@ -122,7 +150,9 @@ class Journal:
             self._dirty.update(dict.fromkeys(r.node_id for r in batch))
             raise
 
-    def _db_sync(self, batch: list[NodeRecord], fn: Callable | None, args: tuple, kwargs: dict) -> Any:
+    def _db_sync(
+        self, batch: list[NodeRecord], fn: Callable[..., Any] | None, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
         if batch:
             self.store.save_nodes(self.run_id, batch, owner=self.owner)
         return fn(*args, **kwargs) if fn is not None else None
@@ -138,7 +168,15 @@ class Journal:
         st = self.states[nid]
         ready, started, ended = self.times[nid]
         output = _json.encode(self.outputs[nid]) if st == _SUCCEEDED and nid in self.outputs else None
-        return NodeRecord(node_id=nid, state=st, output_json=output, error=self.errors.get(nid), started_at=started, ended_at=ended, ready_at=ready)
+        return NodeRecord(
+            node_id=nid,
+            state=st,
+            output_json=output,
+            error=self.errors.get(nid),
+            started_at=started,
+            ended_at=ended,
+            ready_at=ready,
+        )
 
     async def effect_outcome(self, nid: str, finish: Callable[[], bool]) -> bool:
         """Write how an effect ended (``finish``: the store's compare-and-set on the effect's
@@ -163,7 +201,9 @@ class Journal:
             run = store.get_run(self.run_id)
             if run.state != RunState.RUNNING or run.owner != self.owner:
                 data = {"step": record.node_id, "state": record.state, "run": run.state}
-                store.append_event(self.run_id, "effect.after_drive", node_id=record.node_id, data_json=_json.encode(data).decode())
+                store.append_event(
+                    self.run_id, "effect.after_drive", node_id=record.node_id, data_json=_json.encode(data).decode()
+                )
         return True
 
     def close_open(self, why: str) -> None:
@@ -218,7 +258,9 @@ class Journal:
                 self._dirty[step] = None  # the effect's record (a person may have settled it) is newer: write it
 
 
-def ending_records(node_ids: list[str], nodes: dict[str, NodeRecord], effects: dict[str, Any], *, why: str, now: float) -> list[NodeRecord]:
+def ending_records(
+    node_ids: list[str], nodes: dict[str, NodeRecord], effects: dict[str, Any], *, why: str, now: float
+) -> list[NodeRecord]:
     """The node records that close a run ended by a person (cancelled, declined) while its
     driver was away or still going: a step with an effect says what its effect's record says
     (``executed``: succeeded with its result; ``failed``; otherwise ``unknown``, for a person
@@ -231,9 +273,21 @@ def ending_records(node_ids: list[str], nodes: dict[str, NodeRecord], effects: d
         eff = effects.get(nid)
         if eff is not None:
             if eff.state == EffectState.EXECUTED:
-                new = msgspec.structs.replace(rec, state=NodeState.SUCCEEDED, output_json=eff.result_json, error=None, ended_at=eff.ended_at or now)
+                new = msgspec.structs.replace(
+                    rec,
+                    state=NodeState.SUCCEEDED,
+                    output_json=eff.result_json,
+                    error=None,
+                    ended_at=eff.ended_at or now,
+                )
             elif eff.state == EffectState.FAILED:
-                new = msgspec.structs.replace(rec, state=NodeState.FAILED, output_json=None, error=eff.error or "the effect failed", ended_at=eff.ended_at or now)
+                new = msgspec.structs.replace(
+                    rec,
+                    state=NodeState.FAILED,
+                    output_json=None,
+                    error=eff.error or "the effect failed",
+                    ended_at=eff.ended_at or now,
+                )
             else:
                 new = msgspec.structs.replace(rec, state=NodeState.UNKNOWN, output_json=None, error=eff.error)
         elif rec.state in _OPEN:

@@ -19,6 +19,7 @@ import msgspec
 from ..errors import RecipeError, TamperedError
 from ..plan import RISK_ORDER, Plan, ToolNode, compute_fingerprint, decode_plan, sha256_hex
 from ..policy import Hints, Policy
+from ..store import RunRecord
 
 
 def check_stored_plan(plan_json: str, fingerprint: str) -> Plan:
@@ -56,7 +57,7 @@ class RecipeChangedError(TamperedError):
     code = "recipe.changed"
 
 
-def recipe_unchanged(run: Any, plan: Plan, policy: Policy) -> None:
+def recipe_unchanged(run: RunRecord, plan: Plan, policy: Policy) -> None:
     """Refuse (exit 5, nothing recorded) when the run's recipe file now means something else."""
     path = run.recipe_path
     if not path:
@@ -67,6 +68,7 @@ def recipe_unchanged(run: Any, plan: Plan, policy: Policy) -> None:
         return  # a file that is gone cannot be compared; the stored plan is what runs
     if sha256_hex(data) == plan.recipe.source_sha256:
         return
+    # Here, not at the top: `recipe show` reads stored plans through this module and compiles nothing.
     from ..compiler import compile_recipe, decode_utf8
 
     why = None

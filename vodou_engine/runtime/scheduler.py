@@ -10,16 +10,20 @@ hub (many in flight per session); blocking work goes to real threads
 (threads.py) and is abandoned, never waited for, when a quorum drops its
 branch. Blocking built-ins have no task each: one collecting task finishes
 them, so a thousand-wide fan-out costs the trio thread (which competes for
-the GIL with every worker) as little as possible. A quorum join decides at
-its K-th success (or as soon as K is impossible) and drops the rest: tasks
-are cancelled, thread calls abandoned, and a dropped branch's pending
+the GIL with every worker) as little as possible. A chain of MCP reads has
+no task per step either: the read a finishing read makes ready runs next in
+the same task, which is what a chain of calls costs a plain client. A quorum
+join decides at its K-th success (or as soon as K is impossible) and drops
+the rest: tasks are cancelled (a node inside a quorum's items runs in a cancel
+scope of its own), thread calls abandoned, and a dropped branch's pending
 question withdrawn. An effect already executing is shielded and finishes.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import trio
 
@@ -35,7 +39,10 @@ from .effects import Effects
 from .faults import crashpoint
 from .gates import Gates
 from .journal import Journal
-from .threads import Blocking
+from .threads import Blocking, Job
+
+if TYPE_CHECKING:
+    from ..tools.hub import Hub
 
 # Steps that cannot wait (non-blocking built-ins) run in one shared task, at
 # most this many in a row before it lets the other tasks in.
@@ -45,7 +52,13 @@ RETRY_PAUSE_S = 0.5
 RETRY_PAUSE_MAX_S = 30.0
 
 PENDING, RUNNING, WAITING, SUCCEEDED = NodeState.PENDING, NodeState.RUNNING, NodeState.WAITING, NodeState.SUCCEEDED
-FAILED, CANCELLED, SKIPPED, REJECTED, UNKNOWN = NodeState.FAILED, NodeState.CANCELLED, NodeState.SKIPPED, NodeState.REJECTED, NodeState.UNKNOWN
+FAILED, CANCELLED, SKIPPED, REJECTED, UNKNOWN = (
+    NodeState.FAILED,
+    NodeState.CANCELLED,
+    NodeState.SKIPPED,
+    NodeState.REJECTED,
+    NodeState.UNKNOWN,
+)
 DONE_BAD = frozenset({FAILED, CANCELLED, SKIPPED, REJECTED})
 STEP_ERRORS = (ToolError, template.MissingValue, VodouError)
 
@@ -53,7 +66,19 @@ STEP_ERRORS = (ToolError, template.MissingValue, VodouError)
 class Scheduler:
     """Drives one run's graph until nothing more can run now. One per drive."""
 
-    def __init__(self, ctx: RunContext, journal: Journal, *, hub: Any = None, threads: Blocking, model: str | None = None, inputs: dict | None = None):
+    work: trio.Nursery
+    """Where every node's task runs; opened by :meth:`drive`."""
+
+    def __init__(
+        self,
+        ctx: RunContext,
+        journal: Journal,
+        *,
+        hub: Hub | None = None,
+        threads: Blocking,
+        model: str | None = None,
+        inputs: dict[str, Any] | None = None,
+    ):
         self.ctx = ctx
         self.journal = journal
         self.states = journal.states
@@ -81,12 +106,18 @@ class Scheduler:
         self.tally: dict[str, list[int]] = {}
         self.absorbed: set[str] = set()
         """Nodes of items a quorum dropped: they never run (again)."""
-        self.ready: deque = deque()
+        self.droppable: set[str] = {m for n in nodes if isinstance(n, JoinNode) for item in n.members for m in item}
+        """Nodes inside a quorum's items: the only ones a drop cancels while they run, so the
+        only ones that need a cancel scope of their own."""
+        self.ready: deque[ToolNode] = deque()
         self.draining = False
         self.scopes: dict[str, trio.CancelScope] = {}
-        self.jobs: dict[str, Any] = {}  # blocking built-ins on threads, by node id
+        self.jobs: dict[str, Job] = {}  # blocking built-ins on threads, by node id
         self.collecting = False
-        self.work: trio.Nursery | None = None
+        self.handing = False
+        """True while a node's own task starts the nodes it made ready (:meth:`_after_in_task`)."""
+        self.handed: ToolNode | None = None
+        """The hub read that task runs next, in itself, instead of a task of its own."""
 
     # --- tallies ---------------------------------------------------------------------
     def _count(self, nid: str, prev: str, state: str) -> None:
@@ -120,7 +151,7 @@ class Scheduler:
             self.journal.mark(nid, PENDING)
 
     # --- the walk --------------------------------------------------------------------
-    async def drive(self) -> str:
+    async def drive(self) -> RunState:
         """Run every node that can run; return the verdict (a RunState).
 
         The last node states are left unsaved on purpose: the caller writes them
@@ -159,23 +190,29 @@ class Scheduler:
         if isinstance(node, JoinNode):
             self._eval_join(node)
             return
-        needs = [states[n] for n in node.needs]
-        if any(s in DONE_BAD for s in needs):
-            self.journal.set(nid, SKIPPED, error="an earlier step did not succeed")
-            self._after(nid)
-            return
-        if all(s == SUCCEEDED for s in needs):
+        met = True
+        for need in node.needs:  # one pass: any need ended badly skips it; all succeeded starts it
+            st = states[need]
+            if st in DONE_BAD:
+                self.journal.set(nid, SKIPPED, error="an earlier step did not succeed")
+                self._after(nid)
+                return
+            if st != SUCCEEDED:
+                met = False
+        if met:
             self.journal.mark(nid, RUNNING)
             self.journal.ready(nid)
-            blocks = _builtin_read(node)
-            if blocks is False:
-                # started like any other ready node, but by one shared task
-                self.ready.append(node)
-                if not self.draining:
-                    self.draining = True
-                    self.work.start_soon(self._drain)
-            elif blocks:
-                self._submit(node)
+            if isinstance(node, ToolNode) and (blocks := _builtin_read(node)) is not None:
+                if blocks:
+                    self._submit(node)
+                else:
+                    # started like any other ready node, but by one shared task
+                    self.ready.append(node)
+                    if not self.draining:
+                        self.draining = True
+                        self.work.start_soon(self._drain)
+            elif self.handing and self.handed is None and _hub_read(node):
+                self.handed = node  # the task that made it ready runs it next (_run)
             else:
                 self.work.start_soon(self._run, node)
 
@@ -202,7 +239,9 @@ class Scheduler:
             self._finish_read(nid, lambda: builtin.TOOLS[node.tool][0](self.render(node.args)))
         self._after(nid)
 
-    def _finish_read(self, nid: str, result: Callable[[], Any], started: float | None = None, ended: float | None = None) -> None:
+    def _finish_read(
+        self, nid: str, result: Callable[[], Any], started: float | None = None, ended: float | None = None
+    ) -> None:
         """Record a read step's result, or the error ``result()`` raises for it."""
         try:
             out = result()
@@ -250,15 +289,42 @@ class Scheduler:
         for s in self.succ[nid]:
             self._try_start(s)
 
+    def _after_in_task(self, nid: str) -> ToolNode | None:
+        """:meth:`_after`, from ``nid``'s own task: the first hub read it makes ready is handed
+        back, for this task to run next (the rest start as before)."""
+        self.handing = True
+        try:
+            self._after(nid)
+        finally:
+            self.handing = False
+            handed, self.handed = self.handed, None
+        return handed
+
     # --- quorum joins ----------------------------------------------------------------
     def _eval_join(self, j: JoinNode) -> None:
         ok, bad = self.tally[j.id]
         states = self.states
         if ok >= j.need:
-            results = {n: (SUCCEEDED if states[n] == SUCCEEDED else CANCELLED if states[n] in (PENDING, RUNNING, WAITING) else states[n]) for n in j.needs}
+            results = {
+                n: (
+                    SUCCEEDED
+                    if states[n] == SUCCEEDED
+                    else CANCELLED
+                    if states[n] in (PENDING, RUNNING, WAITING)
+                    else states[n]
+                )
+                for n in j.needs
+            }
             dropped = self._drop_items(j)
             crashpoint("quorum")
-            self.journal.set(j.id, SUCCEEDED, output={"succeeded": [n for n, s in results.items() if s == SUCCEEDED], "dropped": {n: str(s) for n, s in results.items() if s != SUCCEEDED}})
+            self.journal.set(
+                j.id,
+                SUCCEEDED,
+                output={
+                    "succeeded": [n for n, s in results.items() if s == SUCCEEDED],
+                    "dropped": {n: str(s) for n, s in results.items() if s != SUCCEEDED},
+                },
+            )
             self._after(j.id)
         elif bad > j.of - j.need:
             dropped = self._drop_items(j)
@@ -307,46 +373,62 @@ class Scheduler:
             self.work.start_soon(self.gates.withdraw, withdrawn, f"its branch was {why}")
         return dropped
 
-    # --- one node, in a task of its own ------------------------------------------------
-    async def _run(self, node) -> None:
+    # --- a node in a task of its own (a chain of hub reads shares one) ----------------------
+    async def _run(self, node: ToolNode | WriteNode | ApprovalNode | QuestionNode) -> None:
+        """A node's task. A chain of hub reads goes on in it, one read after another: a step
+        costs no task of its own (spawn, first pass of the run loop, exit), and each read
+        still waits for its reply, so the other tasks get their turn as before."""
+        next_node: ToolNode | WriteNode | ApprovalNode | QuestionNode | None = node
+        while next_node is not None:
+            next_node = await self._run_one(next_node)
+
+    async def _run_one(self, node: ToolNode | WriteNode | ApprovalNode | QuestionNode) -> ToolNode | None:
+        """Run one node, in a cancel scope of its own when a quorum may drop it; the read
+        this task is to run next, if ending it made one ready."""
         nid = node.id
-        journal = self.journal
         if nid in self.absorbed:
             # Dropped by a quorum decided before this task took its first step,
             # when it had no cancel scope for the drop to cancel: it must not begin.
-            journal.set(nid, CANCELLED, error="dropped by a quorum")
-            self._after(nid)
-            return
-        journal.set(nid, RUNNING)
+            self.journal.set(nid, CANCELLED, error="dropped by a quorum")
+            return self._after_in_task(nid)
+        self.journal.set(nid, RUNNING)
+        if nid not in self.droppable:
+            await self._step(node)
+            return self._after_in_task(nid)
         with trio.CancelScope() as scope:
             self.scopes[nid] = scope
-            try:
-                if isinstance(node, ToolNode):
-                    if node.effectful and not node.without_asking:
-                        await self.effects.run(node)
-                    elif node.effectful:
-                        await self.effects.run_unasked(node)
-                    else:
-                        out = await self._read(node)
-                        crashpoint("reads")
-                        journal.set(nid, SUCCEEDED, output=out)
-                elif isinstance(node, WriteNode):
-                    await self._write(node)
-                elif isinstance(node, (ApprovalNode, QuestionNode)):
-                    await self.gates.run(node)
-                else:  # pragma: no cover - joins never run as tasks
-                    raise AssertionError(node)
-            except LostRunError:
-                raise  # not this step's failure: the whole drive must stop
-            except STEP_ERRORS as exc:
-                journal.set(nid, FAILED, error=str(exc))
+            await self._step(node)
         self.scopes.pop(nid, None)
         if scope.cancelled_caught and self.states[nid] == RUNNING:
-            journal.set(nid, CANCELLED, error="dropped by a quorum")
+            self.journal.set(nid, CANCELLED, error="dropped by a quorum")
             if isinstance(node, (ApprovalNode, QuestionNode)):
                 # Dropped while asking: its question may already be stored; it must not stay open.
                 self.work.start_soon(self.gates.withdraw, [nid], "its branch was dropped by a quorum")
-        self._after(nid)
+        return self._after_in_task(nid)
+
+    async def _step(self, node: ToolNode | WriteNode | ApprovalNode | QuestionNode) -> None:
+        """A node's work, by kind; a step's own failure fails the step, nothing more."""
+        journal = self.journal
+        try:
+            if isinstance(node, ToolNode):
+                if node.effectful and not node.without_asking:
+                    await self.effects.run(node)
+                elif node.effectful:
+                    await self.effects.run_unasked(node)
+                else:
+                    out = await self._read(node)
+                    crashpoint("reads")
+                    journal.set(node.id, SUCCEEDED, output=out)
+            elif isinstance(node, WriteNode):
+                await self._write(node)
+            elif isinstance(node, (ApprovalNode, QuestionNode)):
+                await self.gates.run(node)
+            else:  # pragma: no cover - joins never run as tasks
+                raise AssertionError(node)
+        except LostRunError:
+            raise  # not this step's failure: the whole drive must stop
+        except STEP_ERRORS as exc:
+            journal.set(node.id, FAILED, error=str(exc))
 
     async def _read(self, node: ToolNode) -> Any:
         """A read step: its own timeout, and its retries with a pause that doubles (an
@@ -373,7 +455,7 @@ class Scheduler:
             return self.inputs[name]
         raise template.MissingValue(f"{{{name}}} has no value")
 
-    def render(self, args: dict) -> Any:
+    def render(self, args: dict[str, Any]) -> Any:
         return template.render(args, self._resolve)
 
     async def _write(self, node: WriteNode) -> None:
@@ -392,10 +474,16 @@ class Scheduler:
         self.journal.set(node.id, SUCCEEDED, output=text)
 
 
-def _builtin_read(node) -> bool | None:
+def _hub_read(node: ToolNode | WriteNode | ApprovalNode | QuestionNode) -> TypeGuard[ToolNode]:
+    """A read over the hub: it always waits for its reply (or fails its step, and whatever
+    follows it is skipped), so a task that runs a chain of them still lets the others in."""
+    return isinstance(node, ToolNode) and node.server != BUILTIN_SERVER and not node.effectful
+
+
+def _builtin_read(node: ToolNode) -> bool | None:
     """For a read-only built-in, whether it blocks: sleep goes to a worker thread
     (and no task of its own), noop and echo run inline (nothing to wait for).
     None for every other node: it gets a task."""
-    if isinstance(node, ToolNode) and node.server == BUILTIN_SERVER and not node.effectful and not (node.timeout_s or node.retries):
+    if node.server == BUILTIN_SERVER and not node.effectful and not (node.timeout_s or node.retries):
         return builtin.TOOLS[node.tool][1]
     return None

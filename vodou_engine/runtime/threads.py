@@ -22,11 +22,20 @@ import contextvars
 import threading
 import time
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import outcome
 import trio
-from trio.lowlevel import Abort, current_task, current_trio_token, reschedule, start_thread_soon, wait_task_rescheduled
+from trio.lowlevel import (
+    Abort,
+    Task,
+    current_task,
+    current_trio_token,
+    reschedule,
+    start_thread_soon,
+    wait_task_rescheduled,
+)
 
 DEFAULT_THREADS = 256
 """Calls on threads at once per run unless the caller says otherwise (``VODOU_THREADS``)."""
@@ -49,31 +58,31 @@ class Blocking:
         self.limit = limit
         self.workers = 0  # worker loops alive; changed under ``lock``
         self.lock = threading.Lock()  # a worker's take-or-exit against a caller's cancel
-        self.queued: deque[_Job] = deque()  # waiting for a worker
-        self.done: deque[_Job] = deque()  # appended to by workers
+        self.queued: deque[Job] = deque()  # waiting for a worker
+        self.done: deque[Job] = deque()  # appended to by workers
         self.start_asked = False
         self.drain_asked = False
         self.token: trio.lowlevel.TrioToken | None = None
-        self.finished: list[_Job] = []  # ended submitted calls, for collect()
-        self.collector: Any = None  # the task parked in collect()
+        self.finished: list[Job] = []  # ended submitted calls, for collect()
+        self.collector: Task | None = None  # the task parked in collect()
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Call ``fn(*args)`` on a worker thread; cancelling the caller abandons it."""
         job = self._queue(fn, args, current_task(), None)
         return await wait_task_rescheduled(job.abort)
 
-    def submit(self, fn: Callable[..., Any], args: tuple, tag: Any) -> _Job:
+    def submit(self, fn: Callable[..., Any], args: tuple[Any, ...], tag: Any) -> Job:
         """Queue ``fn(*args)`` with no task waiting on it: ``collect`` hands it back,
         ``tag`` and ``result`` (an ``outcome``) set, once it ends. A caller with many
         calls in flight pays for one collecting task instead of a task per call."""
         return self._queue(fn, args, None, tag)
 
-    def abandon(self, job: _Job) -> None:
+    def abandon(self, job: Job) -> None:
         """A submitted call is no longer wanted: never run if not yet taken, never collected."""
         with self.lock:
             job.tag = None
 
-    async def collect(self) -> list[_Job]:
+    async def collect(self) -> list[Job]:
         """Submitted calls that ended since the last collect; [] after ``interrupt``.
         One task at a time may wait here."""
         if not self.finished:
@@ -92,10 +101,10 @@ class Blocking:
         self.collector = None
         return Abort.SUCCEEDED
 
-    def _queue(self, fn: Callable[..., Any], args: tuple, task: Any, tag: Any) -> _Job:
+    def _queue(self, fn: Callable[..., Any], args: tuple[Any, ...], task: Task | None, tag: Any) -> Job:
         if self.token is None:
             self.token = current_trio_token()
-        job = _Job(self, fn, args, task, tag)
+        job = Job(self, fn, args, task, tag)
         # Append and count under the lock a worker holds to find the queue empty
         # and leave: either that worker sees this call, or the count read here
         # already lacks it. (Unlocked, a worker could find the queue empty, this
@@ -159,17 +168,19 @@ def _ignore(_: Any) -> None:
     pass
 
 
-class _Job:
+class Job:
     __slots__ = ("args", "context", "ended", "fn", "owner", "result", "started", "tag", "task")
 
-    def __init__(self, owner: Blocking, fn: Callable[..., Any], args: tuple, task: Any, tag: Any):
+    result: outcome.Outcome[Any]
+    """How the call ended; set by :meth:`deliver`, before trio ever sees the job again."""
+
+    def __init__(self, owner: Blocking, fn: Callable[..., Any], args: tuple[Any, ...], task: Task | None, tag: Any):
         self.owner = owner
         self.fn = fn
         self.args = args
         self.task = task  # the caller waiting in run(); None once it has given up
         self.tag = tag  # a submitted call's tag; None once abandoned
         self.context = contextvars.copy_context()
-        self.result = None
         self.started: float | None = None
         """When a worker took it (epoch seconds): the time before that was spent queueing, not working."""
         self.ended: float | None = None
@@ -182,14 +193,16 @@ class _Job:
             self.task = None
         return Abort.SUCCEEDED
 
-    def deliver(self, result: Any) -> None:
+    def deliver(self, result: outcome.Outcome[Any]) -> None:
         """On the worker thread: queue the result; only the first of a burst wakes trio."""
         self.result = result
         owner = self.owner
         owner.done.append(self)
         if not owner.drain_asked:
             owner.drain_asked = True
+            token = owner.token
+            assert token is not None  # taken by the first call queued, before any worker runs
             try:
-                owner.token.run_sync_soon(owner._drain)
+                token.run_sync_soon(owner._drain)
             except trio.RunFinishedError:
                 pass  # an abandoned call outlived its run

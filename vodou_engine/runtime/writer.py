@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..errors import ModelError
+
 _TEXT_KEYS = ("summary", "subject", "text", "title", "name", "snippet", "label")
 
 
@@ -42,25 +44,29 @@ def offline(prompt: str, inputs: dict[str, Any], missing: list[str]) -> str:
 def with_model(model_id: str, prompt: str, inputs: dict[str, Any], missing: list[str]) -> str:
     """Blocking: call from a worker thread."""
     try:
-        import llm
+        import llm  # optional, and slow to import: only when a run asks for a model
     except ImportError:
-        from ..errors import ModelError
-
         raise ModelError(
-            f"model {model_id!r} needs the llm library", hint="install vodou_engine[llm], or run without a model to use the offline writer", model=model_id
+            f"model {model_id!r} needs the llm library",
+            hint="install vodou_engine[llm], or run without a model to use the offline writer",
+            model=model_id,
         ) from None
     body = [f"Task: {prompt}", "", "Inputs (JSON):"]
     for name, value in inputs.items():
         body.append(f"## {name}\n{json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)}")
     if missing:
         body.append(f"\nThese inputs are missing (a quorum dropped them or they failed): {', '.join(missing)}")
-    from ..errors import ModelError
-
     try:
         model = llm.get_model(model_id)
     except llm.UnknownModelError as exc:
-        raise ModelError(f"unknown model {model_id!r}: {exc}", hint="`llm models` lists the models installed", model=model_id) from None
+        raise ModelError(
+            f"unknown model {model_id!r}: {exc}", hint="`llm models` lists the models installed", model=model_id
+        ) from None
     try:
         return model.prompt("\n".join(body)).text()
-    except Exception as exc:  # a missing key, a refused or failed request: the step fails, the run does not crash
-        raise ModelError(f"model {model_id!r} could not write: {type(exc).__name__}: {exc}", hint="check the model's key and settings (`llm keys`, `llm models`)", model=model_id) from None
+    except Exception as exc:  # noqa: BLE001 - a missing key, a refused or failed request: the step fails, the run does not crash
+        raise ModelError(
+            f"model {model_id!r} could not write: {type(exc).__name__}: {exc}",
+            hint="check the model's key and settings (`llm keys`, `llm models`)",
+            model=model_id,
+        ) from None
