@@ -289,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         _error(exc)
         code = exc.exit_code
     except BaseExceptionGroup as group:
-        from .runs import plain_error  # loaded by the command by now; at the top, `recipe --help` would load it
+        from .runs import plain_error  # here, not at the top: `recipe --help` would load runs.py
 
         leaf = plain_error(group)
         if not isinstance(leaf, (VodouError, Stopped, KeyboardInterrupt)):
