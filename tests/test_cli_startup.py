@@ -2,7 +2,8 @@
 
 ``cli.py`` dispatches through ``COMMANDS`` (command → module, function) and imports
 the chosen module only when that command runs, so ``recipe --help``, ``runs`` and
-``plan --offline`` start without trio or the MCP SDK. Each claim is read from a new
+``plan --offline`` start without trio or the MCP SDK, and ``--help`` and ``compile``
+without the run API or the store. Each claim is read from a new
 interpreter that runs the command (``cli.main``) and then lists ``sys.modules``.
 """
 
@@ -60,17 +61,19 @@ def test_every_command_is_done_by_a_function_of_its_module():
 
 
 @pytest.mark.parametrize(
-    ("args", "expect", "own"),
+    ("args", "expect", "own", "absent"),
     [
-        (("--help",), 0, set()),
-        (("runs",), 0, {"api", "inspect"}),
-        (("show", "no-such-run"), 6, {"api", "inspect"}),  # no store yet: exit 6
-        (("plan", "--offline", str(RECIPES / "morning-briefing.recipe")), 0, {"api", "run"}),
+        (("--help",), 0, set(), {"vodou_engine.runs", "vodou_engine.store"}),
+        (("compile", str(RECIPES / "morning-briefing.recipe")), 0, {"compile"}, {"vodou_engine.runs", "vodou_engine.store"}),
+        (("runs",), 0, {"common", "inspect"}, set()),
+        (("show", "no-such-run"), 6, {"common", "inspect"}, set()),  # no store yet: exit 6
+        (("plan", "--offline", str(RECIPES / "morning-briefing.recipe")), 0, {"common", "compile", "run"}, set()),
     ],
-    ids=["help", "runs", "show", "plan-offline"],
+    ids=["help", "compile", "runs", "show", "plan-offline"],
 )
-def test_a_command_loads_its_own_module_and_nothing_heavy(cli, args, expect, own):
+def test_a_command_loads_its_own_module_and_nothing_heavy(cli, args, expect, own, absent):
     modules = loaded(cli, *args, expect=expect)
     assert "vodou_engine.cli" in modules and "argparse" in modules  # the listing is read as written
-    assert commands_loaded(modules) == {"common"} | own
-    assert not [m for m in HEAVY if m in modules], f"`recipe {' '.join(args)}` loaded {[m for m in HEAVY if m in modules]}"
+    assert commands_loaded(modules) == {"exits"} | own
+    heavy = [m for m in (*HEAVY, *sorted(absent)) if m in modules]
+    assert not heavy, f"`recipe {' '.join(args)}` loaded {heavy}"

@@ -22,10 +22,10 @@ whether it sits at module level or inside a function.
     ``vodou_engine/__main__.py`` is the one exception: it is what ``python -m
     vodou_engine`` runs, the CLI's own entry point (as the ``recipe`` script
     is), not a module below it. Within the CLI the layers go one way: commands
-    use views/ and their shared helpers (``commands/common.py``,
-    ``commands/api.py``), never ``cli.py``; views/ use neither.
+    use views/ and their shared modules (``commands/exits.py``,
+    ``commands/common.py``), never ``cli.py``; views/ use neither.
 
-(c) ``cli.py`` names no command module but ``commands/common.py`` (what it needs
+(c) ``cli.py`` names no command module but ``commands/exits.py`` (what it needs
     before it knows the command): it imports the one chosen by its name, at run
     time, so ``recipe --help`` and every command load only their own.
 """
@@ -195,7 +195,7 @@ def test_the_graph_is_read_as_the_code_says():
     assert f"{PACKAGE}.store" in NOW[f"{PACKAGE}.runtime.journal"]  # `from ..store import NodeRecord`
     assert f"{PACKAGE}.runtime.driver" in ANYWHERE[f"{PACKAGE}.runs"] - NOW[f"{PACKAGE}.runs"]  # in a function
     assert f"{PACKAGE}.views.report" in NOW[f"{PACKAGE}.commands.run"]
-    assert f"{PACKAGE}.commands.common" in NOW[f"{PACKAGE}.cli"]
+    assert f"{PACKAGE}.commands.exits" in NOW[f"{PACKAGE}.cli"]
     assert f"{PACKAGE}.tools.process" not in NOW[f"{PACKAGE}.tools.hub"]  # only under TYPE_CHECKING there
     assert f"{PACKAGE}.runtime.driver" in RUN[f"{PACKAGE}.runs"]  # an import in a function runs
     assert f"{PACKAGE}.tools.process" in ANYWHERE[f"{PACKAGE}.tools.hub"] - RUN[f"{PACKAGE}.tools.hub"]  # TYPE_CHECKING never does
@@ -242,6 +242,6 @@ def test_the_cli_layers_import_one_way():
     assert not offenders, "commands/ may not use cli.py, nor views/ cli.py or commands/:\n" + "\n".join(offenders)
 
 
-def test_cli_names_no_command_module_but_common():
+def test_cli_names_no_command_module_but_exits():
     named = {t for t in ANYWHERE[f"{PACKAGE}.cli"] if _in(t, f"{PACKAGE}.commands")}
-    assert named == {f"{PACKAGE}.commands.common"}, f"cli.py imports {sorted(named)}: a command's module is imported by name, when it runs"
+    assert named == {f"{PACKAGE}.commands.exits"}, f"cli.py imports {sorted(named)}: a command's module is imported by name, when it runs"

@@ -2,8 +2,9 @@
 
 ``main()`` parses the arguments, imports the one module that does the command asked
 for (``COMMANDS``), runs it, and turns what it raised into a message and an exit
-code (docs/exit-codes.md). Nothing else is loaded: ``recipe --help`` reads this
-file, ``commands/common.py`` and the modules whose flags the parser adds
+code (``commands/exits.py``, docs/exit-codes.md). Nothing else is loaded:
+``recipe --help`` reads this file, ``commands/exits.py`` and the modules whose
+flags the parser adds
 (``web/serve.py``, ``workers/command.py``, ``agents/``); a command loads its own
 module, and trio, the MCP SDK or rich only if it needs them. What approving,
 rejecting or resuming means is decided by the run API (``runs.py``), the same for
@@ -20,13 +21,12 @@ from importlib import import_module
 
 from . import __version__
 from .agents import author, mcp_server
-from .commands.common import TOKEN_ENV, Stopped, _ended, _error, _stop_on_signals
+from .commands.exits import TOKEN_ENV, Stopped, _ended, _error, _stop_on_signals
 from .errors import VodouError
 from .gcpause import own_process
 from .views.term import guard_stdout
 from .web import serve as web_serve
 from .workers import command as worker_command
-
 
 PROMPTS = """On a terminal, run, approve and resume show each card and ask. The answers are
 the same at every prompt: y approves, n rejects (the run ends declined, exit 4),
@@ -250,7 +250,7 @@ def _parser() -> argparse.ArgumentParser:
 # Which module under commands/ does each command, and its function there. `main` imports
 # that module only, so a command loads what it needs and nothing another command needs.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "compile": ("run", "cmd_compile"),
+    "compile": ("compile", "cmd_compile"),
     "plan": ("run", "cmd_plan"),
     "run": ("run", "cmd_run"),
     "approve": ("decide", "cmd_decide"),

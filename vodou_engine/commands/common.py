@@ -1,14 +1,16 @@
-"""What every command shares, and what ``cli.py`` needs before it knows the command.
+"""What the commands share: the run API opened with a command's flags, who is acting, a run driven here.
 
-``cli.py`` imports this module at start-up (``recipe --help`` loads it), so it
-imports nothing heavy: the words for errors and their exit codes (docs/exit-codes.md),
-the signals that stop a command before trio runs, who is acting (the
-operating-system user, or an approver proven by their secret), input values, ages,
-the prompt's answers, and writing output.
+Who is acting is the operating-system user, or an approver proven by their secret
+(``--as``). A run driven in this process runs on trio (``_run_async``: the first
+signal cancels it and leaves it resumable, a second one stops every server at
+once), says how to go on when a signal stopped it (``_left_resumable``), and on a
+terminal has its approvals answered here (``_answer_inline``). Also: input values
+(``--set``), durations, and the prompt's answers.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -16,73 +18,13 @@ import signal
 import sys
 from typing import Any, Callable
 
-from ..errors import IdentityError, UsageError, VodouError
+from ..errors import IdentityError, UsageError
 from ..limits import MAX_DEPTH, TooDeep, check_json_depth
 from ..osuser import env_claim, os_user
+from ..runs import Runs
+from ..views.report import interrupted, report
 from ..views.term import ask, console, say
-
-TOKEN_ENV = "VODOU_APPROVER_TOKEN"
-
-
-class Stopped(BaseException):
-    """A signal asked this process to stop; the run it drove was left resumable."""
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _ended(exc: BaseException) -> int:
-    if isinstance(exc, VodouError):
-        _error(exc)
-        return exc.exit_code
-    signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
-    say("interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}", style="red", err=True)
-    return 128 + signum
-
-
-def _stop_on_signals() -> None:
-    """Before trio runs (and between runs): SIGTERM and SIGHUP unwind like Ctrl-C, so
-    servers started early are stopped on the way out. Inside trio the run API's
-    drive handles them (``_run_async``)."""
-
-    def stop(signum: int, _frame: Any) -> None:
-        raise Stopped(signum)
-
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        try:
-            signal.signal(sig, stop)
-        except (ValueError, OSError):  # pragma: no cover - not the main thread
-            pass
-
-
-# --- errors: the library's facts, in the CLI's words ---------------------------------------
-def _error(exc: Any) -> None:
-    hint = _CLI_HINTS.get(exc.code)
-    text = str(exc)
-    if hint is not None:
-        # The CLI's own words for what to do (they may name `recipe` commands); the rest,
-        # file:line:col and caret included, is the library's message as it is.
-        mine = f"hint: {hint(exc.facts)}"
-        text = text.replace(f"hint: {exc.hint}", mine) if exc.hint else f"{text}\n  {mine}"
-    say(text, style="red", err=True)
-
-
-_CLI_HINTS: dict[str, Callable[[dict], str]] = {
-    "run.unknown": lambda f: "`recipe runs` lists the runs in this store",
-    "plan.edited": lambda f: f"if the edit is intended, `recipe compile {f.get('path') or 'actions.json'} -o {f.get('path') or 'actions.json'}` verifies and fingerprints it again",
-    "run.busy": lambda f: f"`recipe show {f.get('run')}` follows it; it picks up every decision already made",
-    "approval.expired": lambda f: "`recipe resume RUN` asks again",
-    "approval.stale": lambda f: f"read the current card (`recipe show {f.get('run')} --audit`) and approve its fingerprint",
-    "approval.decided": lambda f: f"`recipe show {f.get('run')}` lists the run's approvals" + ("; `recipe resume RUN` asks again" if f.get("state") == "expired" else ""),
-    "servers.mismatch": lambda f: "run it with --servers naming the server file the run was started with"
-    + (f" ({', '.join(f['bound'])})" if f.get("bound") else "")
-    + ", or start a new run against these servers"
-    if f.get("configured", True)
-    else "the server file says the same, but what it starts differs here: put back the files, directory and environment the run started with (named above), or start a new run",
-    "recipe.changed": lambda f: f"restore {f.get('path')} (the run executes the plan it started with), or `recipe reject {f.get('run')}` and start a new run",
-    "identity.refused": lambda f: f"act as yourself (drop --as), or put {f.get('claimed')}'s secret in ${TOKEN_ENV} (`recipe approver add NAME` makes one)",
-}
+from .exits import TOKEN_ENV, Stopped
 
 
 # --- who is acting ------------------------------------------------------------------------
@@ -119,21 +61,18 @@ def _me(runs: Any, command: str, run_id: str | None = None, *, also: str | None 
     return me
 
 
+# --- the run API, inputs, a run driven here -----------------------------------------------
+def _runs(args: Any) -> Any:
+    workers = False if getattr(args, "here", False) else None  # --here: driven here, whatever the store
+    return Runs(store=getattr(args, "store", None), servers=getattr(args, "servers", None), policy=getattr(args, "policy", None), workers=workers)
+
+
 def _store_flag(args: Any) -> str:
     return f" --store {args.store}" if getattr(args, "store", None) else ""
 
 
-def _write(data: bytes, out: str | None) -> None:
-    if out:
-        tmp = out + ".tmp"
-        try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, out)
-        except OSError as exc:
-            raise UsageError(f"cannot write {out}: {exc.strerror or exc}", hint="check that the directory exists and is writable") from None
-    else:
-        sys.stdout.buffer.write(data)
+def _interactive(args: Any) -> bool:
+    return not getattr(args, "no_wait", False) and not getattr(args, "json", False) and sys.stdin.isatty() and sys.stdout.isatty()
 
 
 def _inputs(pairs: list[str]) -> dict[str, Any]:
@@ -162,6 +101,61 @@ def _seconds(text: str | None) -> float | None:
     return int(m[1]) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m[2]]
 
 
+def _run_async(fn: Callable[[], Any]) -> Any:
+    """Run the API call ``fn`` on trio. The first SIGINT, SIGTERM or SIGHUP cancels it
+    (the run is left interrupted, its servers stopped); a second one stops at once."""
+    import trio  # here, not at the top: `recipe runs`, `show` and `plan --offline` never load it
+
+    got: list[int] = []
+    result: list[Any] = []
+
+    async def main() -> None:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+            async with trio.open_nursery() as nursery:
+
+                async def watch() -> None:
+                    async for signum in signals:
+                        got.append(signum)
+                        if len(got) == 1:
+                            nursery.cancel_scope.cancel()
+                        else:
+                            _stop_now(signum)
+
+                nursery.start_soon(watch)
+                try:
+                    result.append(await fn())
+                finally:
+                    nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    if got:
+        raise Stopped(got[0])
+    return result[0]
+
+
+def _stop_now(signum: int) -> None:
+    """A second signal: stop every server process group this process started, and exit."""
+    from ..tools.process import stop_all_now  # loaded by the run's driver by now; never by `recipe runs`
+
+    stop_all_now()
+    os._exit(128 + signum)
+
+
+@contextlib.contextmanager
+def _left_resumable(args: Any, run_id: str) -> Any:
+    """A signal while the run is driven: say how to go on with it (it was left interrupted)."""
+    try:
+        yield
+    except (Stopped, KeyboardInterrupt):
+        try:
+            state = _runs(args).show(run_id).state
+        except Exception:  # noqa: BLE001 - no such run (stopped before it was stored), no store
+            state = None
+        if state == "interrupted":
+            interrupted(run_id, _store_flag(args), err=True)
+        raise
+
+
 def _ask(question: str) -> str:
     """'yes', 'no' or 'later' (Enter, or Ctrl-D: no answer). The same answers at every prompt."""
     while True:
@@ -176,3 +170,20 @@ def _ask(question: str) -> str:
             return "no"
         if answer in ("", "later"):
             return "later"
+
+
+def _answer_inline(args: Any, runs: Any, rep: Any, code: int, actor: str, proof: str) -> int:
+    """On a terminal: ask each waiting question here and drive on. 'n' rejects, as at
+    `recipe approve`'s prompt; Enter or Ctrl-D leaves the run parked (exit 3)."""
+    while rep.state == "parked" and rep.pending and not rep.queued and _interactive(args):
+        card = rep.pending[0]  # its card was just printed
+        answer = _ask(f"run {card.step}?")
+        if answer == "later":
+            say(f"nothing was decided; run {rep.run} stays parked.", style="yellow")
+            return code
+        if answer == "yes":
+            rep = _run_async(lambda: runs.approve(rep.run, card.step, actor=actor, fingerprint=card.fingerprint, proof=proof))
+        else:
+            rep = _run_async(lambda: runs.reject(rep.run, card.step, actor=actor, fingerprint=card.fingerprint, proof=proof))
+        code = report(rep, json_out=False, store_flag=_store_flag(args))
+    return code

@@ -19,8 +19,7 @@ from ..store import open_store
 from ..tools.process import Prespawned
 from ..views.report import report
 from ..views.term import say
-from .api import _answer_inline, _left_resumable, _run_async, _runs
-from .common import _actor, _ask, _store_flag
+from .common import _actor, _answer_inline, _ask, _left_resumable, _run_async, _runs, _store_flag
 
 
 def cmd_decide(args: Any) -> int:

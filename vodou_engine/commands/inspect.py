@@ -15,8 +15,7 @@ import msgspec
 from ..errors import StoreMissingError, UsageError
 from ..views.report import runs_table, show
 from ..views.term import out, say
-from .api import _runs
-from .common import _me, _seconds, _store_flag
+from .common import _me, _runs, _seconds, _store_flag
 
 
 def _since(text: str | None) -> float | None:

@@ -13,8 +13,8 @@ from ..agents import identity
 from ..errors import RefusedError
 from ..views.term import out, say
 from ..web.identity import add_approver, sign_in_link
-from .api import _run_async, _runs
-from .common import TOKEN_ENV, _me
+from .common import _me, _run_async, _runs
+from .exits import TOKEN_ENV
 
 
 def cmd_approver(args: Any) -> int:

@@ -1,9 +1,8 @@
-"""``recipe compile``, ``plan`` and ``run``: a recipe read, shown, and started.
+"""``recipe plan`` and ``run``: a recipe shown, and started.
 
-``compile`` writes the verified plan (actions.json); ``plan`` prints its card, or
-its graph as JSON or Mermaid, after listing the servers' tools (``--offline``:
-without starting them); ``run`` starts it here and parks at each approval, or
-queues it for the workers (``--queue``).
+``plan`` prints its card, or its graph as JSON or Mermaid, after listing the
+servers' tools (``--offline``: without starting them); ``run`` starts it here and
+parks at each approval, or queues it for the workers (``--queue``).
 """
 
 from __future__ import annotations
@@ -16,28 +15,12 @@ import msgspec
 
 from ..cards import mermaid, plan_card
 from ..compiler import load_source
-from ..graph.summary import summary
-from ..plan import encode_plan
-from ..policy import load_policy
 from ..runs import Inspection, new_run_id
 from ..text_safety import source_warnings
 from ..views.report import Progress, queued_run, report
 from ..views.term import console, json_safe, say
-from .api import _answer_inline, _left_resumable, _run_async, _runs
-from .common import _actor, _inputs, _store_flag, _write
-
-
-def cmd_compile(args: Any) -> int:
-    plan, text = load_source(args.file, policy=load_policy(args.policy), refresh=True, memo=True)
-    _warn_hidden(text, args.file)
-    _write(encode_plan(plan), args.output)
-    return 0
-
-
-def _warn_hidden(text: str | None, path: str) -> None:
-    """Warn about characters written into the recipe that nobody reading it sees (cards mark them)."""
-    for w in source_warnings(text or "", path):
-        say(f"warning: {w}", style="yellow", err=True)
+from .common import _actor, _answer_inline, _inputs, _left_resumable, _run_async, _runs, _store_flag
+from .compile import _warn_hidden
 
 
 def cmd_plan(args: Any) -> int:
@@ -49,6 +32,8 @@ def cmd_plan(args: Any) -> int:
         seen = _run_async(lambda: runs.inspect(args.file))
     plan = seen.plan
     if args.json:
+        from ..graph.summary import summary  # here: only --json needs graph/verify.py and bounds.py
+
         doc: dict[str, Any] = {"plan": plan, "graph": summary(plan)}
         if seen.status:
             doc["tools"] = {k: {"exists": v.exists, "note": v.note} for k, v in seen.status.items()}

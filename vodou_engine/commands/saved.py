@@ -13,8 +13,7 @@ import msgspec
 from ..errors import StoreMissingError
 from ..views.report import when
 from ..views.term import out, say
-from .api import _runs
-from .common import _inputs, _me, _seconds
+from .common import _inputs, _me, _runs, _seconds
 
 
 def cmd_save(args: Any) -> int:
