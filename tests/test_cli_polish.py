@@ -30,6 +30,8 @@ import trio
 
 from conftest import RECIPES, ROOT, Cli, demo_calls
 from vodou_engine import cli as recipe_cli
+from vodou_engine.commands.common import _inputs
+from vodou_engine.commands.inspect import _since
 from vodou_engine.demo import db as demo
 from vodou_engine.errors import UsageError
 from vodou_engine.owners import HOST
@@ -291,7 +293,7 @@ def test_runs_filters_and_a_dead_driver_shows_interrupted(tmp_path, capsys):
     assert ids(state="parked") == ["r-parked"]
     assert ids(recipe="alpha") == ["r-alpha"]
     assert ids(since=time.time() + 60) == []
-    assert ids(since=recipe_cli._since("1h")) == ids()
+    assert ids(since=_since("1h")) == ids()
     assert ids(limit=1) == ["r-dead"]
     assert runs.show("r-dead").state == "interrupted"
 
@@ -302,11 +304,11 @@ def test_runs_filters_and_a_dead_driver_shows_interrupted(tmp_path, capsys):
 
 def test_since_takes_an_age_or_an_iso_time():
     now = time.time()
-    assert abs(recipe_cli._since("2h") - (now - 7200)) < 5
-    assert abs(recipe_cli._since("7d") - (now - 7 * 86400)) < 5
-    assert recipe_cli._since("2026-11-30T08:00:00+00:00") == 1796025600.0
+    assert abs(_since("2h") - (now - 7200)) < 5
+    assert abs(_since("7d") - (now - 7 * 86400)) < 5
+    assert _since("2026-11-30T08:00:00+00:00") == 1796025600.0
     with pytest.raises(UsageError):
-        recipe_cli._since("yesterday")
+        _since("yesterday")
 
 
 # --- the audit, piped ----------------------------------------------------------------------------
@@ -641,7 +643,7 @@ def how_to_try(path: Path, tmp: Path) -> tuple[str | None, dict]:
     argv = try_line(path)
     assert argv[:3] == ["recipe", "run", f"recipes/{path.name}"], argv
     args = recipe_cli._parser().parse_args(argv[1:])  # a command the CLI takes as it is
-    inputs = recipe_cli._inputs(args.set)
+    inputs = _inputs(args.set)
     if inputs.get("repo") == "/tmp/scratch":  # the scratch repository the header says to make
         repo = tmp / "scratch"
         repo.mkdir(parents=True)

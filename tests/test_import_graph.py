@@ -13,13 +13,21 @@ whether it sits at module level or inside a function.
     both need goes to a module below both instead (compiler/words.py holds
     the reserved words the parser's error explanations and lowering share).
 
-(b) Nothing below the CLI imports it: outside ``vodou_engine/cli.py`` and
-    ``vodou_engine/views/``, no import at any level (functions and
-    ``TYPE_CHECKING`` blocks included), and no module name given as a string
-    (``importlib.import_module``), names ``vodou_engine.cli`` or
-    ``vodou_engine.views``. ``vodou_engine/__main__.py`` is the one exception:
-    it is what ``python -m vodou_engine`` runs, the CLI's own entry point
-    (as the ``recipe`` script is), not a module below it.
+(b) Nothing below the CLI imports it. The CLI is ``vodou_engine/cli.py`` (the
+    entry point: arguments and dispatch), ``vodou_engine/commands/`` (what each
+    command does) and ``vodou_engine/views/`` (what they print). Outside those,
+    no import at any level (functions and ``TYPE_CHECKING`` blocks included),
+    and no module name given as a string (``importlib.import_module``), names
+    ``vodou_engine.cli``, ``vodou_engine.commands`` or ``vodou_engine.views``.
+    ``vodou_engine/__main__.py`` is the one exception: it is what ``python -m
+    vodou_engine`` runs, the CLI's own entry point (as the ``recipe`` script
+    is), not a module below it. Within the CLI the layers go one way: commands
+    use views/ and their shared modules (``commands/exits.py``,
+    ``commands/common.py``), never ``cli.py``; views/ use neither.
+
+(c) ``cli.py`` names no command module but ``commands/exits.py`` (what it needs
+    before it knows the command): it imports the one chosen by its name, at run
+    time, so ``recipe --help`` and every command load only their own.
 """
 
 from __future__ import annotations
@@ -31,7 +39,12 @@ from pathlib import Path
 PACKAGE = "vodou_engine"
 ROOT = Path(__file__).resolve().parent.parent / PACKAGE
 CLI_ENTRY_POINTS = {f"{PACKAGE}.__main__"}
-BELOW_CLI_MAY_NOT_NAME = re.compile(rf"{PACKAGE}\.(cli|views)(\..*)?")
+CLI = re.compile(rf"{PACKAGE}\.(cli|commands|views)(\..*)?")  # the CLI's modules; nothing below may name them
+# Within the CLI, each layer may not name the ones above it.
+LAYER_MAY_NOT_NAME = {
+    f"{PACKAGE}.commands": re.compile(rf"{PACKAGE}\.cli(\..*)?"),
+    f"{PACKAGE}.views": re.compile(rf"{PACKAGE}\.(cli|commands)(\..*)?"),
+}
 
 
 def module_name(path: Path) -> str:
@@ -181,7 +194,8 @@ def test_the_graph_is_read_as_the_code_says():
     assert f"{PACKAGE}.runtime.scheduler" in NOW[f"{PACKAGE}.runtime.driver"]
     assert f"{PACKAGE}.store" in NOW[f"{PACKAGE}.runtime.journal"]  # `from ..store import NodeRecord`
     assert f"{PACKAGE}.runtime.driver" in ANYWHERE[f"{PACKAGE}.runs"] - NOW[f"{PACKAGE}.runs"]  # in a function
-    assert f"{PACKAGE}.views.report" in ANYWHERE[f"{PACKAGE}.cli"]
+    assert f"{PACKAGE}.views.report" in NOW[f"{PACKAGE}.commands.run"]
+    assert f"{PACKAGE}.commands.exits" in NOW[f"{PACKAGE}.cli"]
     assert f"{PACKAGE}.tools.process" not in NOW[f"{PACKAGE}.tools.hub"]  # only under TYPE_CHECKING there
     assert f"{PACKAGE}.runtime.driver" in RUN[f"{PACKAGE}.runs"]  # an import in a function runs
     assert f"{PACKAGE}.tools.process" in ANYWHERE[f"{PACKAGE}.tools.hub"] - RUN[f"{PACKAGE}.tools.hub"]  # TYPE_CHECKING never does
@@ -197,15 +211,37 @@ def test_no_import_cycle_even_through_functions():
     assert not found, "import cycles (counting imports inside functions):\n" + "\n".join(" -> ".join(c) for c in found)
 
 
+def _names(module: str, pattern: re.Pattern[str]) -> list[str]:
+    """Where ``module`` imports, or names as a string, a module ``pattern`` matches."""
+    found = [f"{module} imports {target}" for target in sorted(ANYWHERE[module]) if pattern.fullmatch(target)]
+    for node in ast.walk(TREES[module]):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and pattern.fullmatch(node.value):
+            found.append(f"{module} names {node.value!r} (a dynamic import?)")
+    return found
+
+
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
 def test_nothing_below_the_cli_imports_it():
     offenders = []
     for name in sorted(MODULES):
-        if name == f"{PACKAGE}.cli" or name == f"{PACKAGE}.views" or name.startswith(f"{PACKAGE}.views.") or name in CLI_ENTRY_POINTS:
+        if CLI.fullmatch(name) or name in CLI_ENTRY_POINTS:
             continue
-        for target in sorted(ANYWHERE[name]):
-            if BELOW_CLI_MAY_NOT_NAME.fullmatch(target):
-                offenders.append(f"{name} imports {target}")
-        for node in ast.walk(TREES[name]):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and BELOW_CLI_MAY_NOT_NAME.fullmatch(node.value):
-                offenders.append(f"{name} names {node.value!r} (a dynamic import?)")
-    assert not offenders, "below the CLI, only cli.py and views/ may use the CLI:\n" + "\n".join(offenders)
+        offenders += _names(name, CLI)
+    assert not offenders, "below the CLI, only cli.py, commands/ and views/ may use the CLI:\n" + "\n".join(offenders)
+
+
+def test_the_cli_layers_import_one_way():
+    offenders = []
+    for layer, pattern in LAYER_MAY_NOT_NAME.items():
+        for name in sorted(m for m in MODULES if _in(m, layer)):
+            offenders += _names(name, pattern)
+    assert any(_in(m, f"{PACKAGE}.commands") for m in MODULES) and any(_in(m, f"{PACKAGE}.views") for m in MODULES)
+    assert not offenders, "commands/ may not use cli.py, nor views/ cli.py or commands/:\n" + "\n".join(offenders)
+
+
+def test_cli_names_no_command_module_but_exits():
+    named = {t for t in ANYWHERE[f"{PACKAGE}.cli"] if _in(t, f"{PACKAGE}.commands")}
+    assert named == {f"{PACKAGE}.commands.exits"}, f"cli.py imports {sorted(named)}: a command's module is imported by name, when it runs"

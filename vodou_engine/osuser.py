@@ -6,7 +6,7 @@ approved as ana, without ana's secret, and the audit said "approved by ana".
 So the operating-system user is looked up by the process's real user id in
 the password database and nothing else; any other name needs proof (an
 approver's secret, a web session), and an environment that names someone
-else is a claim that is ignored (the CLI logs it, cli.py ``_actor``).
+else is a claim that is ignored (the CLI logs it, ``commands/common.py`` ``_actor``).
 
 *Why the real id, not the effective one:* a set-user-id program runs with the
 effective id of its owner, but the person who started it is the real id.

@@ -1,4 +1,4 @@
 """What only the ``recipe`` command prints: terminal output, live progress, run reports.
 
-Only ``cli.py`` imports this package; nothing below the CLI does.
+Only the CLI (``cli.py``, ``commands/``) imports this package; nothing below it does.
 """
