@@ -1,7 +1,7 @@
 """One long-running process: warm servers, many runs at once, the scheduler, a clean stop.
 
 ``recipe serve`` is this, with a web inbox in front (``web/``). Everything a
-run means is still decided by the run API (``runs.py``); the service only
+run means is still decided by the run API (``runs/``); the service only
 decides *where* work happens: every drive is a task of its own in the
 service's nursery (one run that fails or hangs never stops the others or
 the page), each with its own store connection, on servers kept warm between

@@ -1,6 +1,6 @@
 """What a worker's jobs do on the trio side: drive one run, or decide the due schedule times.
 
-Everything a run means is decided by the run API (``runs.py``) exactly as in
+Everything a run means is decided by the run API (``runs/``) exactly as in
 any other process: a job only says *which* run to drive. A drive job takes
 the run with the same compare-and-set on owner and lease as ``recipe
 resume`` (so a run driven elsewhere is never driven twice), and a run found
