@@ -30,6 +30,7 @@ CLEAN = [
     "vodou_engine/bounds.py",
     "vodou_engine/osuser.py",
     "vodou_engine/owners.py",
+    "vodou_engine/jobs.py",
 ]
 
 

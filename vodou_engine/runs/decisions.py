@@ -14,6 +14,7 @@ from typing import Any
 
 from ..binding import decode_bindings, started_where
 from ..errors import AlreadyDecidedError, ExpiredError, RefusedError, StaleError, UsageError
+from ..jobs import defer_drive_in, store_queue
 from ..owners import LEASE_S
 from ..plan import Plan
 from ..policy import Policy
@@ -80,8 +81,6 @@ class DecisionsMixin(DriveMixin):
             if not queue:
                 _decide(store, approval, ApprovalState.APPROVED, actor, None, proof)
                 return run, plan, servers, policy
-            from ..workers.app import defer_drive_in, store_queue
-
             conn = store_queue(store)
             refusal = None
             with store.transaction():  # the decision and the job that acts on it commit together

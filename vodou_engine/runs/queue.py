@@ -2,6 +2,10 @@
 recipe's run or a stored run's drive queued for ``recipe worker`` instead of driven
 here. What can be refused is refused here, before anything is queued (a recipe that
 does not compile, a bad input, an agent's opt-out of asking, a SQLite store).
+
+The queue is a table in the store's own database: a drive is deferred on the store's
+connection, in the store's transaction, through ``jobs.py``, which the workers use too.
+The run API never imports the workers (``workers/``): they import it.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import UsageError
+from ..jobs import defer_drive_in, no_queue, store_queue
 from ..osuser import os_user
 from ..reports import RunReport
 from ..states import TERMINAL_RUN_STATES
@@ -74,13 +79,9 @@ class QueueMixin(ViewsMixin):
         """Raise :class:`QueueError` (``queue.unavailable``) unless this store can hold the
         workers' queue (PostgreSQL); nothing is opened or created to find out."""
         if not self._on_postgres():
-            from ..workers.app import no_queue
-
             raise no_queue(self._location())
 
     def _queue_drive(self, run_id: str, spec: Mapping[str, Any] | None) -> str:
-        from ..workers.app import defer_drive_in, store_queue
-
         self.require_queue()
         store = self.store()
         conn = store_queue(store)
