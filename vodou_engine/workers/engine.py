@@ -9,7 +9,7 @@ with an effect ``executing`` (its driver died mid-call) has that effect made
 
 One :class:`Engine` lives on a worker's engine thread (``host.py``) for the
 worker's whole life: its MCP servers are started once by a
-:class:`~vodou_engine.service.ServerPool` and kept warm across jobs, and its
+:class:`~vodou_engine.tools.pool.ServerPool` and kept warm across jobs, and its
 store connections are kept too (a free list of :class:`~vodou_engine.runs.Runs`,
 one per job in flight).
 """
@@ -66,7 +66,7 @@ class Engine:
     """The engine of one worker: warm servers and store connections, on the trio thread."""
 
     def __init__(self, store: str, servers: ServerSet, policy: Policy, *, clock: Callable[[], float] = time.time, keep: int = 16, owner: str | None = None):
-        from ..service import ServerPool
+        from ..tools.pool import ServerPool
 
         self.owner = owner or this_process()
         """This worker, as a run's log names it when it hands a run back."""
