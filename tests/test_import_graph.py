@@ -28,6 +28,17 @@ whether it sits at module level or inside a function.
 (c) ``cli.py`` names no command module but ``commands/exits.py`` (what it needs
     before it knows the command): it imports the one chosen by its name, at run
     time, so ``recipe --help`` and every command load only their own.
+
+(d) No import goes up a layer. Every top-level module and package of
+    vodou_engine/ belongs to one layer of :data:`LAYERS` (a new one must be
+    given its place there); a module may import its own layer and the ones
+    below it, never one above, at any level (functions and ``TYPE_CHECKING``
+    blocks included). The run API sits below everything that drives runs or
+    shows them: the workers, the service, the agents' server, the web inbox
+    and the CLI import it, and it imports none of them (what it needs of the
+    workers' queue is ``jobs.py``, below it; the warm servers the service and
+    the workers share are ``tools/pool.py``). docs/architecture.md lists the
+    same layers ("Rules of the import graph"), and a test holds the two equal.
 """
 
 from __future__ import annotations
@@ -45,6 +56,25 @@ LAYER_MAY_NOT_NAME = {
     f"{PACKAGE}.commands": re.compile(rf"{PACKAGE}\.cli(\..*)?"),
     f"{PACKAGE}.views": re.compile(rf"{PACKAGE}\.(cli|commands)(\..*)?"),
 }
+
+LAYERS: list[tuple[str, set[str]]] = [
+    # (what the layer is, its top-level modules and packages), highest first; docs/architecture.md
+    ("the command line", {"__main__", "cli", "commands", "views"}),
+    ("the web inbox", {"web"}),
+    ("long-running surfaces", {"service", "agents", "notify"}),
+    ("the workers", {"workers"}),
+    ("the run API", {"runs"}),
+    ("running a plan", {"runtime", "cards", "planning", "scheduler"}),
+    ("reaching servers", {"tools", "binding", "servers", "launch", "masking", "gcpause"}),
+    ("compiling", {"compiler", "graph", "policy", "bounds"}),
+    ("the store and its queue", {"store", "jobs"}),
+    # `""` is the package's own __init__.py: __version__, and the public names as strings, loaded on first use
+    (
+        "what every layer shares",
+        {"plan", "reports", "states", "errors", "limits", "text_safety", "osuser", "owners", "standalone", "demo", ""},
+    ),
+]
+LAYER_OF = {unit: depth for depth, (_, units) in enumerate(LAYERS) for unit in units}
 
 
 def module_name(path: Path) -> str:
@@ -187,18 +217,31 @@ def _path_within(graph: dict[str, set[str]], group: set[str]) -> list[str]:
     raise AssertionError(f"no cycle through {start}")  # pragma: no cover
 
 
+def unit_of(module: str) -> str:
+    """The top-level module or package of vodou_engine a module belongs to (``""``: the package's own __init__)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def layer_name(module: str) -> str:
+    return LAYERS[LAYER_OF[unit_of(module)]][0]
+
+
 def test_the_graph_is_read_as_the_code_says():
     """The parser above sees what it must, or the checks below would pass on nothing."""
     assert len(MODULES) > 40
-    assert f"{PACKAGE}.reports" in NOW[f"{PACKAGE}.runs"]
+    assert f"{PACKAGE}.reports" in NOW[f"{PACKAGE}.runs.views"]
     assert f"{PACKAGE}.runtime.scheduler" in NOW[f"{PACKAGE}.runtime.driver"]
     assert f"{PACKAGE}.store" in NOW[f"{PACKAGE}.runtime.journal"]  # `from ..store import NodeRecord`
-    assert f"{PACKAGE}.runtime.driver" in ANYWHERE[f"{PACKAGE}.runs"] - NOW[f"{PACKAGE}.runs"]  # in a function
+    assert f"{PACKAGE}.runtime.driver" in ANYWHERE[f"{PACKAGE}.runs.lifecycle"] - NOW[f"{PACKAGE}.runs.lifecycle"]  # in a function
     assert f"{PACKAGE}.views.report" in NOW[f"{PACKAGE}.commands.run"]
     assert f"{PACKAGE}.commands.exits" in NOW[f"{PACKAGE}.cli"]
     assert f"{PACKAGE}.tools.process" not in NOW[f"{PACKAGE}.tools.hub"]  # only under TYPE_CHECKING there
-    assert f"{PACKAGE}.runtime.driver" in RUN[f"{PACKAGE}.runs"]  # an import in a function runs
+    assert f"{PACKAGE}.runtime.driver" in RUN[f"{PACKAGE}.runs.lifecycle"]  # an import in a function runs
     assert f"{PACKAGE}.tools.process" in ANYWHERE[f"{PACKAGE}.tools.hub"] - RUN[f"{PACKAGE}.tools.hub"]  # TYPE_CHECKING never does
+    assert unit_of(f"{PACKAGE}.runs.queue") == "runs" and unit_of(PACKAGE) == "" and unit_of(f"{PACKAGE}.jobs") == "jobs"
+    assert f"{PACKAGE}.runs" in ANYWHERE[f"{PACKAGE}.workers.engine"]  # the workers stand on the run API
+    assert LAYER_OF["workers"] < LAYER_OF["runs"] < LAYER_OF["runtime"] < LAYER_OF["store"]  # higher layers come first
 
 
 def test_no_import_cycle_at_module_level():
@@ -245,3 +288,34 @@ def test_the_cli_layers_import_one_way():
 def test_cli_names_no_command_module_but_exits():
     named = {t for t in ANYWHERE[f"{PACKAGE}.cli"] if _in(t, f"{PACKAGE}.commands")}
     assert named == {f"{PACKAGE}.commands.exits"}, f"cli.py imports {sorted(named)}: a command's module is imported by name, when it runs"
+
+
+def test_every_module_has_a_layer():
+    units = {unit_of(name) for name in MODULES}
+    missing = sorted(u or "__init__" for u in units if u not in LAYER_OF)
+    assert not missing, "give each a place in LAYERS (tests/test_import_graph.py) and docs/architecture.md: " + ", ".join(missing)
+    twice = sorted(u for u in LAYER_OF if sum(u in units_ for _, units_ in LAYERS) > 1)
+    assert not twice, "in more than one layer: " + ", ".join(twice)
+
+
+def test_no_import_goes_up_a_layer():
+    offenders = []
+    for name in sorted(MODULES):
+        here = LAYER_OF.get(unit_of(name))
+        for target in sorted(ANYWHERE[name]):
+            there = LAYER_OF.get(unit_of(target))
+            if here is not None and there is not None and there < here:
+                offenders.append(f"{name} ({layer_name(name)}) imports {target} ({layer_name(target)})")
+    assert not offenders, "imports from a lower layer to a higher one (docs/architecture.md, Rules of the import graph):\n" + "\n".join(offenders)
+
+
+def test_the_layers_are_the_ones_docs_architecture_describes():
+    text = (ROOT.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text.split("## Rules of the import graph", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^  \| ([A-Za-z' -]+) \| (.+) \|$", section, re.M)
+    described = []
+    for layer, cell in rows[1:]:  # below the header
+        own_init = "the package's `__init__.py` (`__version__`"
+        units = {re.sub(r"(\.py|/)$", "", name) for name in re.findall(r"`([^`]+)`", cell.replace(own_init, ""))}
+        described.append((layer, units | ({""} if own_init in cell else set())))
+    assert described == LAYERS

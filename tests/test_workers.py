@@ -355,8 +355,8 @@ def test_a_request_served_by_a_waiting_job_holds_it_until_its_own_writes_are_vis
     """Queueing in the store's transaction (the run API's way: a decision and its resume):
     with a job already waiting for the run, nothing is added, and that job is row-locked
     until the transaction ends, so no worker starts it before the decision is visible."""
+    from vodou_engine.jobs import defer_drive_in, store_queue
     from vodou_engine.store import open_store
-    from vodou_engine.workers.app import defer_drive_in, store_queue
 
     with fresh_schema() as url:
         store = open_store(url)

@@ -8,7 +8,7 @@ cheap (the MCP SDK alone costs about a second to import).
     runs = vodou_engine.Runs(store="runs.db")
     report = trio.run(runs.start, "recipes/morning-briefing.recipe")
 
-``Runs`` (``runs.py``) is the run API every surface calls; docs/python-api.md.
+``Runs`` (``runs/``) is the run API every surface calls; docs/python-api.md.
 """
 
 from __future__ import annotations

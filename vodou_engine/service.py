@@ -1,11 +1,11 @@
 """One long-running process: warm servers, many runs at once, the scheduler, a clean stop.
 
 ``recipe serve`` is this, with a web inbox in front (``web/``). Everything a
-run means is still decided by the run API (``runs.py``); the service only
+run means is still decided by the run API (``runs/``); the service only
 decides *where* work happens: every drive is a task of its own in the
 service's nursery (one run that fails or hangs never stops the others or
 the page), each with its own store connection, on servers kept warm between
-runs by a :class:`ServerPool`.
+runs by a :class:`ServerPool` (``tools/pool.py``).
 
 On a PostgreSQL store the service drives nothing itself: runs go on in the
 workers (``recipe worker``, docs/scale-out.md). An approval is recorded and
@@ -37,6 +37,7 @@ from .policy import Policy
 from .reports import RunReport
 from .runs import Runs
 from .servers import ServerSet
+from .tools.pool import ServerPool
 
 logger = logging.getLogger("vodou_engine.service")
 
@@ -44,219 +45,12 @@ GRACE_S = 30.0
 """How long running steps get to finish after a stop is asked for."""
 
 
-class ServerPool:
-    """The configured servers, each started once and kept for every run that needs it.
-
-    A warm server is one process started from one configuration in one directory:
-    the pool keys it on that configuration's binding (``binding.py``: the start
-    directory, the files its command line reaches and their content, its
-    environment), computed when it is started and again each time a run asks for
-    it. A run bound to another directory gets a server started there; a script
-    edited since its server started gets a new one (the old one is stopped once no
-    drive holds it), so a run never drives a process that is not what it is bound to.
-
-    A server that dies is started again the next time a run needs it (its
-    stderr tail goes to the log). Each server lives in its own hub, owned by
-    one task of the pool, so one server's failure never touches another's
-    session. :meth:`hub` hands a drive a view over the servers it needs;
-    :meth:`PoolHub.release` says the drive is done with them.
-    """
-
-    def __init__(self, servers: ServerSet):
-        self.servers = servers
-        self._hubs: dict[tuple[str, str], Any] = {}
-        self._closers: dict[tuple[str, str], trio.Event] = {}
-        self._starting: dict[tuple[str, str], trio.Event] = {}
-        self._users: dict[tuple[str, str], int] = {}
-        self._current: dict[str, str] = {}
-        """Server name -> the key of the instance the latest request was for."""
-        self._nursery: trio.Nursery | None = None
-        self.restarts: dict[str, int] = {}
-
-    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            task_status.started()
-            await trio.sleep_forever()
-
-    def close(self) -> None:
-        for ev in self._closers.values():
-            ev.set()
-        if self._nursery is not None:
-            self._nursery.cancel_scope.cancel()
-
-    async def hub(self, names: list[str], servers: ServerSet | None = None) -> PoolHub:
-        """A hub over ``names``, each warm (started now if it is not running), as ``servers``
-        configures them (default: the pool's own; for a stored run, ``Runs.bound_servers``:
-        each set to start in the run's directory)."""
-        servers = servers or self.servers
-        for name in names:
-            if name not in servers.servers:
-                from .servers import unknown_server_error
-
-                raise unknown_server_error(name, servers.servers, source=servers.source)
-        keyed = await trio.to_thread.run_sync(_keys, {n: servers.servers[n] for n in names})
-        slots = {}
-        for name in names:
-            slot = (name, keyed[name][0])
-            self._users[slot] = self._users.get(slot, 0) + 1  # held from now: never retired under a drive
-            slots[name] = slot
-        view = PoolHub({}, pool=self, slots=list(slots.values()))
-        try:
-            for name in names:
-                await self._ensure(slots[name], keyed[name][1])
-                view._hubs[name] = self._hubs[slots[name]]
-        except BaseException:
-            view.release()
-            raise
-        return view
-
-    def _release(self, slots: list[tuple[str, str]]) -> None:
-        for slot in slots:
-            left = self._users.get(slot, 0) - 1
-            if left > 0:
-                self._users[slot] = left
-                continue
-            self._users.pop(slot, None)
-            if self._current.get(slot[0]) != slot[1]:
-                self._retire(slot)
-
-    def _retire(self, slot: tuple[str, str]) -> None:
-        """Stop a warm server no drive holds that is no longer what its name starts."""
-        closer = self._closers.pop(slot, None)
-        self._hubs.pop(slot, None)
-        if closer is not None:
-            closer.set()
-
-    async def _ensure(self, slot: tuple[str, str], config: Any) -> None:
-        name = slot[0]
-        self._current[name] = slot[1]
-        for other in [s for s in self._hubs if s[0] == name and s != slot and not self._users.get(s)]:
-            self._retire(other)  # started from files or a directory no run asks for any more
-        hub = self._hubs.get(slot)
-        if hub is not None and _alive(hub, name):
-            return
-        starting = self._starting.get(slot)
-        if starting is not None:
-            await starting.wait()
-            if slot in self._hubs and _alive(self._hubs[slot], name):
-                return
-        if hub is not None:
-            tail = _stderr_tail(hub, name)
-            logger.warning(
-                "MCP server %r stopped; starting it again%s", name, (":\n  " + "\n  ".join(tail)) if tail else ""
-            )
-            self.restarts[name] = self.restarts.get(name, 0) + 1
-            self._closers.pop(slot).set()
-            self._hubs.pop(slot, None)
-        self._starting[slot] = done = trio.Event()
-        try:
-            await self._nursery.start(self._own, slot, config)
-        finally:
-            done.set()
-            self._starting.pop(slot, None)
-
-    async def _own(self, slot: tuple[str, str], config: Any, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        from .tools.hub import open_hub
-
-        name = slot[0]
-        close = trio.Event()
-        async with open_hub({name: config}, [name]) as hub:
-            self._hubs[slot] = hub
-            self._closers[slot] = close
-            task_status.started()
-            await close.wait()
-
-
-_POOL_SALT = "warm servers"
 """Keys of warm servers live in one process's memory only; a fixed salt lets two requests compare."""
-
-
-def _keys(configs: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
-    """For each server: (what identifies the process its configuration starts now, the
-    configuration to start it with, set to start in that directory). Blocking: it reads
-    the server's files (on a worker thread)."""
-    import os
-
-    import msgspec
-
-    from .binding import bind, digest
-    from .errors import ServerConfigError
-    from .servers import STDIO
-
-    out = {}
-    for name, config in configs.items():
-        if config.transport == STDIO:
-            config = msgspec.structs.replace(config, cwd=os.path.realpath(config.cwd or os.getcwd()))
-        try:
-            key = digest(bind(config, source="", salt=_POOL_SALT, name=name))
-        except ServerConfigError:
-            key = ""  # a variable that is not set: starting it reports that
-        out[name] = (key, config)
-    return out
 
 
 def _release(hub: Any) -> None:
     if hub is not None:
         hub.release()
-
-
-def _alive(hub: Any, name: str) -> bool:
-    srv = hub._servers.get(name)  # the hub keeps no public liveness yet; see tools/hub.py
-    if srv is None or srv.closed or srv.failure is not None or srv.start_error is not None:
-        return False
-    wire = srv.wire
-    return wire is None or not wire.gone  # None: still starting
-
-
-def _stderr_tail(hub: Any, name: str) -> list[str]:
-    srv = hub._servers.get(name)
-    return srv.stderr_tail() if srv is not None else []
-
-
-class PoolHub:
-    """The hub interface a drive uses, over warm servers of a pool."""
-
-    def __init__(
-        self, hubs: Mapping[str, Any], *, pool: ServerPool | None = None, slots: list[tuple[str, str]] | None = None
-    ):
-        self._hubs = dict(hubs)
-        self.started_in: dict[str, float] = {}
-        self._pool = pool
-        self._slots = list(slots or [])
-
-    def release(self) -> None:
-        """The drive is done with these servers: one started from what its name no longer
-        starts (an edited script, another directory) may now be stopped. Idempotent."""
-        slots, self._slots = self._slots, []
-        if self._pool is not None and slots:
-            self._pool._release(slots)
-
-    def _of(self, server: str) -> Any:
-        try:
-            return self._hubs[server]
-        except KeyError:
-            from .errors import NotSentError
-
-            raise NotSentError(
-                f"MCP server {server!r} was not started for this run; nothing was called", server=server
-            ) from None
-
-    async def wait_ready(self) -> None:
-        for hub in self._hubs.values():
-            await hub.wait_ready()
-
-    def tool(self, server: str, tool: str) -> Any:
-        return self._of(server).tool(server, tool)
-
-    def tools(self, server: str) -> Any:
-        return self._of(server).tools(server)
-
-    def config(self, server: str) -> Any:
-        return self._of(server).config(server)
-
-    async def call(self, server: str, tool: str, arguments: Any = None, **kwargs: Any) -> Any:
-        return await self._of(server).call(server, tool, arguments, **kwargs)
 
 
 class Service:

@@ -1,7 +1,7 @@
 """The approval inbox behind `recipe serve`: a Starlette app on Hypercorn's trio worker.
 
 Presentation only. Every rule about a run (who may decide, what approving
-means, a stale or expired card) is the run API's (``runs.py``) and the
+means, a stale or expired card) is the run API's (``runs/``) and the
 service's (``service.py``); this package proves who is at the browser,
 shows what the run API reports, and hands decisions to the service, which
 runs approved effects in this process on its warm servers.

@@ -1,8 +1,10 @@
-"""The Procrastinate side of the workers: the queue's schema, the tasks, deferring, recovery.
+"""The Procrastinate side of the workers: the tasks, deferring from a worker, recovery.
 
 The queue lives in the store's own PostgreSQL database and schema (the
 store's URL, ``search_path`` included), so one URL names both and one
-backup holds both. Two tasks, on the queue ``vodou``:
+backup holds both. Its tables, and deferring a drive in the store's own
+transaction (what the run API does), are ``jobs.py``, below the run API,
+which this module builds on. Two tasks, on the queue ``vodou``:
 
 ``vodou.drive(run_id, [start | saved | firing])``
     Drive one run: start it (when the job says how and it does not exist
@@ -51,15 +53,14 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import QueueError, StoreError
+from ..errors import StoreError
+from ..jobs import DRIVE_TASK, QUEUE, drive_options, ensure_queue, load_procrastinate, no_queue
 from ..owners import LEASE_S, RENEW_EVERY_S, is_gone
 
 logger = logging.getLogger("vodou_engine.workers")
 
-QUEUE = "vodou"
 WAITING_QUEUE = "vodou.waiting"
 """Drives handed back by a worker that could not do them, until a worker that has not tried takes one."""
-DRIVE_TASK = "vodou.drive"
 TICK_TASK = "vodou.tick"
 TICK_CRON = "* * * * * *"
 """The schedules' tick: every second (croniter's sixth field is seconds), as in ``recipe serve``."""
@@ -69,43 +70,11 @@ HEARTBEAT_S = RENEW_EVERY_S
 """How often a worker says it is alive: as often as a driver renews a run's lease."""
 RECOVER_EVERY_S = 2.0
 """How often each worker looks for jobs of dead workers (one small query)."""
-SCHEMA_LOCK = 0x766F7175  # "voqu": one advisory lock key for creating the queue's schema
-
-WORKERS_TABLE = """
-CREATE TABLE IF NOT EXISTS vodou_queue_workers (
-    worker_id bigint PRIMARY KEY REFERENCES procrastinate_workers(id) ON DELETE CASCADE,
-    owner text NOT NULL,
-    started_at timestamp with time zone NOT NULL DEFAULT now()
-)
-"""
-"""Which process each Procrastinate worker is (``host:pid:start``), so a dead one on this host is seen at once."""
-
-
-def _procrastinate() -> Any:
-    try:
-        import procrastinate
-    except ImportError:
-        raise QueueError(
-            "the workers' queue needs Procrastinate, which is not installed; nothing was queued",
-            hint="install vodou_engine[workers]",
-            reason="not installed",
-        ) from None
-    return procrastinate
 
 
 def require_procrastinate() -> None:
     """Refuse now (exit 7) a process that will hand work to the workers without Procrastinate."""
-    _procrastinate()
-
-
-def no_queue(location: str) -> QueueError:
-    """The refusal for work handed to the workers on a store that has no queue (SQLite)."""
-    return QueueError(
-        f"workers and their queue need a PostgreSQL store, and {location} is a SQLite file; nothing was queued",
-        hint="set VODOU_STORE (or --store) to a postgresql:// URL; on SQLite a run is driven by the process that starts or approves it",
-        store=location,
-        reason="sqlite",
-    )
+    load_procrastinate()
 
 
 def queue_url(store: str | None = None) -> str:
@@ -125,7 +94,7 @@ def ensure_schema(url: str) -> None:
 
     from ..store.postgres import _safe
 
-    _procrastinate()
+    load_procrastinate()
     try:
         conn = psycopg.connect(url, autocommit=True, connect_timeout=10)
     except psycopg.OperationalError as exc:
@@ -137,103 +106,10 @@ def ensure_schema(url: str) -> None:
         ensure_queue(conn)
 
 
-def ensure_queue(conn: Any) -> None:
-    """:func:`ensure_schema` on an open autocommit connection, outside any transaction."""
-    if _has_queue(conn):
-        return
-    # A session lock taken before the transaction: the check after it runs in a
-    # transaction of its own, so it sees the tables a racing process just committed.
-    conn.execute("SELECT pg_advisory_lock(%s)", (SCHEMA_LOCK,))
-    try:
-        if not _has_queue(conn):
-            from procrastinate.schema import SchemaManager
-
-            with conn.transaction():
-                conn.execute(SchemaManager.get_schema())
-                conn.execute(WORKERS_TABLE)
-    finally:
-        conn.execute("SELECT pg_advisory_unlock(%s)", (SCHEMA_LOCK,))
-
-
-def _has_queue(conn: Any) -> bool:
-    row = conn.execute(
-        "SELECT to_regclass('procrastinate_jobs') IS NOT NULL AND to_regclass('vodou_queue_workers') IS NOT NULL"
-    ).fetchone()
-    return bool(row[0])
-
-
-# --- deferring in the store's own transaction (the run API: runs.py) -------------------------
-_READY: Any = None  # a WeakSet of store objects whose database has the queue's tables
-_JOBS_APP: Any = None  # a Procrastinate app that only builds jobs, on connections it is given
-
-
-def store_queue(store: Any) -> Any:
-    """The store's own connection, its database holding the queue's tables (created now
-    if this is the first use). Refused (:class:`QueueError`) for a store with no queue."""
-    global _READY
-    import weakref
-
-    if getattr(store, "kind", None) != "postgresql":
-        raise no_queue(getattr(store, "location", "the store"))
-    _procrastinate()
-    if _READY is None:
-        _READY = weakref.WeakSet()
-    conn = store.connection()
-    if store not in _READY:
-        try:
-            ensure_queue(conn)
-        except Exception as exc:  # noqa: BLE001 - psycopg's errors, in the store's words
-            raise StoreError(
-                f"cannot create the workers' queue in the store at {store.location}: {str(exc).strip().splitlines()[0]}",
-                hint="the database user needs to create tables in the store's schema",
-            ) from None
-        _READY.add(store)
-    return conn
-
-
-def defer_drive_in(conn: Any, run_id: str, spec: Mapping[str, Any] | None = None) -> bool:
-    """Queue a drive of ``run_id`` inside the transaction open on ``conn`` (the store's
-    connection, from :func:`store_queue`), so it commits with the store's writes (a
-    decision, a new run's record) or not at all. False when a job for the run already
-    waits: it serves this request too, and it is row-locked until this transaction ends,
-    so no worker starts it before what this transaction records is visible."""
-    global _JOBS_APP
-    procrastinate = _procrastinate()
-    if _JOBS_APP is None:
-        _JOBS_APP = procrastinate.App(connector=procrastinate.SyncPsycopgConnector())
-    for _ in range(10):
-        waiting = conn.execute(
-            "SELECT id FROM procrastinate_jobs WHERE queueing_lock = %s AND status = 'todo' FOR UPDATE", (run_id,)
-        ).fetchone()
-        if waiting is not None:
-            return False
-        conn.execute("SAVEPOINT vodou_defer")
-        try:
-            _JOBS_APP.configure_task(DRIVE_TASK, connection=conn, **_options(run_id)).defer(
-                run_id=run_id, **dict(spec or {})
-            )
-        except procrastinate.exceptions.AlreadyEnqueued:
-            # Another process queued one between the look and the insert: lock that one.
-            conn.execute("ROLLBACK TO SAVEPOINT vodou_defer")
-            continue
-        except procrastinate.exceptions.ConnectorException as exc:
-            raise StoreError(
-                f"could not queue run {run_id} for the workers: {exc.__cause__ or exc}; nothing was recorded",
-                run=run_id,
-            ) from None
-        conn.execute("RELEASE SAVEPOINT vodou_defer")
-        return True
-    raise StoreError(
-        f"could not queue run {run_id} for the workers: its waiting job kept changing; nothing was recorded",
-        hint="retry",
-        run=run_id,
-    )
-
-
 # --- the app ------------------------------------------------------------------------------
 def build_app(url: str, *, tick_cron: str = TICK_CRON, pool_size: int = 4) -> Any:
     """A Procrastinate app on the store's database, with the engine's two tasks."""
-    procrastinate = _procrastinate()
+    procrastinate = load_procrastinate()
     connector = procrastinate.PsycopgConnector(conninfo=url, min_size=1, max_size=max(1, pool_size))
     app = procrastinate.App(connector=connector)
 
@@ -318,7 +194,7 @@ async def hand_back(app: Any, run_id: str, spec: Mapping[str, Any]) -> None:
     """Queue the drive of ``run_id`` on :data:`WAITING_QUEUE`, for a worker not among
     ``spec["declined"]``. A job for the run that already waits (a decision made meanwhile)
     waits there too, knowing who declined."""
-    procrastinate = _procrastinate()
+    procrastinate = load_procrastinate()
     try:
         await app.configure_task(DRIVE_TASK, lock=run_id, queueing_lock=run_id, queue=WAITING_QUEUE).defer_async(
             run_id=run_id, **dict(spec)
@@ -389,20 +265,13 @@ async def _tick(app: Any, context: Any, timestamp: int) -> dict:
     return {"timestamp": timestamp, "fired": [f["run_id"] for f in fired]}
 
 
-def _options(run_id: str, at: float | None = None) -> dict[str, Any]:
-    options: dict[str, Any] = {"lock": run_id, "queueing_lock": run_id, "queue": QUEUE}
-    if at is not None:
-        options["schedule_at"] = datetime.datetime.fromtimestamp(at, datetime.UTC)
-    return options
-
-
 async def defer_drive_async(
     app: Any, run_id: str, spec: Mapping[str, Any] | None = None, *, at: float | None = None
 ) -> bool:
     """Queue a drive of ``run_id`` (from a worker's loop); False when one is already waiting."""
-    procrastinate = _procrastinate()
+    procrastinate = load_procrastinate()
     try:
-        await app.configure_task(DRIVE_TASK, **_options(run_id, at)).defer_async(run_id=run_id, **dict(spec or {}))
+        await app.configure_task(DRIVE_TASK, **drive_options(run_id, at)).defer_async(run_id=run_id, **dict(spec or {}))
     except procrastinate.exceptions.AlreadyEnqueued:
         return False
     return True
@@ -488,7 +357,7 @@ class Queue:
             ensure_schema(self.url)
             self._conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
         if self._app is None:
-            procrastinate = _procrastinate()
+            procrastinate = load_procrastinate()
             self._app = procrastinate.App(connector=procrastinate.SyncPsycopgConnector(conninfo=self.url))
         return self._conn
 
@@ -505,10 +374,10 @@ class Queue:
 
     def defer_drive(self, run_id: str, spec: Mapping[str, Any] | None = None, *, at: float | None = None) -> bool:
         """Queue a drive of ``run_id``; False when a job for it was already waiting (it serves this request too)."""
-        procrastinate = _procrastinate()
+        procrastinate = load_procrastinate()
         conn = self._connection()
         try:
-            self._app.configure_task(DRIVE_TASK, connection=conn, **_options(run_id, at)).defer(
+            self._app.configure_task(DRIVE_TASK, connection=conn, **drive_options(run_id, at)).defer(
                 run_id=run_id, **dict(spec or {})
             )
         except procrastinate.exceptions.AlreadyEnqueued:
@@ -557,7 +426,7 @@ async def register_worker(app: Any, worker_id: int, owner: str) -> None:
 async def recover(app: Any, me: int | None, *, stalled_after: float = STALLED_AFTER_S) -> list[int]:
     """Give back the jobs of dead workers; the ids of the jobs given back (or closed because
     another job for the same run was already waiting)."""
-    procrastinate = _procrastinate()
+    procrastinate = load_procrastinate()
     rows = await app.connector.execute_query_all_async(
         query=ORPHANS_SQL, stalled_after=float(stalled_after), queue=QUEUE, me=me
     )

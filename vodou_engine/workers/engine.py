@@ -1,6 +1,6 @@
 """What a worker's jobs do on the trio side: drive one run, or decide the due schedule times.
 
-Everything a run means is decided by the run API (``runs.py``) exactly as in
+Everything a run means is decided by the run API (``runs/``) exactly as in
 any other process: a job only says *which* run to drive. A drive job takes
 the run with the same compare-and-set on owner and lease as ``recipe
 resume`` (so a run driven elsewhere is never driven twice), and a run found
@@ -9,7 +9,7 @@ with an effect ``executing`` (its driver died mid-call) has that effect made
 
 One :class:`Engine` lives on a worker's engine thread (``host.py``) for the
 worker's whole life: its MCP servers are started once by a
-:class:`~vodou_engine.service.ServerPool` and kept warm across jobs, and its
+:class:`~vodou_engine.tools.pool.ServerPool` and kept warm across jobs, and its
 store connections are kept too (a free list of :class:`~vodou_engine.runs.Runs`,
 one per job in flight).
 """
@@ -83,7 +83,7 @@ class Engine:
         keep: int = 16,
         owner: str | None = None,
     ):
-        from ..service import ServerPool
+        from ..tools.pool import ServerPool
 
         self.owner = owner or this_process()
         """This worker, as a run's log names it when it hands a run back."""

@@ -6,7 +6,7 @@ thread, and never blocks either:
 
 * the **asyncio thread** (the process's main thread) runs Procrastinate:
   LISTEN/NOTIFY, fetching jobs, heartbeats, the periodic deferrer;
-* the **engine thread** runs ``trio.run``: a :class:`~vodou_engine.service.ServerPool`
+* the **engine thread** runs ``trio.run``: a :class:`~vodou_engine.tools.pool.ServerPool`
   keeping every MCP server warm across jobs, and one trio task per job.
 
 Handing a job over costs two wake-ups and no blocking call on either side:

@@ -1,0 +1,124 @@
+"""What every concern of the run API stands on: the store, the servers and the policy a
+:class:`~vodou_engine.runs.Runs` object was given (each opened or loaded on first use),
+whether its runs go on in the workers, and compiling a recipe offline (``load``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..owners import this_process
+from ..plan import Plan, encode_plan
+from ..policy import Policy, load_policy
+from ..servers import ServerConfig, ServerSet, load_servers
+
+
+class RunsCore:
+    """The configuration of a :class:`~vodou_engine.runs.Runs` object, and ``load``."""
+
+    def __init__(
+        self,
+        *,
+        store: Any = None,
+        servers: ServerSet | Mapping[str, ServerConfig] | str | os.PathLike[str] | None = None,
+        policy: Policy | str | os.PathLike[str] | None = None,
+        threads: int | None = None,
+        clock: Callable[[], float] = time.time,
+        owner: str | None = None,
+        workers: bool | None = None,
+    ):
+        """``owner`` names this driver in the store (default: this process, ``host:pid:start``).
+        ``workers``: whether runs go on in the workers after a decision (:attr:`workers`)."""
+        self._workers_arg = workers
+        self._store_arg = store
+        self._store = None if store is None or isinstance(store, (str, os.PathLike)) else store
+        self._servers_arg = servers
+        self._policy_arg = policy
+        self._policy: Policy | None = policy if isinstance(policy, Policy) else None
+        self.threads = threads
+        self.clock = clock
+        self.owner = owner or this_process()
+
+    # --- configuration -------------------------------------------------------------------
+    def store(self, *, create: bool = True, readonly: bool = False) -> Any:
+        """The store; ``create=False`` refuses a path where no store exists yet."""
+        if self._store is None:
+            from ..store import open_store
+
+            location = self._store_arg
+            self._store = open_store(
+                None if location is None else os.fspath(location), create=create, readonly=readonly
+            )
+        return self._store
+
+    @property
+    def workers(self) -> bool:
+        """Whether runs of this store go on in the workers (``recipe worker``, docs/scale-out.md)
+        rather than in this process: an approval records the decision and queues the
+        run's resume, in one transaction. Given to the constructor, else decided by the
+        store: yes on PostgreSQL, no on SQLite (there is no queue there)."""
+        if self._workers_arg is not None:
+            return bool(self._workers_arg)
+        return self._on_postgres()
+
+    def _on_postgres(self) -> bool:
+        if self._store is not None:
+            return getattr(self._store, "kind", None) == "postgresql"
+        from ..store import POSTGRES_SCHEMES
+
+        return self._location().startswith(POSTGRES_SCHEMES)
+
+    def _location(self) -> str:
+        if self._store is not None:
+            return str(getattr(self._store, "location", "the store"))
+        from ..store import default_store_path
+
+        return default_store_path() if self._store_arg is None else os.fspath(self._store_arg)
+
+    def close(self) -> None:
+        if self._store is not None and self._store_arg is not self._store:
+            self._store.close()
+            self._store = None
+
+    def policy(self) -> Policy:
+        if self._policy is None:
+            self._policy = load_policy(None if self._policy_arg is None else os.fspath(self._policy_arg))
+        return self._policy
+
+    def servers(self) -> ServerSet:
+        """The servers a new run starts with."""
+        arg = self._servers_arg
+        if isinstance(arg, ServerSet):
+            return arg
+        if isinstance(arg, Mapping):
+            return ServerSet(dict(arg), "given by the caller")
+        return load_servers(arg)
+
+    def _explicit_servers(self) -> Any:
+        arg = self._servers_arg
+        if isinstance(arg, Mapping):
+            return ServerSet(dict(arg), "given by the caller")
+        return arg
+
+    # --- compile and prepare -------------------------------------------------------------
+    def load(
+        self, source: str | os.PathLike[str] | Plan, *, text: str | None = None
+    ) -> tuple[Plan, str | None, str | None]:
+        """(plan, recipe text or None, path or None) from a path, recipe text, or a Plan.
+        Compiled offline: no server is started, no annotation is known yet."""
+        from ..compiler import compile_recipe, load_plan, load_source
+
+        if isinstance(source, Plan):
+            from ..bounds import check_plan
+
+            check_plan(source)  # before encoding, which would write an infinite number as null
+            return load_plan(encode_plan(source), policy=self.policy()), None, None
+        if text is not None:
+            path = os.fspath(source) if source else None
+            return compile_recipe(text, path, policy=self.policy()), text, path
+        path = os.fspath(source)
+        plan, recipe_text = load_source(path, policy=self.policy())
+        return plan, recipe_text, path
