@@ -7,6 +7,7 @@ unfinished steps need.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -130,36 +131,25 @@ class DriveMixin(ViewsMixin):
         run, plan, restore, started = taken
         if model is None and started:  # write steps after a park use the model the run was started with
             model = msgspec.json.decode(started[0].data_json or "{}").get("model")
+        go = functools.partial(
+            drive,
+            store,
+            run,
+            plan,
+            owner=owner,
+            policy_digest=policy.digest,
+            model=model,
+            threads=threads,
+            restore=restore,
+            on_change=on_change,
+            clock=self.clock,
+        )
         if hub is not None:
-            return await drive(
-                store,
-                run,
-                plan,
-                owner=owner,
-                hub=hub,
-                policy_digest=policy.digest,
-                model=model,
-                threads=threads,
-                restore=restore,
-                on_change=on_change,
-                clock=self.clock,
-            )
+            return await go(hub=hub)
         async with self._run_servers(servers, plan, restore[0], prespawned) as hub:
             if hub is not None:
                 await hub.wait_ready()
-            return await drive(
-                store,
-                run,
-                plan,
-                owner=owner,
-                hub=hub,
-                policy_digest=policy.digest,
-                model=model,
-                threads=threads,
-                restore=restore,
-                on_change=on_change,
-                clock=self.clock,
-            )
+            return await go(hub=hub)
 
     @asynccontextmanager
     async def _run_servers(
