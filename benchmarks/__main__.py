@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 import traceback
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from .common import DEFAULT_OUT, Config
@@ -55,12 +55,31 @@ OPT_IN = {"p", "w"}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m benchmarks", description="Benchmarks for vodou_engine.", epilog="cases: " + "; ".join(f"{k} = {v}" for k, v in CASES.items()))
-    p.add_argument("group", nargs="?", choices=sorted(GROUPS), help="run only these cases: " + "; ".join(f"{k} = {', '.join(v)}" for k, v in GROUPS.items()))
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description="Benchmarks for vodou_engine.",
+        epilog="cases: " + "; ".join(f"{k} = {v}" for k, v in CASES.items()),
+    )
+    p.add_argument(
+        "group",
+        nargs="?",
+        choices=sorted(GROUPS),
+        help="run only these cases: " + "; ".join(f"{k} = {', '.join(v)}" for k, v in GROUPS.items()),
+    )
     p.add_argument("--quick", action="store_true", help="3 runs (unless --runs) and smaller N; for the smoke test")
-    p.add_argument("--runs", type=int, default=None, help="runs per figure; figures are medians (default 5, 3 with --quick)")
-    p.add_argument("--only", default=None, metavar="CASES", help="comma-separated case letters, e.g. a,e (default: all)")
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR", help="where results.json and chart.svg go (default benchmarks/results)")
+    p.add_argument(
+        "--runs", type=int, default=None, help="runs per figure; figures are medians (default 5, 3 with --quick)"
+    )
+    p.add_argument(
+        "--only", default=None, metavar="CASES", help="comma-separated case letters, e.g. a,e (default: all)"
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        metavar="DIR",
+        help="where results.json and chart.svg go (default benchmarks/results)",
+    )
     p.add_argument("--json-only", action="store_true", help=argparse.SUPPRESS)  # used by case p for its sub-runs
     args = p.parse_args(argv)
     if args.group and args.only is not None:
@@ -68,7 +87,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.group:
         letters = list(GROUPS[args.group])
     else:
-        letters = [c for c in CASES if c not in OPT_IN] if args.only is None else [x.strip().lower() for x in args.only.split(",") if x.strip()]
+        letters = (
+            [c for c in CASES if c not in OPT_IN]
+            if args.only is None
+            else [x.strip().lower() for x in args.only.split(",") if x.strip()]
+        )
     unknown = [x for x in letters if x not in CASES]
     if unknown:
         p.error(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(CASES)}")
@@ -96,7 +119,13 @@ def main(argv: list[str] | None = None) -> int:
     load_before = report.load_average()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="vodou-bench-pyc-") as pycache:
-        cfg = Config(runs=args.runs, quick=args.quick, out=out, pycache=Path(pycache), log=lambda msg: console.print(f"[dim]{msg}[/]", markup=True, highlight=False))
+        cfg = Config(
+            runs=args.runs,
+            quick=args.quick,
+            out=out,
+            pycache=Path(pycache),
+            log=lambda msg: console.print(f"[dim]{msg}[/]", markup=True, highlight=False),
+        )
         cases: dict[str, dict] = {}
         for letter in args.letters:
             console.print(f"[bold]{letter}[/] {CASES[letter]} …")
@@ -105,14 +134,29 @@ def main(argv: list[str] | None = None) -> int:
                 module = importlib.import_module(f"benchmarks.{MODULES.get(letter, 'case_' + letter)}")
                 cases[letter] = module.run(cfg).to_json()
                 if cases[letter].get("skipped"):
-                    console.print(f"[yellow]case {letter} skipped:[/] {escape(cases[letter]['skipped'])}", markup=True, highlight=False)
+                    console.print(
+                        f"[yellow]case {letter} skipped:[/] {escape(cases[letter]['skipped'])}",
+                        markup=True,
+                        highlight=False,
+                    )
             except Exception:  # one broken case must not lose the others' figures
                 tb = traceback.format_exc()
                 console.print(f"[red]case {letter} failed[/]\n{tb}", markup=True, highlight=False)
-                cases[letter] = {"case": letter, "title": CASES[letter], "figures": {}, "checks": [], "bars": [], "notes": [], "profiles": {}, "error": tb, "duration_s": time.perf_counter() - t0}
+                cases[letter] = {
+                    "case": letter,
+                    "title": CASES[letter],
+                    "figures": {},
+                    "checks": [],
+                    "bars": [],
+                    "notes": [],
+                    "profiles": {},
+                    "error": tb,
+                    "duration_s": time.perf_counter() - t0,
+                }
     results = {
-        "generated": datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds"),
-        "command": "python -m benchmarks" + (" " + " ".join(argv if argv is not None else sys.argv[1:]) if (argv or sys.argv[1:]) else ""),
+        "generated": datetime.now(UTC).astimezone().isoformat(timespec="seconds"),
+        "command": "python -m benchmarks"
+        + (" " + " ".join(argv if argv is not None else sys.argv[1:]) if (argv or sys.argv[1:]) else ""),
         "machine": report.machine_info(),
         "options": {"runs": args.runs, "quick": args.quick, "only": args.letters},
         "load_before": load_before,

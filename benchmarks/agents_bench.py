@@ -37,7 +37,9 @@ async def _session(stack: AsyncExitStack, argv: list[str], cwd: str, env: dict) 
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
     t0 = time.perf_counter()
-    read, write = await stack.enter_async_context(stdio_client(StdioServerParameters(command=argv[0], args=argv[1:], env=env, cwd=cwd)))
+    read, write = await stack.enter_async_context(
+        stdio_client(StdioServerParameters(command=argv[0], args=argv[1:], env=env, cwd=cwd))
+    )
     session = await stack.enter_async_context(ClientSession(read, write))
     await session.initialize()
     return session, time.perf_counter() - t0
@@ -49,7 +51,12 @@ def run(cfg: Config) -> Case:
     case = Case("m", "recipe mcp: initialize against the SDK's floor, check_recipe round trip")
     starts = 2 if cfg.quick else 3
     with tempfile.TemporaryDirectory(prefix="vodou-agents-bench-") as tmp:
-        env = {**os.environ, "HOME": tmp, "VODOU_STORE": str(Path(tmp) / "runs.db"), "VODOU_DEMO_DB": str(Path(tmp) / "demo.db")}
+        env = {
+            **os.environ,
+            "HOME": tmp,
+            "VODOU_STORE": str(Path(tmp) / "runs.db"),
+            "VODOU_DEMO_DB": str(Path(tmp) / "demo.db"),
+        }
         ours_argv = [sys.executable, "-m", "vodou_engine.agents.mcp_server"]
         bare_argv = [sys.executable, "-c", BARE]
 
@@ -75,8 +82,16 @@ def run(cfg: Config) -> Case:
     case.figure("initialize_bare_s", bare, "s", "bare MCPServer: process start → initialize answered")
     case.figure("initialize_ours_s", ours, "s", "recipe mcp: process start → initialize answered")
     case.figure("check_recipe_ms", [t * 1000 for t in trips], "ms", "check_recipe round trip, warm server")
-    case.check("agents: initialize within the SDK floor + 100 ms", min(ours) - min(bare), 0.100, unit="s", what="best of each, ours - bare")
-    case.check("agents: check_recipe round trip median", statistics.median(trips) * 1000, 20.0, unit="ms", what="median of 25")
+    case.check(
+        "agents: initialize within the SDK floor + 100 ms",
+        min(ours) - min(bare),
+        0.100,
+        unit="s",
+        what="best of each, ours - bare",
+    )
+    case.check(
+        "agents: check_recipe round trip median", statistics.median(trips) * 1000, 20.0, unit="ms", what="median of 25"
+    )
     return case.done()
 
 

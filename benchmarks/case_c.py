@@ -77,5 +77,7 @@ def run(cfg: Config) -> Case:
         case.figure(f"{key}_wall_over_slowest", [r[0] / r[2] for r in rows[key]], "x", f"{label}: wall / slowest")
         case.figure(f"{key}_wall_over_sum", [r[0] / r[1] for r in rows[key]], "x", f"{label}: wall / sum")
         case.bar(label, wall_s=w, sum_s=s, slowest_s=sl)
-    case.note("No targets: these say what serial (wall = sum) and the floor (wall = slowest) look like on this machine.")
+    case.note(
+        "No targets: these say what serial (wall = sum) and the floor (wall = slowest) look like on this machine."
+    )
     return case.done()

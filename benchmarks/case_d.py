@@ -22,7 +22,18 @@ from concurrent.futures import ThreadPoolExecutor, wait
 
 import trio
 
-from .common import Case, Config, Seen, TempDir, bench_runs, open_bench_store, prepared, profile_text, timed_start, together_wall
+from .common import (
+    Case,
+    Config,
+    Seen,
+    TempDir,
+    bench_runs,
+    open_bench_store,
+    prepared,
+    profile_text,
+    timed_start,
+    together_wall,
+)
 
 SLEEP_MS = 10
 
@@ -108,43 +119,138 @@ def run(cfg: Config) -> Case:
                     nwall, nout = trio.run(timed_start, runs, noop_ready)
                     assert nout.state == "succeeded", nout.state
                     ntw = together_wall(noop_plan, Seen(runs, nout.run), "join:wide")
-                    rows.append({"barel": barel, "baren": baren, "blocking": blocking, "warm": warm, "cold": cold, "wall": wall, "tw": tw["wall_s"], "sum": tw["sum_s"], "work_sum": tw["work_sum_s"], "queued": tw["queued_s"], "slowest": tw["slowest_s"], "nwall": nwall, "ntw": ntw["wall_s"]})
-                    cfg.log(f"d: N={n} sleep {wall * 1e3:.0f} ms (pool {warm * 1e3:.0f}/{cold * 1e3:.0f} ms), noop {nwall * 1e3:.1f} ms")
+                    rows.append(
+                        {
+                            "barel": barel,
+                            "baren": baren,
+                            "blocking": blocking,
+                            "warm": warm,
+                            "cold": cold,
+                            "wall": wall,
+                            "tw": tw["wall_s"],
+                            "sum": tw["sum_s"],
+                            "work_sum": tw["work_sum_s"],
+                            "queued": tw["queued_s"],
+                            "slowest": tw["slowest_s"],
+                            "nwall": nwall,
+                            "ntw": ntw["wall_s"],
+                        }
+                    )
+                    cfg.log(
+                        f"d: N={n} sleep {wall * 1e3:.0f} ms (pool {warm * 1e3:.0f}/{cold * 1e3:.0f} ms), noop {nwall * 1e3:.1f} ms"
+                    )
             finally:
                 pool.shutdown()
             col = lambda k: [r[k] for r in rows]  # noqa: E731
             w = case.figure(f"sleep_{n}_run_wall_s", col("wall"), "s", f"N={n} × 10 ms: whole Runs.start")
             case.figure(f"sleep_{n}_together_wall_s", col("tw"), "s", f"N={n} × 10 ms: together wall")
-            case.figure(f"sleep_{n}_sum_s", col("sum"), "s", f"N={n} × 10 ms: summed branch time (engine spans, queueing included)")
-            s = case.figure(f"sleep_{n}_work_sum_s", col("work_sum"), "s", f"N={n} × 10 ms: summed branch work (as the run report gives it)")
-            case.figure(f"sleep_{n}_queued_s", col("queued"), "s", f"N={n} × 10 ms: summed wait for a thread (ready → started)")
-            sl = case.figure(f"sleep_{n}_slowest_s", col("slowest"), "s", f"N={n} × 10 ms: slowest branch (engine span)")
+            case.figure(
+                f"sleep_{n}_sum_s",
+                col("sum"),
+                "s",
+                f"N={n} × 10 ms: summed branch time (engine spans, queueing included)",
+            )
+            s = case.figure(
+                f"sleep_{n}_work_sum_s",
+                col("work_sum"),
+                "s",
+                f"N={n} × 10 ms: summed branch work (as the run report gives it)",
+            )
+            case.figure(
+                f"sleep_{n}_queued_s", col("queued"), "s", f"N={n} × 10 ms: summed wait for a thread (ready → started)"
+            )
+            sl = case.figure(
+                f"sleep_{n}_slowest_s", col("slowest"), "s", f"N={n} × 10 ms: slowest branch (engine span)"
+            )
             pw = case.figure(f"pool_{n}_warm_wall_s", col("warm"), "s", f"ThreadPoolExecutor({n}), threads exist: wall")
             case.figure(f"pool_{n}_cold_wall_s", col("cold"), "s", f"ThreadPoolExecutor({n}), fresh: wall")
-            bl = case.figure(f"bare_trio_{n}_limit{limit}_s", col("barel"), "s", f"bare trio: {n} × to_thread.run_sync, limiter {limit} (no engine)")
+            bl = case.figure(
+                f"bare_trio_{n}_limit{limit}_s",
+                col("barel"),
+                "s",
+                f"bare trio: {n} × to_thread.run_sync, limiter {limit} (no engine)",
+            )
             if limit != n:
-                case.figure(f"bare_trio_{n}_limit{n}_s", col("baren"), "s", f"bare trio: {n} × to_thread.run_sync, limiter {n} (no engine)")
-            bb = case.figure(f"bare_blocking_{n}_s", col("blocking"), "s", f"bare hand-off: {n} × threads.Blocking({limit}).run (no engine)")
-            case.figure(f"bare_trio_{n}_limit{limit}_over_pool_warm", [r["barel"] / r["warm"] for r in rows], "x", f"N={n}: bare trio ({limit}) / warm pool")
+                case.figure(
+                    f"bare_trio_{n}_limit{n}_s",
+                    col("baren"),
+                    "s",
+                    f"bare trio: {n} × to_thread.run_sync, limiter {n} (no engine)",
+                )
+            bb = case.figure(
+                f"bare_blocking_{n}_s",
+                col("blocking"),
+                "s",
+                f"bare hand-off: {n} × threads.Blocking({limit}).run (no engine)",
+            )
+            case.figure(
+                f"bare_trio_{n}_limit{limit}_over_pool_warm",
+                [r["barel"] / r["warm"] for r in rows],
+                "x",
+                f"N={n}: bare trio ({limit}) / warm pool",
+            )
             if limit != n:
-                case.figure(f"bare_trio_{n}_limit{n}_over_pool_warm", [r["baren"] / r["warm"] for r in rows], "x", f"N={n}: bare trio ({n}) / warm pool")
-            case.figure(f"bare_blocking_{n}_over_pool_warm", [r["blocking"] / r["warm"] for r in rows], "x", f"N={n}: bare hand-off ({limit}) / warm pool")
-            case.figure(f"sleep_{n}_over_bare_trio", [r["wall"] / r["barel"] for r in rows], "x", f"N={n}: engine wall / bare trio with the same limit ({limit})")
-            case.figure(f"sleep_{n}_over_bare_blocking", [r["wall"] / r["blocking"] for r in rows], "x", f"N={n}: engine wall / its own hand-off alone ({limit})")
-            ratio = case.figure(f"sleep_{n}_over_pool_warm", [r["wall"] / r["warm"] for r in rows], "x", f"N={n}: engine wall / warm pool (thread limit {limit})")
-            case.figure(f"sleep_{n}_over_pool_cold", [r["wall"] / r["cold"] for r in rows], "x", f"N={n}: engine wall / fresh pool")
+                case.figure(
+                    f"bare_trio_{n}_limit{n}_over_pool_warm",
+                    [r["baren"] / r["warm"] for r in rows],
+                    "x",
+                    f"N={n}: bare trio ({n}) / warm pool",
+                )
+            case.figure(
+                f"bare_blocking_{n}_over_pool_warm",
+                [r["blocking"] / r["warm"] for r in rows],
+                "x",
+                f"N={n}: bare hand-off ({limit}) / warm pool",
+            )
+            case.figure(
+                f"sleep_{n}_over_bare_trio",
+                [r["wall"] / r["barel"] for r in rows],
+                "x",
+                f"N={n}: engine wall / bare trio with the same limit ({limit})",
+            )
+            case.figure(
+                f"sleep_{n}_over_bare_blocking",
+                [r["wall"] / r["blocking"] for r in rows],
+                "x",
+                f"N={n}: engine wall / its own hand-off alone ({limit})",
+            )
+            ratio = case.figure(
+                f"sleep_{n}_over_pool_warm",
+                [r["wall"] / r["warm"] for r in rows],
+                "x",
+                f"N={n}: engine wall / warm pool (thread limit {limit})",
+            )
+            case.figure(
+                f"sleep_{n}_over_pool_cold",
+                [r["wall"] / r["cold"] for r in rows],
+                "x",
+                f"N={n}: engine wall / fresh pool",
+            )
             nw = case.figure(f"noop_{n}_run_wall_s", col("nwall"), "s", f"N={n} no-work: whole Runs.start")
             case.figure(f"noop_{n}_together_wall_s", col("ntw"), "s", f"N={n} no-work: together wall")
-            per = case.figure(f"noop_{n}_per_branch_s", [r["nwall"] / n for r in rows], "s", f"N={n} no-work: engine wall / N")
+            per = case.figure(
+                f"noop_{n}_per_branch_s", [r["nwall"] / n for r in rows], "s", f"N={n} no-work: engine wall / N"
+            )
             case.bar(f"{n}×10 ms", wall_s=w, sum_s=s, slowest_s=sl)
             case.bar(f"bare trio({n}, {limit})", wall_s=bl, sum_s=None, slowest_s=None)
             case.bar(f"bare hand-off({n}, {limit})", wall_s=bb, sum_s=None, slowest_s=None)
             case.bar(f"pool({n})", wall_s=pw, sum_s=None, slowest_s=None)
             if n == big:
-                if not case.check(f"d: {n}×10 ms / pool floor", ratio, 2.0, unit="x", what=f"engine wall over a warm ThreadPoolExecutor({n}), same run", ratio=True):
-                    case.profiles[f"one run of {n} × 10 ms (cProfile of the trio thread, by own time)"] = profile_text(lambda: trio.run(timed_start, runs, sleep_ready))
+                if not case.check(
+                    f"d: {n}×10 ms / pool floor",
+                    ratio,
+                    2.0,
+                    unit="x",
+                    what=f"engine wall over a warm ThreadPoolExecutor({n}), same run",
+                    ratio=True,
+                ):
+                    case.profiles[f"one run of {n} × 10 ms (cProfile of the trio thread, by own time)"] = profile_text(
+                        lambda: trio.run(timed_start, runs, sleep_ready)
+                    )
                 if not case.check(f"d: no-work branch (N={n})", per, 50e-6, unit="s", what="engine wall / N"):
-                    case.profiles[f"one run of {n} no-work branches (cProfile of the trio thread, by own time)"] = profile_text(lambda: trio.run(timed_start, runs, noop_ready))
+                    case.profiles[f"one run of {n} no-work branches (cProfile of the trio thread, by own time)"] = (
+                        profile_text(lambda: trio.run(timed_start, runs, noop_ready))
+                    )
                 case.figure("thread_limit", limit, "count", "engine thread limit in effect for Runs.start")
                 case.bar(f"{n} no-work", wall_s=nw, sum_s=None, slowest_s=None)
         store.close()

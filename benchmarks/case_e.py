@@ -12,7 +12,6 @@ import trio
 
 from .common import Case, Config, TempDir, bench_runs, open_bench_store, prepared, profile_text, timed_start
 
-
 LIMIT_S = 100e-6
 
 
@@ -42,13 +41,17 @@ def run(cfg: Config) -> Case:
             rows.append((wn, w1))
             cfg.log(f"e: {n} steps {wn * 1e3:.1f} ms ({wn / n * 1e6:.0f} µs/step), 1 step {w1 * 1e3:.2f} ms")
         if sorted(r[0] for r in rows)[len(rows) // 2] / n > LIMIT_S:
-            case.profiles[f"one {n}-step run (cProfile of the trio thread, by own time)"] = profile_text(lambda: trio.run(timed_start, runs, plan_ready))
+            case.profiles[f"one {n}-step run (cProfile of the trio thread, by own time)"] = profile_text(
+                lambda: trio.run(timed_start, runs, plan_ready)
+            )
         store.close()
     case.figure("n_steps", n, "count", "steps in the chain")
     wall = case.figure("run_wall_s", [r[0] for r in rows], "s", f"whole Runs.start of {n} steps")
     case.figure("one_step_run_wall_s", [r[1] for r in rows], "s", "whole Runs.start of 1 step")
     per = case.figure("per_step_s", [r[0] / n for r in rows], "s", "wall / steps")
-    case.figure("marginal_per_step_s", [(r[0] - r[1]) / (n - 1) for r in rows], "s", "(wall − 1-step wall) / (steps − 1)")
+    case.figure(
+        "marginal_per_step_s", [(r[0] - r[1]) / (n - 1) for r in rows], "s", "(wall − 1-step wall) / (steps − 1)"
+    )
     case.check("e: per chained step", per, LIMIT_S, unit="s", what="Runs.start wall / steps, store writes included")
     case.bar(f"{n}-step chain", wall_s=wall, sum_s=None, slowest_s=None)
     return case.done()

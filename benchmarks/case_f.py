@@ -17,7 +17,18 @@ import time
 
 import trio
 
-from .common import Case, Config, Seen, TempDir, bench_runs, clean_env, engine_argv, open_bench_store, prepared, timed_start
+from .common import (
+    Case,
+    Config,
+    Seen,
+    TempDir,
+    bench_runs,
+    clean_env,
+    engine_argv,
+    open_bench_store,
+    prepared,
+    timed_start,
+)
 
 RECIPE = """recipe "quorum"
 together q:
@@ -34,7 +45,14 @@ def _process_run(tmp, cfg: Config, recipe_path, i: int) -> dict:
     store_path = tmp / f"proc-{i}.db"
     env = clean_env(tmp, cfg, VODOU_STORE=str(store_path))
     t_start = time.time()
-    proc = subprocess.Popen(engine_argv("run", str(recipe_path), "--json", cfg=cfg), cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        engine_argv("run", str(recipe_path), "--json", cfg=cfg),
+        cwd=tmp,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
     out, err = proc.communicate(timeout=120)
     t_exit = time.time()
     if proc.returncode != 0:
@@ -80,27 +98,45 @@ def run(cfg: Config) -> Case:
             times = seen.times
             second = sorted(times[k][2] for k in ("fast", "mid"))[-1]
             run_rec = store.get_run(out.run)
-            rows.append({
-                "join": times["join:q"][2] - second,
-                "returned": returned - second,
-                "ended": run_rec.ended_at - second,
-                "wall": wall,
-                "slow": seen.states["slow"],
-            })
+            rows.append(
+                {
+                    "join": times["join:q"][2] - second,
+                    "returned": returned - second,
+                    "ended": run_rec.ended_at - second,
+                    "wall": wall,
+                    "slow": seen.states["slow"],
+                }
+            )
             procs.append(_process_run(tmp, cfg, recipe_path, i))
-            cfg.log(f"f: join +{rows[-1]['join'] * 1e6:.0f} µs, process exit +{procs[-1]['exit_after_end'] * 1e3:.1f} ms after the run ended")
+            cfg.log(
+                f"f: join +{rows[-1]['join'] * 1e6:.0f} µs, process exit +{procs[-1]['exit_after_end'] * 1e3:.1f} ms after the run ended"
+            )
         store.close()
     col = lambda rs, k: [r[k] for r in rs]  # noqa: E731
     join = case.figure("join_after_second_s", col(rows, "join"), "s", "second success → join (in-process)")
-    case.figure("returned_after_second_s", col(rows, "returned"), "s", "second success → Runs.start returned (in-process)")
+    case.figure(
+        "returned_after_second_s", col(rows, "returned"), "s", "second success → Runs.start returned (in-process)"
+    )
     case.figure("ended_after_second_s", col(rows, "ended"), "s", "second success → runs.ended_at (in-process)")
     wall = case.figure("run_wall_s", col(rows, "wall"), "s", "whole Runs.start (in-process)")
     case.figure("proc_join_after_second_s", col(procs, "join_after_second"), "s", "second success → join (process)")
-    case.figure("proc_end_after_second_s", col(procs, "end_after_second"), "s", "second success → runs.ended_at (process)")
+    case.figure(
+        "proc_end_after_second_s", col(procs, "end_after_second"), "s", "second success → runs.ended_at (process)"
+    )
     exit_ = case.figure("exit_after_end_s", col(procs, "exit_after_end"), "s", "runs.ended_at → process exit")
     case.figure("process_wall_s", col(procs, "process_wall"), "s", "whole `run` process")
-    case.figure("slow_cancelled_runs", sum(1 for r in rows + procs if r.get("slow", r.get("slow_state")) == "cancelled"), "count", "runs where the 5 s branch ended cancelled")
-    case.figure("exit_while_slow_blocked", sum(1 for p in procs if p["slow_still_blocked"]), "count", "processes that exited while the 5 s thread was still asleep")
+    case.figure(
+        "slow_cancelled_runs",
+        sum(1 for r in rows + procs if r.get("slow", r.get("slow_state")) == "cancelled"),
+        "count",
+        "runs where the 5 s branch ended cancelled",
+    )
+    case.figure(
+        "exit_while_slow_blocked",
+        sum(1 for p in procs if p["slow_still_blocked"]),
+        "count",
+        "processes that exited while the 5 s thread was still asleep",
+    )
     case.check("f: join after 2nd success", join, 1e-3, unit="s", what="second success → join node")
     case.check("f: process exit after run end", exit_, 0.1, unit="s", what="runs.ended_at → process exit")
     case.bar("quorum 2 of 3", wall_s=wall, sum_s=None, slowest_s=None)

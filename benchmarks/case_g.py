@@ -39,7 +39,20 @@ import time
 
 import trio
 
-from .common import Case, Config, Seen, TempDir, bench_runs, clean_env, engine_argv, importtime_summary, importtime_text, open_bench_store, prepared, timed_start
+from .common import (
+    Case,
+    Config,
+    Seen,
+    TempDir,
+    bench_runs,
+    clean_env,
+    engine_argv,
+    importtime_summary,
+    importtime_text,
+    open_bench_store,
+    prepared,
+    timed_start,
+)
 
 RECIPE = """recipe "park and resume"
 note: vodou.echo {"value": "benchmark note"}
@@ -145,7 +158,9 @@ def run(cfg: Config) -> Case:
                 await cycle(ready, hub, measure=False)
                 for _ in range(cfg.runs):
                     rows.append(await cycle(ready, hub, measure=True))
-                    cfg.log(f"g: park {rows[-1]['park'] * 1e3:.2f} ms, resume {rows[-1]['resume'] * 1e3:.2f} ms beyond the call (Runs.approve {rows[-1]['approve_api'] * 1e3:.2f} ms)")
+                    cfg.log(
+                        f"g: park {rows[-1]['park'] * 1e3:.2f} ms, resume {rows[-1]['resume'] * 1e3:.2f} ms beyond the call (Runs.approve {rows[-1]['approve_api'] * 1e3:.2f} ms)"
+                    )
                 for _ in range(cfg.runs + 2):  # for the approve processes (+ warm-up, + importtime)
                     _, out = await timed_start(runs, ready, actor=me)
                     assert out.state == "parked"
@@ -166,7 +181,9 @@ def run(cfg: Config) -> Case:
             argv = engine_argv("approve", run_id, "post", "--yes", "--json", cfg=cfg)
             argv[1:1] = list(extra)
             t0 = time.perf_counter()
-            proc = subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=180)
+            proc = subprocess.run(
+                argv, cwd=tmp, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=180
+            )
             wall = time.perf_counter() - t0
             if proc.returncode != 0:
                 raise RuntimeError(f"approve exited {proc.returncode}: {proc.stderr[-2000:]}")
@@ -179,8 +196,18 @@ def run(cfg: Config) -> Case:
             eff = store.get_effect(run_id, "post")
             assert eff is not None and eff.state == "executed", eff
             call = eff.ended_at - eff.started_at
-            procs.append({"wall": wall, "server_start": started, "hub_close": closed, "call": call, "rest": wall - started - call})
-            cfg.log(f"g: approve process {wall:.2f} s = server start {started:.2f} s + call {call * 1e3:.0f} ms + {procs[-1]['rest']:.2f} s")
+            procs.append(
+                {
+                    "wall": wall,
+                    "server_start": started,
+                    "hub_close": closed,
+                    "call": call,
+                    "rest": wall - started - call,
+                }
+            )
+            cfg.log(
+                f"g: approve process {wall:.2f} s = server start {started:.2f} s + call {call * 1e3:.0f} ms + {procs[-1]['rest']:.2f} s"
+            )
         _, proc = approve(parked_for_processes[-1], "-X", "importtime")
         imports = importtime_summary(proc.stderr)
         store.close()
@@ -192,12 +219,23 @@ def run(cfg: Config) -> Case:
     case.figure("call_s", col(rows, "call"), "s", "the tool call, measured around hub.call")
     resume = case.figure("resume_s", col(rows, "resume"), "s", "Runs.resume − the call (around hub.call)")
     case.figure("resume_vs_duration_s", col(rows, "resume_vs_duration"), "s", "Runs.resume − ToolResult.duration_s")
-    case.figure("approve_api_wall_s", col(rows, "approve_api_wall"), "s", "Runs.approve (decision recorded, then the resume), whole (info)")
+    case.figure(
+        "approve_api_wall_s",
+        col(rows, "approve_api_wall"),
+        "s",
+        "Runs.approve (decision recorded, then the resume), whole (info)",
+    )
     case.figure("approve_api_s", col(rows, "approve_api"), "s", "Runs.approve − the call (info)")
-    pw = case.figure("approve_process_wall_s", col(procs, "wall"), "s", "`recipe approve RUN post --yes` process, whole")
+    pw = case.figure(
+        "approve_process_wall_s", col(procs, "wall"), "s", "`recipe approve RUN post --yes` process, whole"
+    )
     ps = case.figure("server_start_s", col(procs, "server_start"), "s", "slack server start (in-process, same config)")
-    case.figure("hub_close_s", col(procs, "hub_close"), "s", "closing the hub (in-process; inside the process's wall too)")
-    pc = case.figure("approve_call_s", col(procs, "call"), "s", "the call inside the process (effect span in the store)")
+    case.figure(
+        "hub_close_s", col(procs, "hub_close"), "s", "closing the hub (in-process; inside the process's wall too)"
+    )
+    pc = case.figure(
+        "approve_call_s", col(procs, "call"), "s", "the call inside the process (effect span in the store)"
+    )
     rest = case.figure("approve_rest_s", col(procs, "rest"), "s", "process − server start − call")
     case.figure("approve_imports_s", imports["total_s"], "s", "time in imports (-X importtime, one run)")
     case.profiles["approve -X importtime"] = importtime_text(imports)

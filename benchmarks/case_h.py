@@ -43,7 +43,9 @@ def generate(steps: int) -> str:
             last = f"s{b}_note"
         elif b % 10 == 0:
             out += [
-                f"s{b}_draft: write a status line about {{topic}} number {b} from {{{last}}}" if last else f"s{b}_draft: write a status line number {b}",
+                f"s{b}_draft: write a status line about {{topic}} number {b} from {{{last}}}"
+                if last
+                else f"s{b}_draft: write a status line number {b}",
                 "ask me:",
                 f"- post update {b}?",
                 f's{b}_post: slack.slack_post_message {{"channel": "{{channel}}", "text": "{{s{b}_draft}}"}}',
@@ -55,11 +57,20 @@ def generate(steps: int) -> str:
         else:
             ref = f"{{{last}}}" if last else "start"
             if b % 10 == 3:  # nested JSON
-                get = [f's{b}_get: gmail.get_contact {{"email": "person{b}@example.com", "note": "after {ref}", "filter": {{"tags": ["a", "b"], "since": {{"days": {b % 7 + 1}}}}}}}']
+                get = [
+                    f's{b}_get: gmail.get_contact {{"email": "person{b}@example.com", "note": "after {ref}", "filter": {{"tags": ["a", "b"], "since": {{"days": {b % 7 + 1}}}}}}}'
+                ]
             elif b % 10 == 7:  # JSON over several lines
-                get = [f"s{b}_get: gmail.get_contact {{", f'    "email": "person{b}@example.com",', f'    "note": "after {ref}"', "  }"]
+                get = [
+                    f"s{b}_get: gmail.get_contact {{",
+                    f'    "email": "person{b}@example.com",',
+                    f'    "note": "after {ref}"',
+                    "  }",
+                ]
             else:  # a flat one-line object: most arguments
-                get = [f's{b}_get: gmail.get_contact {{"email": "person{b}@example.com", "note": "after {ref}", "tags": ["a", "b", {b}], "limit": 5, "strict": false}}']
+                get = [
+                    f's{b}_get: gmail.get_contact {{"email": "person{b}@example.com", "note": "after {ref}", "tags": ["a", "b", {b}], "limit": 5, "strict": false}}'
+                ]
             out += [*get, f's{b}_use: vodou.echo {{"value": "{{s{b}_get.email}} / {{topic}}"}}']
             n += 2
             last = f"s{b}_use"
@@ -83,11 +94,18 @@ def run(cfg: Config) -> Case:
             compile_recipe(text)
             samples.append(time.perf_counter() - t0)
             cfg.log(f"h: {size} steps {samples[-1] * 1e3:.0f} ms")
-        wall = case.figure(f"compile_{size}_s", samples, "s", f"{size} steps ({len(plan.nodes)} nodes, {len(text) // 1024} KiB): compile + verify")
+        wall = case.figure(
+            f"compile_{size}_s",
+            samples,
+            "s",
+            f"{size} steps ({len(plan.nodes)} nodes, {len(text) // 1024} KiB): compile + verify",
+        )
         case.figure(f"compile_{size}_per_step_s", [s / size for s in samples], "s", f"{size} steps: per step")
         case.bar(f"compile {size}", wall_s=wall, sum_s=None, slowest_s=None)
         if size == 10_000:  # the target is for 10,000 steps; --quick stops at 1,000
             met = case.check(f"h: compile {size} steps", wall, 1.0, unit="s", what="compile + verify, median")
             if not met:
-                case.profiles[f"compile {size} steps (cProfile, by own time)"] = profile_text(lambda: compile_recipe(text))
+                case.profiles[f"compile {size} steps (cProfile, by own time)"] = profile_text(
+                    lambda: compile_recipe(text)
+                )
     return case.done()

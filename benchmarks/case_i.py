@@ -48,8 +48,18 @@ def run(cfg: Config) -> Case:
     commands = {
         "help": (["--help"], 0.3, "`recipe --help`", {}),
         # `plan` keeps a memo of verified compiles: the first run compiles, later ones reuse it
-        "plan_offline": (["plan", "--offline", str(RECIPE)], 0.5, "`recipe plan --offline recipes/morning-briefing.recipe` (memo hit)", {}),
-        "plan_offline_compiling": (["plan", "--offline", str(RECIPE)], 0.5, "`recipe plan --offline recipes/morning-briefing.recipe` (memo off: compiles)", {"VODOU_NO_CACHE": "1"}),
+        "plan_offline": (
+            ["plan", "--offline", str(RECIPE)],
+            0.5,
+            "`recipe plan --offline recipes/morning-briefing.recipe` (memo hit)",
+            {},
+        ),
+        "plan_offline_compiling": (
+            ["plan", "--offline", str(RECIPE)],
+            0.5,
+            "`recipe plan --offline recipes/morning-briefing.recipe` (memo off: compiles)",
+            {"VODOU_NO_CACHE": "1"},
+        ),
     }
     with TempDir("i") as tmp:
         cached = clean_env(tmp, cfg)
@@ -69,14 +79,29 @@ def run(cfg: Config) -> Case:
                 cold.append(_time(base + args, env_cold, tmp)[0])
                 cfg.log(f"i: {key} {warm[-1] * 1e3:.0f} ms (no bytecode cache: {cold[-1] * 1e3:.0f} ms)")
             w = case.figure(f"{key}_s", warm, "s", f"{label} (bytecode cached)")
-            case.figure(f"{key}_no_pyc_s", cold, "s", f"{label} without a bytecode cache for vodou_engine (as this environment runs it)")
+            case.figure(
+                f"{key}_no_pyc_s",
+                cold,
+                "s",
+                f"{label} without a bytecode cache for vodou_engine (as this environment runs it)",
+            )
             case.check(f"i: {label}", w, limit, unit="s", what="whole process, median, bytecode cached")
             case.bar(key.replace("_", " "), wall_s=w, sum_s=None, slowest_s=None)
             if w > limit or key == "plan_offline_compiling":
                 env = dict(env_warm)
-                proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "vodou_engine", *args], env=env, cwd=tmp, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120)
+                proc = subprocess.run(
+                    [sys.executable, "-X", "importtime", "-m", "vodou_engine", *args],
+                    env=env,
+                    cwd=tmp,
+                    capture_output=True,
+                    text=True,
+                    stdin=subprocess.DEVNULL,
+                    timeout=120,
+                )
                 summary = importtime_summary(proc.stderr)
-                case.figure(f"{key}_imports_s", summary["total_s"], "s", f"{label}: time in imports (-X importtime, one run)")
+                case.figure(
+                    f"{key}_imports_s", summary["total_s"], "s", f"{label}: time in imports (-X importtime, one run)"
+                )
                 case.profiles[f"{label} -X importtime"] = importtime_text(summary)
         base_python = [sys.executable, "-c", "pass"]
         _time(base_python, cached, tmp)

@@ -67,7 +67,14 @@ if sys.argv[1] == "os._exit":
 def _floor(tmp: Path, cfg: Config, how: str) -> float:
     """Seconds from a loaded process's last output to its exit, as seen from here."""
     chunks: list[bytes] = []
-    proc = subprocess.Popen([sys.executable, "-c", FLOOR, how], cwd=tmp, env=clean_env(tmp, cfg), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", FLOOR, how],
+        cwd=tmp,
+        env=clean_env(tmp, cfg),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+    )
     reader = threading.Thread(target=lambda: chunks.append(proc.stdout.read()), daemon=True)
     reader.start()
     proc.wait(timeout=60)
@@ -94,7 +101,9 @@ def _sample(tmp: Path, cfg: Config, tag: str, *, probe: str | None = None) -> di
     recipe_path = tmp / f"{tag}.recipe"
     recipe_path.write_text(recipe(tag))
     marks_path = tmp / f"{tag}.marks.json"
-    env = clean_env(tmp, cfg, VODOU_STORE=str(store_path), VODOU_DEMO_DB=str(demo_db), VODOU_BENCH_MARKS=str(marks_path))
+    env = clean_env(
+        tmp, cfg, VODOU_STORE=str(store_path), VODOU_DEMO_DB=str(demo_db), VODOU_BENCH_MARKS=str(marks_path)
+    )
     if probe is None:
         argv = engine_argv("run", str(recipe_path), "--json", cfg=cfg)
     else:
@@ -149,7 +158,9 @@ def _sample(tmp: Path, cfg: Config, tag: str, *, probe: str | None = None) -> di
     }
     if probe is not None:
         marks = json.loads(marks_path.read_text())
-        row["stages"] = [(name, at - kth) for name, at in marks if name != "interpreter up"] + [("process exit", t_exit - kth)]
+        row["stages"] = [(name, at - kth) for name, at in marks if name != "interpreter up"] + [
+            ("process exit", t_exit - kth)
+        ]
     return row
 
 
@@ -171,7 +182,10 @@ def _stage_table(rows: list[dict]) -> str:
 
 
 def run(cfg: Config) -> Case:
-    case = Case("j", "a quorum's slow branch never holds the process: 50 / 60 / 6,000 ms on three MCP stdio servers, need 2 of 3")
+    case = Case(
+        "j",
+        "a quorum's slow branch never holds the process: 50 / 60 / 6,000 ms on three MCP stdio servers, need 2 of 3",
+    )
     rows: list[dict] = []
     stages: list[dict] = []
     grace: list[dict] = []
@@ -181,7 +195,9 @@ def run(cfg: Config) -> Case:
         _sample(tmp, cfg, "warm")  # the bytecode cache, and the demo database seeded
         for i in range(cfg.runs):
             rows.append(_sample(tmp, cfg, f"s{i}"))
-            cfg.log(f"j: exit {rows[-1]['exit_after_kth'] * 1e3:.1f} ms after the {KTH} success ended on its server (run end +{rows[-1]['run_end_after_kth'] * 1e3:.1f} ms)")
+            cfg.log(
+                f"j: exit {rows[-1]['exit_after_kth'] * 1e3:.1f} ms after the {KTH} success ended on its server (run end +{rows[-1]['run_end_after_kth'] * 1e3:.1f} ms)"
+            )
         for i in range(n_probe):
             stages.append(_sample(tmp, cfg, f"p{i}", probe="stages"))
             cfg.log(f"j (stages): exit {stages[-1]['exit_after_kth'] * 1e3:.1f} ms after the {KTH} success")
@@ -191,26 +207,77 @@ def run(cfg: Config) -> Case:
         grace.append(_sample(tmp, cfg, "g0", probe="grace"))
         cfg.log(f"j (stdin grace kept): exit {grace[-1]['exit_after_kth'] * 1e3:.1f} ms after the {KTH} success")
     col = lambda rs, k: [r[k] for r in rs]  # noqa: E731
-    exit_ = case.figure("exit_after_kth_success_s", col(rows, "exit_after_kth"), "s", f"process exit − end of the quorum's {KTH} success on its server")
-    case.figure("engine_saw_kth_s", col(rows, "engine_saw_kth"), "s", f"{KTH} success: server's end → its node's end in the store (the MCP reply)")
+    exit_ = case.figure(
+        "exit_after_kth_success_s",
+        col(rows, "exit_after_kth"),
+        "s",
+        f"process exit − end of the quorum's {KTH} success on its server",
+    )
+    case.figure(
+        "engine_saw_kth_s",
+        col(rows, "engine_saw_kth"),
+        "s",
+        f"{KTH} success: server's end → its node's end in the store (the MCP reply)",
+    )
     case.figure("join_after_kth_s", col(rows, "join_after_kth"), "s", f"{KTH} success on the server → join decided")
-    case.figure("run_end_after_kth_s", col(rows, "run_end_after_kth"), "s", f"{KTH} success on the server → runs.ended_at")
-    case.figure("report_after_kth_s", col(rows, "report_after_kth"), "s", f"{KTH} success on the server → the report's first byte on stdout")
+    case.figure(
+        "run_end_after_kth_s", col(rows, "run_end_after_kth"), "s", f"{KTH} success on the server → runs.ended_at"
+    )
+    case.figure(
+        "report_after_kth_s",
+        col(rows, "report_after_kth"),
+        "s",
+        f"{KTH} success on the server → the report's first byte on stdout",
+    )
     case.figure("exit_after_report_s", col(rows, "exit_after_report"), "s", "the report's first byte → process exit")
-    case.figure("floor_exit_s", floors["normal"], "s", "floor: a process with the same modules loaded, last output → exit")
-    case.figure("floor_os_exit_s", floors["os._exit"], "s", "floor: the same ending in os._exit (no interpreter shutdown)")
+    case.figure(
+        "floor_exit_s", floors["normal"], "s", "floor: a process with the same modules loaded, last output → exit"
+    )
+    case.figure(
+        "floor_os_exit_s", floors["os._exit"], "s", "floor: the same ending in os._exit (no interpreter shutdown)"
+    )
     case.figure("process_wall_s", col(rows, "process_wall"), "s", "whole `recipe run` process (server start included)")
-    case.figure("slow_cancelled_runs", sum(1 for r in rows + stages if r["slow_state"] == "cancelled"), "count", "runs where the slow branch ended cancelled")
-    case.figure("slow_completed_on_server", sum(r["slow_completed"] for r in rows + stages), "count", "slow calls that ran to their end on the server (0: stopped mid-call)")
-    case.figure("probe_exit_after_kth_s", col(stages, "exit_after_kth"), "s", "the same under the stage probe (its overhead included)")
-    case.figure("grace_exit_after_kth_s", col(grace, "exit_after_kth"), "s", "for comparison: the in-doubt server given the stdin grace (as before)")
+    case.figure(
+        "slow_cancelled_runs",
+        sum(1 for r in rows + stages if r["slow_state"] == "cancelled"),
+        "count",
+        "runs where the slow branch ended cancelled",
+    )
+    case.figure(
+        "slow_completed_on_server",
+        sum(r["slow_completed"] for r in rows + stages),
+        "count",
+        "slow calls that ran to their end on the server (0: stopped mid-call)",
+    )
+    case.figure(
+        "probe_exit_after_kth_s",
+        col(stages, "exit_after_kth"),
+        "s",
+        "the same under the stage probe (its overhead included)",
+    )
+    case.figure(
+        "grace_exit_after_kth_s",
+        col(grace, "exit_after_kth"),
+        "s",
+        "for comparison: the in-doubt server given the stdin grace (as before)",
+    )
     for name, secs in _server_starts(rows).items():
         case.figure(f"server_start_{name}_s", secs, "s", f"server start: {name} (from the run report)")
     case.profiles["where the time goes after the K-th success (stage probe, medians)"] = _stage_table(stages)
     case.profiles["the same with the stdin grace kept for the in-doubt server (one run)"] = _stage_table(grace)
-    case.check("j: exit after quorum's K-th success", exit_, LIMIT_S, unit="s", what="process exit − K-th success's end on the server, slow branch 6 s on a stdio server")
+    case.check(
+        "j: exit after quorum's K-th success",
+        exit_,
+        LIMIT_S,
+        unit="s",
+        what="process exit − K-th success's end on the server, slow branch 6 s on a stdio server",
+    )
     case.bar("quorum exit after K-th success", wall_s=exit_, sum_s=None, slowest_s=None)
-    case.extra_json = {"samples": [{k: v for k, v in r.items() if k != "stages"} for r in rows], "stages": [r["stages"] for r in stages], "grace": [r["stages"] for r in grace]}
+    case.extra_json = {
+        "samples": [{k: v for k, v in r.items() if k != "stages"} for r in rows],
+        "stages": [r["stages"] for r in stages],
+        "grace": [r["stages"] for r in grace],
+    }
     return case.done()
 
 

@@ -43,7 +43,11 @@ SERVER = str(ROOT / "benchmarks" / "chain_server.py")
 
 
 def recipe(n: int) -> str:
-    return f'recipe "mcp chain {n}"\n' + 's0: chain.get_count {"after": 0}\n' + "".join(f's{i}: chain.get_count {{"after": "{{s{i - 1}.n}}"}}\n' for i in range(1, n))
+    return (
+        f'recipe "mcp chain {n}"\n'
+        + 's0: chain.get_count {"after": 0}\n'
+        + "".join(f's{i}: chain.get_count {{"after": "{{s{i - 1}.n}}"}}\n' for i in range(1, n))
+    )
 
 
 def server_config(log: Path):
@@ -101,9 +105,9 @@ async def sdk_chain(session, n: int = N) -> None:
 
 def asyncio_sdk_chain(log: Path, runs: int) -> list[float]:
     """The SDK's chain on asyncio (its default backend): per step, one figure per run."""
-    import anyio
-
     from contextlib import AsyncExitStack
+
+    import anyio
 
     ticks = Ticks(log)
 
@@ -126,7 +130,10 @@ def run(cfg: Config) -> Case:
 
     import trio
 
-    case = Case("k", f"chain of {N} MCP calls: the engine against the official SDK's ClientSession, same server, server-side timestamps")
+    case = Case(
+        "k",
+        f"chain of {N} MCP calls: the engine against the official SDK's ClientSession, same server, server-side timestamps",
+    )
     rows: list[dict] = []
     pairs = 2 * cfg.runs + 1
     with TempDir("k") as tmp:
@@ -169,26 +176,94 @@ def run(cfg: Config) -> Case:
         asyncio_rows = asyncio_sdk_chain(tmp / "sdk-asyncio.log", cfg.runs)
         store.close()
     col = lambda k: [r[k] for r in rows]  # noqa: E731
-    sdk = case.figure("sdk_per_step_s", col("sdk"), "s", f"the SDK's ClientSession chain (trio), per step: server-side first → last call / {N - 1}")
-    engine = case.figure("engine_per_step_s", col("engine"), "s", "the engine's chain (Runs.start, SQLite store), per step, measured the same way")
-    case.figure("engine_minus_sdk_per_step_s", [r["engine"] - r["sdk"] for r in rows], "s", "what the engine adds per call (engine − SDK, per pair)")
-    ratio = case.figure("engine_over_sdk", [r["engine"] / r["sdk"] for r in rows], "x", f"engine per step ÷ SDK per step (per pair, {pairs} pairs alternated)")
-    case.figure("sdk_median_gap_s", col("sdk_gap"), "s", "the SDK's chain: median time between two calls reaching the tool (robust to a stall)")
+    sdk = case.figure(
+        "sdk_per_step_s",
+        col("sdk"),
+        "s",
+        f"the SDK's ClientSession chain (trio), per step: server-side first → last call / {N - 1}",
+    )
+    engine = case.figure(
+        "engine_per_step_s",
+        col("engine"),
+        "s",
+        "the engine's chain (Runs.start, SQLite store), per step, measured the same way",
+    )
+    case.figure(
+        "engine_minus_sdk_per_step_s",
+        [r["engine"] - r["sdk"] for r in rows],
+        "s",
+        "what the engine adds per call (engine − SDK, per pair)",
+    )
+    ratio = case.figure(
+        "engine_over_sdk",
+        [r["engine"] / r["sdk"] for r in rows],
+        "x",
+        f"engine per step ÷ SDK per step (per pair, {pairs} pairs alternated)",
+    )
+    case.figure(
+        "sdk_median_gap_s",
+        col("sdk_gap"),
+        "s",
+        "the SDK's chain: median time between two calls reaching the tool (robust to a stall)",
+    )
     case.figure("engine_median_gap_s", col("engine_gap"), "s", "the engine's chain: the same")
-    case.figure("engine_over_sdk_median_gap", [r["engine_gap"] / r["sdk_gap"] for r in rows], "x", "engine ÷ SDK, median gap between calls (per pair)")
-    sc = case.figure("sdk_cpu_per_call_s", [r["sdk_cpu"] / N for r in rows], "s", "CPU time of this process per call, the SDK's chain (all threads; the server's CPU is not in it)")
-    ec = case.figure("engine_cpu_per_call_s", [r["engine_cpu"] / N for r in rows], "s", "CPU time of this process per call, the engine's chain (store writes included)")
-    case.figure("engine_over_sdk_cpu", [r["engine_cpu"] / r["sdk_cpu"] for r in rows], "x", "engine ÷ SDK, client CPU per call (per pair; what the load on the machine does not change)")
+    case.figure(
+        "engine_over_sdk_median_gap",
+        [r["engine_gap"] / r["sdk_gap"] for r in rows],
+        "x",
+        "engine ÷ SDK, median gap between calls (per pair)",
+    )
+    sc = case.figure(
+        "sdk_cpu_per_call_s",
+        [r["sdk_cpu"] / N for r in rows],
+        "s",
+        "CPU time of this process per call, the SDK's chain (all threads; the server's CPU is not in it)",
+    )
+    ec = case.figure(
+        "engine_cpu_per_call_s",
+        [r["engine_cpu"] / N for r in rows],
+        "s",
+        "CPU time of this process per call, the engine's chain (store writes included)",
+    )
+    case.figure(
+        "engine_over_sdk_cpu",
+        [r["engine_cpu"] / r["sdk_cpu"] for r in rows],
+        "x",
+        "engine ÷ SDK, client CPU per call (per pair; what the load on the machine does not change)",
+    )
     case.figure("sdk_wall_s", col("sdk_wall"), "s", f"the SDK's chain of {N}, client-side wall")
-    case.figure("engine_wall_s", col("engine_wall"), "s", f"the engine's run of {N} steps, Runs.start wall (the run stored and ended included)")
-    aio = case.figure("sdk_asyncio_per_step_s", asyncio_rows, "s", "the SDK's chain on asyncio (its default backend), per step (info: a server process of its own, measured after)")
-    case.figure("engine_over_sdk_asyncio", engine / aio, "x", "engine per step ÷ the asyncio SDK chain's per step (info)")
-    case.check(f"k: chain of {N} MCP calls, engine / SDK", ratio, LIMIT, unit="x", what="per step from the server's timestamps, same run, median of per-pair ratios", ratio=True)
+    case.figure(
+        "engine_wall_s",
+        col("engine_wall"),
+        "s",
+        f"the engine's run of {N} steps, Runs.start wall (the run stored and ended included)",
+    )
+    aio = case.figure(
+        "sdk_asyncio_per_step_s",
+        asyncio_rows,
+        "s",
+        "the SDK's chain on asyncio (its default backend), per step (info: a server process of its own, measured after)",
+    )
+    case.figure(
+        "engine_over_sdk_asyncio", engine / aio, "x", "engine per step ÷ the asyncio SDK chain's per step (info)"
+    )
+    case.check(
+        f"k: chain of {N} MCP calls, engine / SDK",
+        ratio,
+        LIMIT,
+        unit="x",
+        what="per step from the server's timestamps, same run, median of per-pair ratios",
+        ratio=True,
+    )
     case.bar(f"engine, {N} MCP calls", wall_s=engine * (N - 1), sum_s=None, slowest_s=None)
     case.bar(f"SDK ClientSession, {N} MCP calls", wall_s=sdk * (N - 1), sum_s=None, slowest_s=None)
-    case.note(f"CPU per call in this process: engine {ec * 1e6:.0f} µs, SDK {sc * 1e6:.0f} µs; load average at the end {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores.")
+    case.note(
+        f"CPU per call in this process: engine {ec * 1e6:.0f} µs, SDK {sc * 1e6:.0f} µs; load average at the end {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores."
+    )
     if profile:
-        case.profiles[f"one {N}-step engine run on the warm server (cProfile of the trio thread, by own time)"] = profile["text"]
+        case.profiles[f"one {N}-step engine run on the warm server (cProfile of the trio thread, by own time)"] = (
+            profile["text"]
+        )
     return case.done()
 
 
@@ -205,5 +280,9 @@ async def _profile_engine(runs, ready) -> str:
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m benchmarks.case_k [--quick]`
-    c = run(Config(runs=3 if "--quick" in sys.argv else 5, quick="--quick" in sys.argv, log=lambda m: print(m, file=sys.stderr)))
+    c = run(
+        Config(
+            runs=3 if "--quick" in sys.argv else 5, quick="--quick" in sys.argv, log=lambda m: print(m, file=sys.stderr)
+        )
+    )
     print(json.dumps(c.to_json(), indent=2, default=str))

@@ -30,7 +30,18 @@ import trio
 
 from .case_a import RECIPE as FANOUT_RECIPE
 from .case_e import recipe as chain_recipe
-from .common import Case, Config, Seen, TempDir, bench_runs, median, open_bench_store, prepared, timed_start, together_wall
+from .common import (
+    Case,
+    Config,
+    Seen,
+    TempDir,
+    bench_runs,
+    median,
+    open_bench_store,
+    prepared,
+    timed_start,
+    together_wall,
+)
 from .peers import INSTALL, missing, skipped
 
 N = 200
@@ -93,7 +104,12 @@ def langgraph_fanout(app: Any) -> dict[str, float]:
     spans = {name: (a, b) for name, a, b in out["spans"]}
     first = min(spans[name][0] for name, _ in LATENCIES_MS)
     slowest = max(spans[name][1] - spans[name][0] for name, _ in LATENCIES_MS)
-    return {"wall": spans["join"][0] - first, "slowest": slowest, "invoke": t1 - t0, "sum": sum(spans[n][1] - spans[n][0] for n, _ in LATENCIES_MS)}
+    return {
+        "wall": spans["join"][0] - first,
+        "slowest": slowest,
+        "invoke": t1 - t0,
+        "sum": sum(spans[n][1] - spans[n][0] for n, _ in LATENCIES_MS),
+    }
 
 
 def langgraph_chain(app: Any, n: int, thread: str | None = None) -> float:
@@ -109,7 +125,9 @@ def langgraph_chain(app: Any, n: int, thread: str | None = None) -> float:
 
 
 def run(cfg: Config) -> Case:
-    case = Case("l", f"LangGraph, same run: the post's fan-out (wall / slowest) and a chain of {N} nodes, against the engine")
+    case = Case(
+        "l", f"LangGraph, same run: the post's fan-out (wall / slowest) and a chain of {N} nodes, against the engine"
+    )
     if missing("langgraph"):
         return skipped(case, f"langgraph is not installed: {INSTALL} (or pip install langgraph) to measure it")
     from langgraph.checkpoint.memory import InMemorySaver
@@ -144,21 +162,94 @@ def run(cfg: Config) -> Case:
                 "engine_fan": tw["wall_s"] / slowest, "engine_run": wall / slowest, "engine_wall": tw["wall_s"], "engine_sum": tw["work_sum_s"], "engine_slowest": slowest,
                 "lg_chain": lg_chain, "lg_saved": lg_saved, "engine_chain": chain_wall / N,
             })  # fmt: skip
-            cfg.log(f"l: fan-out wall/slowest LangGraph {rows[-1]['lg_fan']:.4f}, engine {rows[-1]['engine_fan']:.4f}; per node LangGraph {lg_chain * 1e6:.0f} µs, engine {chain_wall / N * 1e6:.0f} µs")
+            cfg.log(
+                f"l: fan-out wall/slowest LangGraph {rows[-1]['lg_fan']:.4f}, engine {rows[-1]['engine_fan']:.4f}; per node LangGraph {lg_chain * 1e6:.0f} µs, engine {chain_wall / N * 1e6:.0f} µs"
+            )
         store.close()
     col = lambda k: [r[k] for r in rows]  # noqa: E731
-    lg_fan = case.figure("langgraph_fanout_wall_over_slowest", col("lg_fan"), "x", "LangGraph fan-out: first branch start → join node start, over the slowest branch's work")
-    case.figure("langgraph_invoke_over_slowest", col("lg_invoke"), "x", "LangGraph fan-out: whole invoke over the slowest branch's work (info)")
-    eng_fan = case.figure("engine_fanout_wall_over_slowest", col("engine_fan"), "x", "engine fan-out (case a's recipe): together wall over the slowest vodou.sleep")
-    case.figure("engine_run_over_slowest", col("engine_run"), "x", "engine fan-out: whole Runs.start over the slowest branch's work (info)")
-    lg_chain = case.figure("langgraph_chain_per_node_s", col("lg_chain"), "s", f"LangGraph chain of {N} nodes, no checkpointer: invoke wall / {N}")
-    lg_saved = case.figure("langgraph_chain_inmemory_per_node_s", col("lg_saved"), "s", f"LangGraph chain of {N} nodes with InMemorySaver: invoke wall / {N} (info)")
-    eng_chain = case.figure("engine_chain_per_step_s", col("engine_chain"), "s", f"engine chain of {N} vodou.noop steps, SQLite store: Runs.start wall / {N}")
-    case.figure("langgraph_over_engine_chain", [r["lg_chain"] / r["engine_chain"] for r in rows], "x", "LangGraph per node ÷ engine per step (same run)")
+    lg_fan = case.figure(
+        "langgraph_fanout_wall_over_slowest",
+        col("lg_fan"),
+        "x",
+        "LangGraph fan-out: first branch start → join node start, over the slowest branch's work",
+    )
+    case.figure(
+        "langgraph_invoke_over_slowest",
+        col("lg_invoke"),
+        "x",
+        "LangGraph fan-out: whole invoke over the slowest branch's work (info)",
+    )
+    eng_fan = case.figure(
+        "engine_fanout_wall_over_slowest",
+        col("engine_fan"),
+        "x",
+        "engine fan-out (case a's recipe): together wall over the slowest vodou.sleep",
+    )
+    case.figure(
+        "engine_run_over_slowest",
+        col("engine_run"),
+        "x",
+        "engine fan-out: whole Runs.start over the slowest branch's work (info)",
+    )
+    lg_chain = case.figure(
+        "langgraph_chain_per_node_s",
+        col("lg_chain"),
+        "s",
+        f"LangGraph chain of {N} nodes, no checkpointer: invoke wall / {N}",
+    )
+    lg_saved = case.figure(
+        "langgraph_chain_inmemory_per_node_s",
+        col("lg_saved"),
+        "s",
+        f"LangGraph chain of {N} nodes with InMemorySaver: invoke wall / {N} (info)",
+    )
+    eng_chain = case.figure(
+        "engine_chain_per_step_s",
+        col("engine_chain"),
+        "s",
+        f"engine chain of {N} vodou.noop steps, SQLite store: Runs.start wall / {N}",
+    )
+    case.figure(
+        "langgraph_over_engine_chain",
+        [r["lg_chain"] / r["engine_chain"] for r in rows],
+        "x",
+        "LangGraph per node ÷ engine per step (same run)",
+    )
     case.figure("langgraph_build_s", build_s, "s", "LangGraph: building and compiling the three graphs (info)")
-    case.versus("fan-out 412/268/83 ms: wall / slowest branch", eng_fan, lg_fan, "x", peer="LangGraph", note="engine: together wall; LangGraph: first branch start → join node start")
-    case.versus(f"chain of {N} no-op steps: per step", eng_chain, lg_chain, "s", peer="LangGraph", note="engine: every node state written to SQLite; LangGraph: nothing persisted")
-    case.versus(f"chain of {N} no-op steps: per step, with its state kept", eng_chain, lg_saved, "s", peer="LangGraph", note="LangGraph: InMemorySaver (in memory, not durable)")
-    case.bar("engine fan-out", wall_s=median(col("engine_wall")), sum_s=median(col("engine_sum")), slowest_s=median(col("engine_slowest")))
-    case.bar("LangGraph fan-out", wall_s=median(col("lg_wall")), sum_s=median(col("lg_sum")), slowest_s=median(col("lg_slowest")))
+    case.versus(
+        "fan-out 412/268/83 ms: wall / slowest branch",
+        eng_fan,
+        lg_fan,
+        "x",
+        peer="LangGraph",
+        note="engine: together wall; LangGraph: first branch start → join node start",
+    )
+    case.versus(
+        f"chain of {N} no-op steps: per step",
+        eng_chain,
+        lg_chain,
+        "s",
+        peer="LangGraph",
+        note="engine: every node state written to SQLite; LangGraph: nothing persisted",
+    )
+    case.versus(
+        f"chain of {N} no-op steps: per step, with its state kept",
+        eng_chain,
+        lg_saved,
+        "s",
+        peer="LangGraph",
+        note="LangGraph: InMemorySaver (in memory, not durable)",
+    )
+    case.bar(
+        "engine fan-out",
+        wall_s=median(col("engine_wall")),
+        sum_s=median(col("engine_sum")),
+        slowest_s=median(col("engine_slowest")),
+    )
+    case.bar(
+        "LangGraph fan-out",
+        wall_s=median(col("lg_wall")),
+        sum_s=median(col("lg_sum")),
+        slowest_s=median(col("lg_slowest")),
+    )
     return case.done()

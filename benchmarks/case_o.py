@@ -72,7 +72,18 @@ def dbos_side(pg: str, tmp, cfg: Config, samples: int, queued: int) -> dict:
         conn.execute(f'CREATE DATABASE "{DBOS_DB}"')
     try:
         env = clean_env(tmp, cfg, PYTHONPATH=str(ROOT))
-        argv = [sys.executable, "-m", "benchmarks.peer_dbos", url, "--steps", str(STEPS), "--samples", str(samples), "--queued", str(queued)]
+        argv = [
+            sys.executable,
+            "-m",
+            "benchmarks.peer_dbos",
+            url,
+            "--steps",
+            str(STEPS),
+            "--samples",
+            str(samples),
+            "--queued",
+            str(queued),
+        ]
         proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
         if proc.returncode != 0:
             raise RuntimeError(f"the DBOS side failed:\n{proc.stderr[-3000:]}")
@@ -134,7 +145,10 @@ def engine_wake(url: str, samples: int) -> list[float]:
 
 
 def run(cfg: Config) -> Case:
-    case = Case("o", "DBOS, same run: a durable step, a parked workflow woken (send → next step), a queue's workflows per second; against the engine on PostgreSQL")
+    case = Case(
+        "o",
+        "DBOS, same run: a durable step, a parked workflow woken (send → next step), a queue's workflows per second; against the engine on PostgreSQL",
+    )
     absent = missing("dbos", "psycopg", "procrastinate")
     if absent:
         return skipped(case, f"{', '.join(absent)} not installed: {INSTALL} to measure it")
@@ -142,7 +156,10 @@ def run(cfg: Config) -> Case:
 
     why = _reachable(PG)
     if why is not None:
-        return skipped(case, f"PostgreSQL at {PG.split('@')[-1]} cannot be reached ({why}); set VODOU_BENCH_PG to a server the benchmark may create a database on")
+        return skipped(
+            case,
+            f"PostgreSQL at {PG.split('@')[-1]} cannot be reached ({why}); set VODOU_BENCH_PG to a server the benchmark may create a database on",
+        )
     samples = 3 if cfg.quick else cfg.runs
     queued = 40 if cfg.quick else 100
     with TempDir("o") as tmp:
@@ -152,16 +169,79 @@ def run(cfg: Config) -> Case:
             wake = engine_wake(url, samples)
         with schema() as url:
             rate, facts = engine_rate(url, tmp, cfg, 1, queued, recipe_text=FOUR, servers={}, concurrency=8)
-    d_step = case.figure("dbos_step_s", peer["step_s"], "s", f"DBOS: a workflow of {STEPS} no-op steps, wall / {STEPS} (every step checkpointed)")
-    e_step = case.figure("engine_step_pg_s", chain, "s", f"engine: {STEPS} built-in steps through Runs.start on PostgreSQL, per step (read states written in batches)")
-    d_wake = case.figure("dbos_send_to_step_s", peer["send_to_step_s"], "s", "DBOS: a workflow parked on recv: send → the next step begins")
-    e_wake = case.figure("engine_approve_to_step_s", wake, "s", "engine: a run parked at a question: Runs.approve (driven on in this process) → the next step starts")
-    d_rate = case.figure("dbos_queue_per_s", peer["queue_per_s"], "1/s", f"DBOS: {peer['queued']} queued workflows of 3 no-op steps + 1, one process, per second")
-    e_rate = case.figure("engine_queue_per_s", facts["job_rate"], "1/s", f"engine: {queued} queued runs of 4 built-in steps, one recipe worker (concurrency 8), per second (first step started → last run ended)")
-    case.figure("engine_queue_per_s_from_creation", rate, "1/s", "engine: the same, first run created → last ended (the worker's start included; info)")
-    case.versus(f"a durable step (chain of {STEPS} no-op steps), per step", e_step, d_step, "s", peer="DBOS", note="engine: read states batched; DBOS: every step checkpointed")
-    case.versus("parked → woken → next step begins", e_wake, d_wake, "s", peer="DBOS", note="engine: Runs.approve in this process; DBOS: send → recv")
-    case.versus("queue: workflows (3 no-op steps + 1) per second, one process", e_rate, d_rate, "1/s", peer="DBOS", note="engine: recipe worker, concurrency 8; DBOS: queue defaults")
-    case.note(f"DBOS ran in a process of its own on database {DBOS_DB} (created and dropped here); medians of {samples}.")
-    case.extra_json["engine_over_dbos"] = {"step": e_step / d_step, "wake": e_wake / d_wake, "queue_rate": e_rate / d_rate, "median_of": samples}
+    d_step = case.figure(
+        "dbos_step_s",
+        peer["step_s"],
+        "s",
+        f"DBOS: a workflow of {STEPS} no-op steps, wall / {STEPS} (every step checkpointed)",
+    )
+    e_step = case.figure(
+        "engine_step_pg_s",
+        chain,
+        "s",
+        f"engine: {STEPS} built-in steps through Runs.start on PostgreSQL, per step (read states written in batches)",
+    )
+    d_wake = case.figure(
+        "dbos_send_to_step_s",
+        peer["send_to_step_s"],
+        "s",
+        "DBOS: a workflow parked on recv: send → the next step begins",
+    )
+    e_wake = case.figure(
+        "engine_approve_to_step_s",
+        wake,
+        "s",
+        "engine: a run parked at a question: Runs.approve (driven on in this process) → the next step starts",
+    )
+    d_rate = case.figure(
+        "dbos_queue_per_s",
+        peer["queue_per_s"],
+        "1/s",
+        f"DBOS: {peer['queued']} queued workflows of 3 no-op steps + 1, one process, per second",
+    )
+    e_rate = case.figure(
+        "engine_queue_per_s",
+        facts["job_rate"],
+        "1/s",
+        f"engine: {queued} queued runs of 4 built-in steps, one recipe worker (concurrency 8), per second (first step started → last run ended)",
+    )
+    case.figure(
+        "engine_queue_per_s_from_creation",
+        rate,
+        "1/s",
+        "engine: the same, first run created → last ended (the worker's start included; info)",
+    )
+    case.versus(
+        f"a durable step (chain of {STEPS} no-op steps), per step",
+        e_step,
+        d_step,
+        "s",
+        peer="DBOS",
+        note="engine: read states batched; DBOS: every step checkpointed",
+    )
+    case.versus(
+        "parked → woken → next step begins",
+        e_wake,
+        d_wake,
+        "s",
+        peer="DBOS",
+        note="engine: Runs.approve in this process; DBOS: send → recv",
+    )
+    case.versus(
+        "queue: workflows (3 no-op steps + 1) per second, one process",
+        e_rate,
+        d_rate,
+        "1/s",
+        peer="DBOS",
+        note="engine: recipe worker, concurrency 8; DBOS: queue defaults",
+    )
+    case.note(
+        f"DBOS ran in a process of its own on database {DBOS_DB} (created and dropped here); medians of {samples}."
+    )
+    case.extra_json["engine_over_dbos"] = {
+        "step": e_step / d_step,
+        "wake": e_wake / d_wake,
+        "queue_rate": e_rate / d_rate,
+        "median_of": samples,
+    }
     return case.done()

@@ -71,7 +71,18 @@ def build_copy(dest: Path) -> tuple[Path, list[str], list[str], list[str]]:
 def _run_cases(cfg: Config, out: Path, pythonpath: str, cases: tuple[str, ...], log_prefix: str) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = pythonpath
-    argv = [sys.executable, "-m", "benchmarks", "--only", ",".join(cases), "--runs", str(cfg.runs), "--out", str(out), "--json-only"]
+    argv = [
+        sys.executable,
+        "-m",
+        "benchmarks",
+        "--only",
+        ",".join(cases),
+        "--runs",
+        str(cfg.runs),
+        "--out",
+        str(out),
+        "--json-only",
+    ]
     if cfg.quick:
         argv.append("--quick")
     # Not the repository as the working directory: `python -m` puts it ahead of
@@ -98,7 +109,9 @@ def run(cfg: Config) -> Case:
         proposed = _run_cases(cfg, tmp / "proposed-out", f"{root}{os.pathsep}{ROOT}", cases, "p/diffs:   ")
         used = (shipped["machine"]["vodou_engine_file"], proposed["machine"]["vodou_engine_file"])
         if not used[1].startswith(str(root)) or used[0].startswith(str(root)):
-            raise RuntimeError(f"the variants did not import the intended packages: shipped {used[0]}, with the diffs {used[1]}")
+            raise RuntimeError(
+                f"the variants did not import the intended packages: shipped {used[0]}, with the diffs {used[1]}"
+            )
     comparison = []
     for letter in cases:
         a = shipped["cases"].get(letter, {})
@@ -106,25 +119,47 @@ def run(cfg: Config) -> Case:
         bchecks = {c["name"]: c for c in b.get("checks", [])}
         for c in a.get("checks", []):
             d = bchecks.get(c["name"])
-            comparison.append({
-                "name": c["name"],
-                "limit_text": "≤ " + fmt_value(c["limit"], c["unit"]),
-                "shipped": c["measured"],
-                "proposed": d["measured"] if d else None,
-                "shipped_text": fmt_value(c["measured"], c["unit"]),
-                "proposed_text": fmt_value(d["measured"], d["unit"]) if d else "error",
-                "ratio": (d["measured"] / c["measured"]) if d and c["measured"] else float("nan"),
-                "shipped_met": c["met"],
-                "proposed_met": d["met"] if d else None,
-            })
-            case.figure(f"{c['name']} (with ÷ shipped)", comparison[-1]["ratio"], "x", f"{c['name']}: with the diffs ÷ shipped")
+            comparison.append(
+                {
+                    "name": c["name"],
+                    "limit_text": "≤ " + fmt_value(c["limit"], c["unit"]),
+                    "shipped": c["measured"],
+                    "proposed": d["measured"] if d else None,
+                    "shipped_text": fmt_value(c["measured"], c["unit"]),
+                    "proposed_text": fmt_value(d["measured"], d["unit"]) if d else "error",
+                    "ratio": (d["measured"] / c["measured"]) if d and c["measured"] else float("nan"),
+                    "shipped_met": c["met"],
+                    "proposed_met": d["met"] if d else None,
+                }
+            )
+            case.figure(
+                f"{c['name']} (with ÷ shipped)", comparison[-1]["ratio"], "x", f"{c['name']}: with the diffs ÷ shipped"
+            )
     extra = []
     for letter, key in EXTRA:
         fa = shipped["cases"].get(letter, {}).get("figures", {}).get(key)
         fb = proposed["cases"].get(letter, {}).get("figures", {}).get(key)
         if fa and fb and fa["value"]:
-            extra.append({"label": fa["label"], "shipped_text": fmt_value(fa["value"], fa["unit"]), "proposed_text": fmt_value(fb["value"], fb["unit"]), "ratio": fb["value"] / fa["value"]})
-    case.extra_json = {"packages": {"shipped": used[0], "with_diffs": used[1]}, "comparison": comparison, "extra": extra, "applied": applied, "present": present, "failed": failed, "cases": list(cases), "runs": cfg.runs, "shipped": shipped["cases"], "proposed": proposed["cases"]}
+            extra.append(
+                {
+                    "label": fa["label"],
+                    "shipped_text": fmt_value(fa["value"], fa["unit"]),
+                    "proposed_text": fmt_value(fb["value"], fb["unit"]),
+                    "ratio": fb["value"] / fa["value"],
+                }
+            )
+    case.extra_json = {
+        "packages": {"shipped": used[0], "with_diffs": used[1]},
+        "comparison": comparison,
+        "extra": extra,
+        "applied": applied,
+        "present": present,
+        "failed": failed,
+        "cases": list(cases),
+        "runs": cfg.runs,
+        "shipped": shipped["cases"],
+        "proposed": proposed["cases"],
+    }
     if present:
         case.note(f"Already in the tree (so in both columns): {', '.join(present)}.")
     if failed:

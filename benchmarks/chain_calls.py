@@ -89,7 +89,10 @@ def main(argv: list[str] | None = None) -> None:
                 hub.append(trio.run(_hub_calls, mode, secret, args.calls))
             s, h = (statistics.median(c for c, _ in runs) * 1e6 for runs in (sdk, hub))
             sw, hw = (statistics.median(w for _, w in runs) * 1e6 for runs in (sdk, hub))
-            print(f"{label:<8} {'yes' if secret else 'no':<7} {s:>6.0f}µs ({sw:>5.0f}) {h:>6.0f}µs ({hw:>5.0f}) {h - s:>+8.0f}µs", flush=True)
+            print(
+                f"{label:<8} {'yes' if secret else 'no':<7} {s:>6.0f}µs ({sw:>5.0f}) {h:>6.0f}µs ({hw:>5.0f}) {h - s:>+8.0f}µs",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -188,13 +188,21 @@ def measure(calls: int, rounds: int, profile: bool, store_url: str | None, varia
             from vodou_engine.runs import Runs
             from vodou_engine.servers import ServerSet
 
-            runs = Runs(store=store_url, servers=ServerSet({"chain": server_config(engine_log)}, "bench"), policy=Policy(), workers=False)
+            runs = Runs(
+                store=store_url,
+                servers=ServerSet({"chain": server_config(engine_log)}, "bench"),
+                policy=Policy(),
+                workers=False,
+            )
         sdk_ticks, engine_ticks = Ticks(sdk_log), Ticks(engine_log)
 
         async def main() -> None:
             async with AsyncExitStack() as stack:
                 session = await sdk_session(stack, sdk_log)
-                async with runs.prepare("chain.recipe", text=recipe(calls)) as ready, runs.prepare("one.recipe", text=recipe(1), hub=ready.hub) as ready1:
+                async with (
+                    runs.prepare("chain.recipe", text=recipe(calls)) as ready,
+                    runs.prepare("one.recipe", text=recipe(1), hub=ready.hub) as ready1,
+                ):
                     hub = ready.hub
                     engine_session = hub._servers["chain"].session  # the SDK session on the engine's transport
 
@@ -228,7 +236,18 @@ def measure(calls: int, rounds: int, profile: bool, store_url: str | None, varia
                                 s1 = process_cpu(server) if server else math.nan
                             ticks = (sdk_ticks if layer == "sdk" else engine_ticks).new()
                             if layer == "run1":  # one call: its figures are per run, not per call
-                                out[v].append({"per_step": math.nan, "gap": math.nan, "cpu": p1 - p0, "trio_cpu": t1 - t0, "store_cpu": store_thread.cpu, "flushes": store_thread.calls, "nodes": store_thread.nodes, "server_cpu": s1 - s0})
+                                out[v].append(
+                                    {
+                                        "per_step": math.nan,
+                                        "gap": math.nan,
+                                        "cpu": p1 - p0,
+                                        "trio_cpu": t1 - t0,
+                                        "store_cpu": store_thread.cpu,
+                                        "flushes": store_thread.calls,
+                                        "nodes": store_thread.nodes,
+                                        "server_cpu": s1 - s0,
+                                    }
+                                )
                                 continue
                             out[v].append({
                                 "per_step": per_step(ticks, calls), "gap": median_gap(ticks), "cpu": (p1 - p0) / calls, "trio_cpu": (t1 - t0) / calls,
@@ -249,13 +268,19 @@ def measure(calls: int, rounds: int, profile: bool, store_url: str | None, varia
         if store_url is None:
             store.close()
         runs.close()
-    cpu = {layer: statistics.median(r["trio_cpu"] for r in out[layer]) if out.get(layer) else None for layer in profiles}
+    cpu = {
+        layer: statistics.median(r["trio_cpu"] for r in out[layer]) if out.get(layer) else None for layer in profiles
+    }
     out["profiles"] = {k: per_call_table(p, 3 * calls, cpu[k]) for k, p in profiles.items()}
     return out
 
 
 WATCHED = (
-    ("vodou_engine/runtime/scheduler.py", "_run_one", "Scheduler._run_one: one step, whole (a chain of reads runs in one task)"),
+    (
+        "vodou_engine/runtime/scheduler.py",
+        "_run_one",
+        "Scheduler._run_one: one step, whole (a chain of reads runs in one task)",
+    ),
     ("vodou_engine/runtime/scheduler.py", "_read", "  Scheduler._read (render + Tools.read)"),
     ("vodou_engine/compiler/template.py", "render", "    template.render: the step's arguments"),
     ("vodou_engine/runtime/calls.py", "read", "    Tools.read"),
@@ -266,7 +291,11 @@ WATCHED = (
     ("vodou_engine/limits.py", "check_value_depth", "          limits.check_value_depth"),
     ("vodou_engine/tools/wire.py", "finish", "        Wire.finish"),
     ("vodou_engine/runtime/journal.py", "set", "  Journal.set (RUNNING, SUCCEEDED)"),
-    ("vodou_engine/runtime/scheduler.py", "_after_in_task", "  Scheduler._after_in_task → _try_start (the next read handed to this task)"),
+    (
+        "vodou_engine/runtime/scheduler.py",
+        "_after_in_task",
+        "  Scheduler._after_in_task → _try_start (the next read handed to this task)",
+    ),
     ("vodou_engine/runtime/scheduler.py", "_try_start", "    Scheduler._try_start"),
     ("trio/_core/_run.py", "start_soon", "      Nursery.start_soon (a task spawned)"),
     ("vodou_engine/runtime/journal.py", "flusher", "Journal.flusher: batched node writes (the trio side)"),
@@ -295,7 +324,11 @@ def per_call_table(prof: cProfile.Profile, n: int, cpu_per_call: float | None = 
     scale = (cpu_per_call * n / total) if cpu_per_call else 1.0
     lines = [
         f"cProfile on the trio thread (its CPU clock): {total / n * 1e6:.0f} µs per call profiled"
-        + (f", {cpu_per_call * 1e6:.0f} µs measured without the profiler: figures scaled by {scale:.2f}" if cpu_per_call else ""),
+        + (
+            f", {cpu_per_call * 1e6:.0f} µs measured without the profiler: figures scaled by {scale:.2f}"
+            if cpu_per_call
+            else ""
+        ),
         f"{'µs/call':>8}  function (inclusive: its time and everything it called)",
     ]
     for suffix, name, label, *how in WATCHED:
@@ -307,7 +340,9 @@ def per_call_table(prof: cProfile.Profile, n: int, cpu_per_call: float | None = 
 
 def summary(out: dict, variants: list[str]) -> str:
     med = lambda v, key: statistics.median(r[key] for r in out[v])  # noqa: E731
-    lines = [f"{'variant':<26} {'per step':>9} {'median gap':>11} {'CPU/call':>9} {'trio thread':>12} {'store thread':>13} {'flushes/run':>12} {'÷ sdk per step':>15} {'÷ sdk CPU':>10} {'server CPU':>11}"]
+    lines = [
+        f"{'variant':<26} {'per step':>9} {'median gap':>11} {'CPU/call':>9} {'trio thread':>12} {'store thread':>13} {'flushes/run':>12} {'÷ sdk per step':>15} {'÷ sdk CPU':>10} {'server CPU':>11}"
+    ]
     base, base_cpu = med(variants[0], "per_step"), med(variants[0], "cpu")
     for v in variants:
         lines.append(
@@ -318,7 +353,9 @@ def summary(out: dict, variants: list[str]) -> str:
         n = out["calls"]
         rows = list(zip(out["run"], out["run of 1 step"]))
         marginal = lambda key: statistics.median((a[key] * n - b[key]) / (n - 1) for a, b in rows)  # noqa: E731
-        lines.append("(the run of 1 step: its figures are per run, not per call: what a run costs once, whatever its length)")
+        lines.append(
+            "(the run of 1 step: its figures are per run, not per call: what a run costs once, whatever its length)"
+        )
         lines.append(
             f"{'run, marginal per step':<26} {'':>9} {'':>11} {marginal('cpu') * 1e6:7.0f}µs {marginal('trio_cpu') * 1e6:10.0f}µs {marginal('store_cpu') * 1e6:11.0f}µs "
             f"{'':>12} {'':>15} {marginal('cpu') / base_cpu:9.3f}×   ((200-step run − 1-step run) / 199)"
@@ -382,13 +419,38 @@ def py_spy(layer: str, seconds: float, calls: int, rate: int, top: int) -> str:
     exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     with tempfile.TemporaryDirectory(prefix="vodou-chain-spy-") as tmp:
         raw = Path(tmp) / "stacks.txt"
-        child = subprocess.Popen([sys.executable, "-m", "benchmarks.chain_profile", "--spin", layer, "--calls", str(calls)], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        child = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.chain_profile", "--spin", layer, "--calls", str(calls)],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         try:
             assert child.stdout is not None and child.stdin is not None
             if child.stdout.readline().strip() != "ready":
                 raise RuntimeError("the spinning process did not start")
             t0 = time.monotonic()
-            proc = subprocess.run([exe, "record", "--gil", "-r", str(rate), "-f", "raw", "--threads", "-d", str(int(seconds)), "-o", str(raw), "-p", str(child.pid)], capture_output=True, text=True)
+            proc = subprocess.run(
+                [
+                    exe,
+                    "record",
+                    "--gil",
+                    "-r",
+                    str(rate),
+                    "-f",
+                    "raw",
+                    "--threads",
+                    "-d",
+                    str(int(seconds)),
+                    "-o",
+                    str(raw),
+                    "-p",
+                    str(child.pid),
+                ],
+                capture_output=True,
+                text=True,
+            )
             t1 = time.monotonic()
             child.stdin.close()
             report = json.loads(child.stdout.read().strip().splitlines()[-1])
@@ -422,7 +484,9 @@ def py_spy(layer: str, seconds: float, calls: int, rate: int, top: int) -> str:
             if names:
                 own[names[-1]] += c
     us = lambda samples: samples / rate / n * 1e6 if n else float("nan")  # noqa: E731
-    lines = [f"py-spy, layer {layer!r}: {n} calls in {t1 - t0:.1f} s sampled, {rate} samples/s (the thread holding the GIL only)"]
+    lines = [
+        f"py-spy, layer {layer!r}: {n} calls in {t1 - t0:.1f} s sampled, {rate} samples/s (the thread holding the GIL only)"
+    ]
     lines.append("per thread, µs per call: " + ", ".join(f"{k} {us(v):.0f}" for k, v in threads.most_common()))
     lines.append("inclusive (every sample whose stack holds the function), µs per call:")
     for name, c in inclusive.most_common(top):
@@ -437,11 +501,23 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.chain_profile", description=__doc__.split("\n\n")[0])
     p.add_argument("--calls", type=int, default=200)
     p.add_argument("--rounds", type=int, default=7)
-    p.add_argument("--profile", action="store_true", help="cProfile the hub.call and run layers (trio thread CPU clock)")
+    p.add_argument(
+        "--profile", action="store_true", help="cProfile the hub.call and run layers (trio thread CPU clock)"
+    )
     p.add_argument("--store", default=None, help="a postgresql:// URL to run the chain on instead of a SQLite file")
-    p.add_argument("--variants", default=None, help="comma-separated, the first is the base (default: all: " + ", ".join(VARIANTS) + ")")
+    p.add_argument(
+        "--variants",
+        default=None,
+        help="comma-separated, the first is the base (default: all: " + ", ".join(VARIANTS) + ")",
+    )
     p.add_argument("--json", type=Path, default=None, help="write every sample here")
-    p.add_argument("--py-spy", dest="py_spy", choices=LAYERS, default=None, help="sample this layer with py-spy instead (sdk, hub.call or run)")
+    p.add_argument(
+        "--py-spy",
+        dest="py_spy",
+        choices=LAYERS,
+        default=None,
+        help="sample this layer with py-spy instead (sdk, hub.call or run)",
+    )
     p.add_argument("--seconds", type=float, default=20.0, help="how long --py-spy samples")
     p.add_argument("--rate", type=int, default=500, help="py-spy samples per second")
     p.add_argument("--top", type=int, default=45, help="rows per py-spy table")
@@ -457,7 +533,9 @@ def main(argv: list[str]) -> int:
     if unknown:
         p.error(f"unknown variant(s) {unknown}; known: {', '.join(VARIANTS)}")
     out = measure(args.calls, args.rounds, args.profile, args.store, variants)
-    print(f"{args.rounds} rounds of {args.calls} chained calls per variant, alternated; medians; load average {os.getloadavg()[0]:.2f} after")
+    print(
+        f"{args.rounds} rounds of {args.calls} chained calls per variant, alternated; medians; load average {os.getloadavg()[0]:.2f} after"
+    )
     print(summary(out, variants))
     for layer, text in out.pop("profiles").items():
         print(f"\n--- {layer}: cProfile, trio thread CPU, per call ---\n{text}")

@@ -7,9 +7,10 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
@@ -65,15 +66,38 @@ class Case:
         self.figures[key] = {"value": value, "unit": unit, "label": label, "samples": samples, **spread(samples)}
         return value
 
-    def check(self, name: str, measured: float, limit: float, *, unit: str, what: str, ratio: bool = False, at_least: bool = False) -> bool:
+    def check(
+        self,
+        name: str,
+        measured: float,
+        limit: float,
+        *,
+        unit: str,
+        what: str,
+        ratio: bool = False,
+        at_least: bool = False,
+    ) -> bool:
         """A target: ``measured ≤ limit``, or ``measured ≥ limit`` with ``at_least``."""
         met = bool(measured >= limit) if at_least else bool(measured <= limit)
-        self.checks.append({"name": name, "measured": measured, "limit": limit, "unit": unit, "what": what, "ratio": ratio, "met": met, "at_least": at_least})
+        self.checks.append(
+            {
+                "name": name,
+                "measured": measured,
+                "limit": limit,
+                "unit": unit,
+                "what": what,
+                "ratio": ratio,
+                "met": met,
+                "at_least": at_least,
+            }
+        )
         return met
 
     def versus(self, what: str, ours: float, theirs: float, unit: str, *, peer: str, note: str = "") -> None:
         """One row of the side-by-side table: the same thing measured on the engine and on a peer, in this run."""
-        self.side_by_side.append({"what": what, "engine": ours, "peer_value": theirs, "unit": unit, "peer": peer, "note": note})
+        self.side_by_side.append(
+            {"what": what, "engine": ours, "peer_value": theirs, "unit": unit, "peer": peer, "note": note}
+        )
 
     def bar(self, label: str, *, wall_s: float, sum_s: float | None, slowest_s: float | None) -> None:
         self.bars.append({"label": label, "wall_s": wall_s, "sum_s": sum_s, "slowest_s": slowest_s})
@@ -81,7 +105,7 @@ class Case:
     def note(self, text: str) -> None:
         self.notes.append(text)
 
-    def done(self) -> "Case":
+    def done(self) -> Case:
         self.duration_s = time.perf_counter() - self.started
         return self
 
@@ -214,8 +238,17 @@ def together_wall(plan, seen: Seen, join_id: str) -> dict[str, float]:
 
 def clean_env(tmp: Path, cfg: Config, **extra: str) -> dict[str, str]:
     """An environment for engine subprocesses: no VODOU_* or XDG_* leaking in from the caller."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VODOU_") and k not in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME")}
-    env.update(XDG_CONFIG_HOME=str(tmp / "config"), XDG_DATA_HOME=str(tmp / "data"), XDG_CACHE_HOME=str(tmp / "cache"), COLUMNS="120")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("VODOU_") and k not in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME")
+    }
+    env.update(
+        XDG_CONFIG_HOME=str(tmp / "config"),
+        XDG_DATA_HOME=str(tmp / "data"),
+        XDG_CACHE_HOME=str(tmp / "cache"),
+        COLUMNS="120",
+    )
     if cfg.pycache is not None:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = str(cfg.pycache)
@@ -254,7 +287,7 @@ def importtime_summary(stderr: str, top: int = 12) -> dict[str, Any]:
     for line in stderr.splitlines():
         if not line.startswith("import time:") or "self [us]" in line:
             continue
-        parts = line[len("import time:"):].split("|")
+        parts = line[len("import time:") :].split("|")
         if len(parts) != 3:
             continue
         self_us, cum_us, raw = int(parts[0]), int(parts[1]), parts[2]
@@ -270,7 +303,9 @@ def importtime_summary(stderr: str, top: int = 12) -> dict[str, Any]:
         "total_s": sum(e[3] for e in entries if e[1] == 0) / 1e6,
         "modules": len(entries),
         "top_level": [{"module": n, "cumulative_s": c / 1e6} for n, _, _, c in tops[:top]],
-        "self_by_package": [{"package": p, "self_s": s / 1e6} for p, s in sorted(by_pkg.items(), key=lambda kv: -kv[1])[:top]],
+        "self_by_package": [
+            {"package": p, "self_s": s / 1e6} for p, s in sorted(by_pkg.items(), key=lambda kv: -kv[1])[:top]
+        ],
     }
 
 

@@ -14,8 +14,24 @@ from typing import Any
 
 from .common import fmt_s, fmt_value
 
-PACKAGES = ("trio", "msgspec", "mcp", "lark", "networkx", "rich", "vodou_engine", "psycopg", "procrastinate", "langgraph", "dbos")
-SERIES = (("wall_s", "wall-clock", "#3b82c4", "cyan"), ("sum_s", "summed branches", "#e07b24", "dark_orange"), ("slowest_s", "slowest branch", "#3a9b4a", "green"))
+PACKAGES = (
+    "trio",
+    "msgspec",
+    "mcp",
+    "lark",
+    "networkx",
+    "rich",
+    "vodou_engine",
+    "psycopg",
+    "procrastinate",
+    "langgraph",
+    "dbos",
+)
+SERIES = (
+    ("wall_s", "wall-clock", "#3b82c4", "cyan"),
+    ("sum_s", "summed branches", "#e07b24", "dark_orange"),
+    ("slowest_s", "slowest branch", "#3a9b4a", "green"),
+)
 
 
 # --- the machine ------------------------------------------------------------------
@@ -108,7 +124,9 @@ def bar_scale(bar: dict[str, Any], bars: list[dict[str, Any]]) -> float:
     values = [bar.get(key) for key, *_ in SERIES if bar.get(key) is not None]
     if len(values) > 1:
         return max(values) or 1.0
-    singles = [b["wall_s"] for b in bars if b["case"] == bar["case"] and all(b.get(k) is None for k in ("sum_s", "slowest_s"))]
+    singles = [
+        b["wall_s"] for b in bars if b["case"] == bar["case"] and all(b.get(k) is None for k in ("sum_s", "slowest_s"))
+    ]
     return max(singles) or 1.0
 
 
@@ -171,8 +189,13 @@ def print_terminal(results: dict[str, Any], console) -> None:
     for b in all_bars(results):
         w, s, sl = b["wall_s"], b.get("sum_s"), b.get("slowest_s")
         per_case.add_row(
-            b["case"], b["label"], fmt_s(w), fmt_s(s) if s is not None else "", fmt_s(sl) if sl is not None else "",
-            f"{w / sl:.3f}" if sl else "", f"{w / s:.3f}" if s else "",
+            b["case"],
+            b["label"],
+            fmt_s(w),
+            fmt_s(s) if s is not None else "",
+            fmt_s(sl) if sl is not None else "",
+            f"{w / sl:.3f}" if sl else "",
+            f"{w / s:.3f}" if s else "",
         )
     if per_case.row_count:
         console.print(per_case)
@@ -181,7 +204,14 @@ def print_terminal(results: dict[str, Any], console) -> None:
     for col in ("case", "target", "limit", "measured", "measured ÷ limit", "met"):
         targets.add_column(col, justify="left" if col in ("case", "target") else "right")
     for c in all_checks(results):
-        targets.add_row(c["case"], c["name"].split(": ", 1)[-1], limit_text(c), measured_text(c), over_limit(c), Text("met", style="green") if c["met"] else Text("not met", style="bold red"))
+        targets.add_row(
+            c["case"],
+            c["name"].split(": ", 1)[-1],
+            limit_text(c),
+            measured_text(c),
+            over_limit(c),
+            Text("met", style="green") if c["met"] else Text("not met", style="bold red"),
+        )
     for letter, case in results["cases"].items():
         if case.get("error"):
             targets.add_row(letter, case["title"], "", "", "", Text("error", style="bold red"))
@@ -195,23 +225,36 @@ def print_terminal(results: dict[str, Any], console) -> None:
         for col in ("case", "what", "engine", "peer", "peer's", "engine ÷ peer"):
             t.add_column(col, justify="left" if col in ("case", "what", "peer") else "right")
         for r in rows:
-            t.add_row(r["case"], r["what"], fmt_value(r["engine"], r["unit"]), r["peer"], fmt_value(r["peer_value"], r["unit"]), _ratio(r))
+            t.add_row(
+                r["case"],
+                r["what"],
+                fmt_value(r["engine"], r["unit"]),
+                r["peer"],
+                fmt_value(r["peer_value"], r["unit"]),
+                _ratio(r),
+            )
         console.print(t)
     for letter, case in results["cases"].items():
         if case.get("skipped"):
-            console.print(f"[yellow]{letter} skipped:[/] {escape_markup(case['skipped'])}", markup=True, highlight=False)
+            console.print(
+                f"[yellow]{letter} skipped:[/] {escape_markup(case['skipped'])}", markup=True, highlight=False
+            )
 
     if all_bars(results):
         _print_bars(results, console)
     if results["cases"].get("p", {}).get("comparison"):
         _print_proposed(results, console)
-    console.print(f"results: {results['paths']['json']}\nchart:   {results['paths']['svg']}\nreport:  {results['paths']['md']}")
+    console.print(
+        f"results: {results['paths']['json']}\nchart:   {results['paths']['svg']}\nreport:  {results['paths']['md']}"
+    )
 
 
 def _print_bars(results: dict[str, Any], console) -> None:
     from rich.text import Text
 
-    console.print("[bold]bar chart[/] (a group of three is scaled to its largest value; single bars share a scale within their case)")
+    console.print(
+        "[bold]bar chart[/] (a group of three is scaled to its largest value; single bars share a scale within their case)"
+    )
     legend = Text("  ")
     for _, name, _, style in SERIES:
         legend.append("██ ", style=style)
@@ -238,7 +281,14 @@ def _print_proposed(results: dict[str, Any], console) -> None:
     for col in ("target", "limit", "shipped", "with the diffs", "with ÷ shipped", "met (shipped → diffs)"):
         t.add_column(col, justify="left" if col == "target" else "right")
     for r in p["comparison"]:
-        t.add_row(r["name"], r["limit_text"], r["shipped_text"], r["proposed_text"], f"{r['ratio']:.2f}" if r["ratio"] == r["ratio"] else "n/a", f"{_met(r['shipped_met'])} → {_met(r['proposed_met'])}")
+        t.add_row(
+            r["name"],
+            r["limit_text"],
+            r["shipped_text"],
+            r["proposed_text"],
+            f"{r['ratio']:.2f}" if r["ratio"] == r["ratio"] else "n/a",
+            f"{_met(r['shipped_met'])} → {_met(r['proposed_met'])}",
+        )
     console.print(t)
 
 
@@ -273,14 +323,20 @@ def write_svg(results: dict[str, Any], path: Path) -> None:
         values = [(key, name, colour, b.get(key)) for key, name, colour, _ in SERIES if b.get(key) is not None]
         peak = bar_scale(b, bars)
         label = f"{b['case']}  {b['label']}"
-        out.append(f'<text x="{left - 10}" y="{y + bar_h - 3}" text-anchor="end" font-weight="bold">{escape(label)}</text>')
+        out.append(
+            f'<text x="{left - 10}" y="{y + bar_h - 3}" text-anchor="end" font-weight="bold">{escape(label)}</text>'
+        )
         for key, name, colour, v in values:
             w = max(1.0, plot * v / peak) if v > 0 else 0.0
-            out.append(f'<rect x="{left}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{colour}"><title>{escape(label)} · {escape(name)}: {escape(fmt_s(v))}</title></rect>')
+            out.append(
+                f'<rect x="{left}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{colour}"><title>{escape(label)} · {escape(name)}: {escape(fmt_s(v))}</title></rect>'
+            )
             out.append(f'<text x="{left + w + 6:.1f}" y="{y + bar_h - 3}" fill="#333">{escape(fmt_s(v))}</text>')
             y += bar_h + gap
         y += group_gap
-        out.append(f'<line x1="{left}" x2="{width - 16}" y1="{y - group_gap / 2:.1f}" y2="{y - group_gap / 2:.1f}" stroke="#eee"/>')
+        out.append(
+            f'<line x1="{left}" x2="{width - 16}" y1="{y - group_gap / 2:.1f}" y2="{y - group_gap / 2:.1f}" stroke="#eee"/>'
+        )
     out.append("</svg>")
     path.write_text("\n".join(out) + "\n", encoding="utf-8")
 
@@ -333,7 +389,9 @@ def write_markdown(results: dict[str, Any], path: Path, chart: Path) -> None:
         "| packages | " + ", ".join(f"{k} {v}" for k, v in pk.items() if v) + " |",
         f"| load average (1, 5, 15 min) | {results.get('load_before')} before, {results.get('load_after')} after |",
         f"| runs per figure | {results['options']['runs']}{' (--quick)' if results['options']['quick'] else ''} |",
-        f"| source measured | commit {m['tree']['commit']}" + (f", with uncommitted changes to {', '.join(m['tree']['modified'])}" if m["tree"]["modified"] else "") + " |",
+        f"| source measured | commit {m['tree']['commit']}"
+        + (f", with uncommitted changes to {', '.join(m['tree']['modified'])}" if m["tree"]["modified"] else "")
+        + " |",
         "",
     ]
     load = (results.get("load_before") or [0])[0]
@@ -350,10 +408,14 @@ def write_markdown(results: dict[str, Any], path: Path, chart: Path) -> None:
         "|---|---|---:|---:|---:|---|",
     ]
     for c in all_checks(results):
-        lines.append(f"| {c['case']} | {_md_escape(c['name'].split(': ', 1)[-1])} ({_md_escape(c['what'])}) | {limit_text(c)} | {measured_text(c)} | {over_limit(c)} | {'met' if c['met'] else '**not met**'} |")
+        lines.append(
+            f"| {c['case']} | {_md_escape(c['name'].split(': ', 1)[-1])} ({_md_escape(c['what'])}) | {limit_text(c)} | {measured_text(c)} | {over_limit(c)} | {'met' if c['met'] else '**not met**'} |"
+        )
     for letter, case in results["cases"].items():
         if case.get("error"):
-            lines.append(f"| {letter} | {_md_escape(case['title'])} | | | | **error**: {_md_escape(case['error'].splitlines()[-1])} |")
+            lines.append(
+                f"| {letter} | {_md_escape(case['title'])} | | | | **error**: {_md_escape(case['error'].splitlines()[-1])} |"
+            )
         elif case.get("skipped"):
             lines.append(f"| {letter} | {_md_escape(case['title'])} | | | | skipped: {_md_escape(case['skipped'])} |")
     rows = side_by_side(results)
@@ -368,7 +430,9 @@ def write_markdown(results: dict[str, Any], path: Path, chart: Path) -> None:
             "|---|---|---:|---|---:|---:|---|",
         ]
         for r in rows:
-            lines.append(f"| {r['case']} | {_md_escape(r['what'])} | {fmt_value(r['engine'], r['unit'])} | {r['peer']} | {fmt_value(r['peer_value'], r['unit'])} | {_ratio(r)} | {_md_escape(r.get('note', ''))} |")
+            lines.append(
+                f"| {r['case']} | {_md_escape(r['what'])} | {fmt_value(r['engine'], r['unit'])} | {r['peer']} | {fmt_value(r['peer_value'], r['unit'])} | {_ratio(r)} | {_md_escape(r.get('note', ''))} |"
+            )
     lines += ["", f"![chart]({os.path.relpath(chart, path.parent)})", ""]
 
     p = results["cases"].get("p")
@@ -387,11 +451,15 @@ def write_markdown(results: dict[str, Any], path: Path, chart: Path) -> None:
         ]
         for r in p["comparison"]:
             ratio = f"{r['ratio']:.2f}" if r["ratio"] == r["ratio"] else "n/a"
-            lines.append(f"| {_md_escape(r['name'])} | {r['limit_text']} | {r['shipped_text']} | {r['proposed_text']} | {ratio} | {_met(r['shipped_met'])} → {_met(r['proposed_met'])} |")
+            lines.append(
+                f"| {_md_escape(r['name'])} | {r['limit_text']} | {r['shipped_text']} | {r['proposed_text']} | {ratio} | {_met(r['shipped_met'])} → {_met(r['proposed_met'])} |"
+            )
         if p.get("extra"):
             lines += ["", "| other figure | shipped | with the diffs | with ÷ shipped |", "|---|---:|---:|---:|"]
             for r in p["extra"]:
-                lines.append(f"| {_md_escape(r['label'])} | {r['shipped_text']} | {r['proposed_text']} | {r['ratio']:.2f} |")
+                lines.append(
+                    f"| {_md_escape(r['label'])} | {r['shipped_text']} | {r['proposed_text']} | {r['ratio']:.2f} |"
+                )
         lines.append("")
 
     lines += ["## Figures by case", ""]

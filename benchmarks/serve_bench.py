@@ -87,7 +87,12 @@ def sign_in(url: str, link: str) -> str:
     b = Browser(url)
     status, headers, page = b.request("GET", link.split(url, 1)[1])
     pre = re.search(r"vodou_signin=([^;]+)", headers.get("set-cookie", "")).group(1)
-    b.conn.request("POST", "/signin", body=urlencode({"csrf": _field(page, "csrf"), "token": _field(page, "token"), "next": "/"}), headers={"content-type": "application/x-www-form-urlencoded", "cookie": f"vodou_signin={pre}"})
+    b.conn.request(
+        "POST",
+        "/signin",
+        body=urlencode({"csrf": _field(page, "csrf"), "token": _field(page, "token"), "next": "/"}),
+        headers={"content-type": "application/x-www-form-urlencoded", "cookie": f"vodou_signin={pre}"},
+    )
     res = b.conn.getresponse()
     res.read()
     cookie = re.search(r"vodou_session=([^;]+)", res.getheader("set-cookie") or "")
@@ -101,7 +106,14 @@ def start_serve(tmp: Path, cfg: Config) -> tuple[subprocess.Popen, str, Path]:
     log = tmp / "serve.log"
     out = open(log, "w")
     env = clean_env(tmp, cfg, VODOU_DEMO_DB=str(tmp / "demo.db"))
-    proc = subprocess.Popen([sys.executable, "-m", "vodou_engine.web.serve", "--port", "0", "--store", str(tmp / "runs.db")], cwd=tmp, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vodou_engine.web.serve", "--port", "0", "--store", str(tmp / "runs.db")],
+        cwd=tmp,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         m = re.search(r"serving on (http://\S+)", log.read_text())
@@ -126,7 +138,10 @@ def run(cfg: Config) -> Case:
     from vodou_engine.runs import Runs
     from vodou_engine.web.identity import add_approver
 
-    case = Case("s", "`recipe serve`: approve on the page → effect, the inbox with 1,000 parked runs, 100 runs at once, a schedule's lag")
+    case = Case(
+        "s",
+        "`recipe serve`: approve on the page → effect, the inbox with 1,000 parked runs, 100 runs at once, a schedule's lag",
+    )
     samples = max(cfg.runs * 2, 10) if not cfg.quick else 5
     parked_n = 1000 if not cfg.quick else 200
     at_once = 100 if not cfg.quick else 20
@@ -150,7 +165,10 @@ def run(cfg: Config) -> Case:
                 text = f"serve bench {uuid.uuid4().hex[:10]}"
                 status, headers, _ = me.request("POST", "/recipes/post/run", {"csrf": csrf, "input:text": text})
                 run_id = headers["location"].split("/runs/")[1].split("?")[0]
-                card = wait(lambda: next(iter(store.pending_approvals(run_id)), None) if _exists(store, run_id) else None, "the run to park")
+                card = wait(
+                    lambda: next(iter(store.pending_approvals(run_id)), None) if _exists(store, run_id) else None,
+                    "the run to park",
+                )
                 time.sleep(0.05)  # the drive has parked and let go of the run
                 form = {"csrf": csrf, "step": card.step, "approval": card.id, "fingerprint": card.fingerprint}
                 sent = time.time()
@@ -158,14 +176,28 @@ def run(cfg: Config) -> Case:
                 back = time.time()
                 if status != 303:
                     raise RuntimeError(f"approve answered {status}")
-                call = wait(lambda: [c for c in demo.calls(tmp / "demo.db", tool="slack_post_message") if c["arguments"].get("text") == text], "the effect")[0]
+                call = wait(
+                    lambda: [
+                        c
+                        for c in demo.calls(tmp / "demo.db", tool="slack_post_message")
+                        if c["arguments"].get("text") == text
+                    ],
+                    "the effect",
+                )[0]
                 if i == 0:
                     continue  # the first after start: nothing else is warm yet
                 latency.append(call["started"] - sent)
                 post_rtt.append(back - sent)
                 server_ms.append(float(headers["server-timing"].split("dur=")[1]) / 1000)
-                cfg.log(f"serve: approve → effect {latency[-1] * 1e3:.1f} ms (POST answered in {post_rtt[-1] * 1e3:.1f} ms)")
-            m = case.figure("approve_to_effect_s", latency, "s", "approve on the page → the chat server begins the post (warm servers; POST send time → server's call start)")
+                cfg.log(
+                    f"serve: approve → effect {latency[-1] * 1e3:.1f} ms (POST answered in {post_rtt[-1] * 1e3:.1f} ms)"
+                )
+            m = case.figure(
+                "approve_to_effect_s",
+                latency,
+                "s",
+                "approve on the page → the chat server begins the post (warm servers; POST send time → server's call start)",
+            )
             case.figure("approve_post_rtt_s", post_rtt, "s", "the approval's POST answered (303), client side")
             case.figure("approve_post_server_s", server_ms, "s", "the approval's POST, server side (Server-Timing)")
             case.check("serve: approve on the page → effect starts", m, 0.025, unit="s", what="median, warm servers")
@@ -197,9 +229,21 @@ def run(cfg: Config) -> Case:
                     continue
                 inbox_server.append(float(headers["server-timing"].split("dur=")[1]) / 1000)
                 inbox_client.append(c1 - c0)
-            m = case.figure("inbox_server_s", inbox_server, "s", f"GET / with {waiting} questions waiting, server side (Server-Timing)")
-            case.figure("inbox_client_s", inbox_client, "s", f"GET / with {waiting} questions waiting, client side ({len(page) // 1024} KiB page)")
-            case.check(f"serve: the inbox with {parked_n:,} parked runs", m, 0.100, unit="s", what="server side, median")
+            m = case.figure(
+                "inbox_server_s",
+                inbox_server,
+                "s",
+                f"GET / with {waiting} questions waiting, server side (Server-Timing)",
+            )
+            case.figure(
+                "inbox_client_s",
+                inbox_client,
+                "s",
+                f"GET / with {waiting} questions waiting, client side ({len(page) // 1024} KiB page)",
+            )
+            case.check(
+                f"serve: the inbox with {parked_n:,} parked runs", m, 0.100, unit="s", what="server side, median"
+            )
 
             # --- 100 runs started at once -------------------------------------------------------------
             before = {r.run for r in runs.list(limit=10_000, recipe="together")}
@@ -239,19 +283,37 @@ def run(cfg: Config) -> Case:
             case.figure("at_once_wall_s", wall, "s", f"{at_once} runs started at once: first POST → last run ended")
             case.figure("at_once_slowest_s", slowest, "s", "the slowest of them, its own created → ended")
             case.figure("at_once_ratio", wall / slowest, "x", "wall-clock / slowest run")
-            case.bar(f"{at_once} runs at once", wall_s=wall, sum_s=sum(r.ended_at - r.created_at for r in rows), slowest_s=slowest)
-            case.check(f"serve: {at_once} runs at once all succeed", 0 if (states == {"succeeded"} and not errors and len(started) == at_once) else 1, 0, unit="x", what=f"states {sorted(states)}, refused POSTs {len(errors)}")
+            case.bar(
+                f"{at_once} runs at once",
+                wall_s=wall,
+                sum_s=sum(r.ended_at - r.created_at for r in rows),
+                slowest_s=slowest,
+            )
+            case.check(
+                f"serve: {at_once} runs at once all succeed",
+                0 if (states == {"succeeded"} and not errors and len(started) == at_once) else 1,
+                0,
+                unit="x",
+                what=f"states {sorted(states)}, refused POSTs {len(errors)}",
+            )
 
             # --- a schedule fires after its due time ----------------------------------------------
             def fired():
-                done = [f for f in runs.firings("tick") if f.outcome == "fired" and f.run_id and _exists(store, f.run_id)]
+                done = [
+                    f for f in runs.firings("tick") if f.outcome == "fired" and f.run_id and _exists(store, f.run_id)
+                ]
                 return done or None
 
             firing = wait(fired, "the schedule to fire", timeout=90, every=0.05)[-1]
             created = store.get_run(firing.run_id).created_at
             lag = created - firing.due_at
             case.figure("schedule_fire_lag_s", lag, "s", "a schedule's due time → its run created (tick every second)")
-            case.figure("schedule_decide_lag_s", firing.decided_at - firing.due_at, "s", "a schedule's due time → the firing decided in the store")
+            case.figure(
+                "schedule_decide_lag_s",
+                firing.decided_at - firing.due_at,
+                "s",
+                "a schedule's due time → the firing decided in the store",
+            )
             case.check("serve: a schedule fires after its due time", lag, 1.0, unit="s", what="due time → run created")
             me.close()
         finally:

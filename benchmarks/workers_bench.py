@@ -60,9 +60,10 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from .common import ROOT, Case, Config, TempDir, clean_env, poll
 
@@ -76,7 +77,11 @@ post: rogue.post_message {"channel": "#ops", "text": "done"}
   without asking
 """
 POST = 'recipe "post"\ninputs:\n  text = "x"\npost: slack.slack_post_message {"channel": "#daily", "text": "{text}"}\n'
-CHAIN = 'recipe "chain"\n' + "s0: vodou.echo {\"value\": 0}\n" + "".join(f's{i}: vodou.echo {{"value": "{{s{i - 1}}}"}}\n' for i in range(1, 20))
+CHAIN = (
+    'recipe "chain"\n'
+    + 's0: vodou.echo {"value": 0}\n'
+    + "".join(f's{i}: vodou.echo {{"value": "{{s{i - 1}}}"}}\n' for i in range(1, 20))
+)
 CONCURRENCY = 4
 NOOP_QUEUE = "bench"
 
@@ -128,10 +133,14 @@ def noop_worker(url: str, concurrency: int, trio_side: bool) -> None:
     import procrastinate
     from procrastinate.worker import Worker
 
-    logging.getLogger("procrastinate").setLevel(logging.ERROR)  # it warns about an app in __main__, which this is on purpose
+    logging.getLogger("procrastinate").setLevel(
+        logging.ERROR
+    )  # it warns about an app in __main__, which this is on purpose
 
     async def main() -> None:
-        app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=url, min_size=1, max_size=min(concurrency, 4) + 2))
+        app = procrastinate.App(
+            connector=procrastinate.PsycopgConnector(conninfo=url, min_size=1, max_size=min(concurrency, 4) + 2)
+        )
         host = None
         if trio_side:
             from vodou_engine.workers.host import EngineHost
@@ -148,7 +157,9 @@ def noop_worker(url: str, concurrency: int, trio_side: bool) -> None:
                 await host.call(nothing)
 
         async with app.open_async():
-            worker = Worker(app, concurrency=concurrency, delete_jobs="never", install_signal_handlers=False, listen_notify=True)
+            worker = Worker(
+                app, concurrency=concurrency, delete_jobs="never", install_signal_handlers=False, listen_notify=True
+            )
             asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, worker.stop)
             await worker.run()
         if host is not None:
@@ -170,16 +181,37 @@ def floor(url: str, tmp: Path, cfg: Config, workers: int, jobs: int, *, trio_sid
     app = procrastinate.App(connector=procrastinate.SyncPsycopgConnector(conninfo=url))
     with psycopg.connect(url, autocommit=True) as conn:
         app.job_manager.batch_defer_jobs(
-            [jobs_module.Job(queue=NOOP_QUEUE, task_name="bench.noop", lock=None, queueing_lock=None) for _ in range(jobs)], connection=conn
+            [
+                jobs_module.Job(queue=NOOP_QUEUE, task_name="bench.noop", lock=None, queueing_lock=None)
+                for _ in range(jobs)
+            ],
+            connection=conn,
         )
     env = clean_env(tmp, cfg, PYTHONPATH=str(ROOT))
-    argv = [sys.executable, "-m", "benchmarks.workers_bench", "noop-worker", url, str(CONCURRENCY)] + (["trio"] if trio_side else [])
-    procs = [subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(workers)]
+    argv = [sys.executable, "-m", "benchmarks.workers_bench", "noop-worker", url, str(CONCURRENCY)] + (
+        ["trio"] if trio_side else []
+    )
+    procs = [
+        subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        for _ in range(workers)
+    ]
     try:
-        wait(lambda: _sql(url, "SELECT count(*) FROM procrastinate_jobs WHERE task_name = 'bench.noop' AND status = 'succeeded'")[0][0] >= jobs, "the no-op jobs", every=0.02)
+        wait(
+            lambda: (
+                _sql(
+                    url,
+                    "SELECT count(*) FROM procrastinate_jobs WHERE task_name = 'bench.noop' AND status = 'succeeded'",
+                )[0][0]
+                >= jobs
+            ),
+            "the no-op jobs",
+            every=0.02,
+        )
     finally:
         _stop(procs)
-    (first, last), = _sql(
+    ((first, last),) = _sql(
         url,
         "SELECT min(e.at) FILTER (WHERE e.type = 'started'), max(e.at) FILTER (WHERE e.type = 'succeeded') "
         "FROM procrastinate_events e JOIN procrastinate_jobs j ON j.id = e.job_id WHERE j.task_name = 'bench.noop'",
@@ -190,7 +222,12 @@ def floor(url: str, tmp: Path, cfg: Config, workers: int, jobs: int, *, trio_sid
 
 # --- the floor that does the same work: four MCP calls per bare Procrastinate job -----------------
 MCP_TASK = "bench.mcp"
-CALLS = (("get_status", {}), ("get_status", {}), ("get_status", {}), ("post_message", {"channel": "#ops", "text": "done"}))
+CALLS = (
+    ("get_status", {}),
+    ("get_status", {}),
+    ("get_status", {}),
+    ("post_message", {"channel": "#ops", "text": "done"}),
+)
 """What one run of FANOUT calls, in order: the floor's job makes the same calls."""
 
 
@@ -210,9 +247,13 @@ def mcp_worker(url: str, concurrency: int) -> None:
     logging.getLogger("procrastinate").setLevel(logging.ERROR)
 
     async def main() -> None:
-        app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=url, min_size=1, max_size=min(concurrency, 4) + 2))
+        app = procrastinate.App(
+            connector=procrastinate.PsycopgConnector(conninfo=url, min_size=1, max_size=min(concurrency, 4) + 2)
+        )
         async with AsyncExitStack() as stack:
-            read, write = await stack.enter_async_context(stdio_client(StdioServerParameters(command=sys.executable, args=["-I", "-S", ROGUE])))
+            read, write = await stack.enter_async_context(
+                stdio_client(StdioServerParameters(command=sys.executable, args=["-I", "-S", ROGUE]))
+            )
             session = await stack.enter_async_context(ClientSession(read, write))
             await session.initialize()
             await session.list_tools()
@@ -225,7 +266,9 @@ def mcp_worker(url: str, concurrency: int) -> None:
                         raise RuntimeError(f"{tool} failed: {result.content}")
 
             async with app.open_async():
-                worker = Worker(app, concurrency=concurrency, delete_jobs="never", install_signal_handlers=False, listen_notify=True)
+                worker = Worker(
+                    app, concurrency=concurrency, delete_jobs="never", install_signal_handlers=False, listen_notify=True
+                )
                 asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, worker.stop)
                 await worker.run()
 
@@ -235,7 +278,7 @@ def mcp_worker(url: str, concurrency: int) -> None:
 
 def job_window(url: str, task: str) -> tuple[int, float]:
     """(jobs succeeded, seconds from the first job started to the last one ended) of ``task``, from Procrastinate's events."""
-    (n, first, last), = _sql(
+    ((n, first, last),) = _sql(
         url,
         "SELECT count(DISTINCT j.id) FILTER (WHERE j.status = 'succeeded'), min(e.at) FILTER (WHERE e.type = 'started'), max(e.at) FILTER (WHERE e.type = 'succeeded') "
         "FROM procrastinate_events e JOIN procrastinate_jobs j ON j.id = e.job_id WHERE j.task_name = %s",
@@ -255,13 +298,30 @@ def mcp_floor(url: str, tmp: Path, cfg: Config, workers: int, jobs: int) -> floa
     ensure_schema(url)
     app = procrastinate.App(connector=procrastinate.SyncPsycopgConnector(conninfo=url))
     with psycopg.connect(url, autocommit=True) as conn:
-        app.job_manager.batch_defer_jobs([jobs_module.Job(queue=NOOP_QUEUE, task_name=MCP_TASK, lock=None, queueing_lock=None) for _ in range(jobs)], connection=conn)
+        app.job_manager.batch_defer_jobs(
+            [jobs_module.Job(queue=NOOP_QUEUE, task_name=MCP_TASK, lock=None, queueing_lock=None) for _ in range(jobs)],
+            connection=conn,
+        )
     env = clean_env(tmp, cfg, PYTHONPATH=str(ROOT))
     argv = [sys.executable, "-m", "benchmarks.workers_bench", "mcp-worker", url, str(CONCURRENCY)]
     logs = [open(tmp / f"mcp-floor-{workers}-{i}.log", "wb") for i in range(workers)]
-    procs = [subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT) for log in logs]
+    procs = [
+        subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        for log in logs
+    ]
     try:
-        wait(lambda: _sql(url, "SELECT count(*) FROM procrastinate_jobs WHERE task_name = %s AND status IN ('succeeded', 'failed')", (MCP_TASK,))[0][0] >= jobs, "the MCP floor's jobs", every=0.02)
+        wait(
+            lambda: (
+                _sql(
+                    url,
+                    "SELECT count(*) FROM procrastinate_jobs WHERE task_name = %s AND status IN ('succeeded', 'failed')",
+                    (MCP_TASK,),
+                )[0][0]
+                >= jobs
+            ),
+            "the MCP floor's jobs",
+            every=0.02,
+        )
     finally:
         _stop(procs)
         for log in logs:
@@ -274,7 +334,17 @@ def mcp_floor(url: str, tmp: Path, cfg: Config, workers: int, jobs: int) -> floa
 
 
 # --- the engine: runs per second ------------------------------------------------------------------
-def engine_rate(url: str, tmp: Path, cfg: Config, workers: int, runs: int, *, recipe_text: str = FANOUT, servers: dict | None = None, concurrency: int = CONCURRENCY) -> tuple[float, dict]:
+def engine_rate(
+    url: str,
+    tmp: Path,
+    cfg: Config,
+    workers: int,
+    runs: int,
+    *,
+    recipe_text: str = FANOUT,
+    servers: dict | None = None,
+    concurrency: int = CONCURRENCY,
+) -> tuple[float, dict]:
     """Runs per second of ``workers`` ``recipe worker`` processes (first run created → last ended);
     the facts hold the same measured as the floors are (``job_rate``: first job started → last job ended)."""
     from vodou_engine.runs import Runs
@@ -293,19 +363,31 @@ def engine_rate(url: str, tmp: Path, cfg: Config, workers: int, runs: int, *, re
     env = clean_env(tmp, cfg, VODOU_STORE=url, VODOU_SERVERS=str(servers_file), PYTHONPATH=str(ROOT))
     argv = [sys.executable, "-m", "vodou_engine", "worker", "--concurrency", str(concurrency)]
     logs = [open(tmp / f"worker-{workers}-{i}.log", "wb") for i in range(workers)]
-    procs = [subprocess.Popen(argv, cwd=tmp, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT) for log in logs]
+    procs = [
+        subprocess.Popen(argv, cwd=tmp, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        for log in logs
+    ]
     marks = ",".join(["%s"] * len(ids))
     try:
-        wait(lambda: _sql(url, f"SELECT count(*) FROM runs WHERE state = 'succeeded' AND id IN ({marks})", tuple(ids))[0][0] == runs, f"{runs} runs", every=0.02)
+        wait(
+            lambda: (
+                _sql(url, f"SELECT count(*) FROM runs WHERE state = 'succeeded' AND id IN ({marks})", tuple(ids))[0][0]
+                == runs
+            ),
+            f"{runs} runs",
+            every=0.02,
+        )
     finally:
         _stop(procs)
         for log in logs:
             log.close()
-    (first, last, states), = _sql(url, f"SELECT min(created_at), max(ended_at), count(DISTINCT state) FROM runs WHERE id IN ({marks})", tuple(ids))
+    ((first, last, states),) = _sql(
+        url, f"SELECT min(created_at), max(ended_at), count(DISTINCT state) FROM runs WHERE id IN ({marks})", tuple(ids)
+    )
     # The worker deletes a job once it succeeded (and Procrastinate its events with it): the
     # window the floors are measured on is taken from the runs instead, first step started →
     # last run ended (the first job's pick-up, a few ms once, is left out).
-    (began,), = _sql(url, f"SELECT min(started_at) FROM nodes WHERE run_id IN ({marks})", tuple(ids))
+    ((began,),) = _sql(url, f"SELECT min(started_at) FROM nodes WHERE run_id IN ({marks})", tuple(ids))
     return runs / (last - first), {"states": states, "job_rate": runs / (last - began)}
 
 
@@ -319,33 +401,62 @@ def approve_to_effect(url: str, tmp: Path, cfg: Config, samples: int) -> dict[st
 
     slack = demo_servers(tmp / "demo.db")["slack"]
     servers = tmp / "mcp-demo.json"
-    servers.write_text(json.dumps({"mcpServers": {"slack": {"command": slack.command, "args": slack.args, "env": slack.env}}}))
+    servers.write_text(
+        json.dumps({"mcpServers": {"slack": {"command": slack.command, "args": slack.args, "env": slack.env}}})
+    )
     recipe = tmp / "post.recipe"
     recipe.write_text(POST)
     env = clean_env(tmp, cfg, VODOU_STORE=url, VODOU_SERVERS=str(servers), PYTHONPATH=str(ROOT))
     log = open(tmp / "worker-latency.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "vodou_engine", "worker", "--concurrency", str(CONCURRENCY)], cwd=tmp, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vodou_engine", "worker", "--concurrency", str(CONCURRENCY)],
+        cwd=tmp,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     out: dict[str, list[float]] = {"latency": [], "approve": []}
     decider = Runs(store=url, servers=servers)
     try:
         for i in range(samples + 1):
             text = f"workers bench {secrets.token_hex(5)}"
             run_id = decider.queue(recipe, actor="bench", inputs={"text": text})
-            wait(lambda: _sql(url, "SELECT state FROM runs WHERE id = %s", (run_id,)) == [("parked",)], "the run to park", every=0.005)
+            wait(
+                lambda: _sql(url, "SELECT state FROM runs WHERE id = %s", (run_id,)) == [("parked",)],
+                "the run to park",
+                every=0.005,
+            )
             # the worker's job that parked the run has ended (its lock is free): the next job starts at once
-            wait(lambda: not _sql(url, "SELECT 1 FROM procrastinate_jobs WHERE lock = %s AND status = 'doing'", (run_id,)), "the parking job to end", every=0.005)
+            wait(
+                lambda: (
+                    not _sql(url, "SELECT 1 FROM procrastinate_jobs WHERE lock = %s AND status = 'doing'", (run_id,))
+                ),
+                "the parking job to end",
+                every=0.005,
+            )
             sent = time.time()
             a = time.perf_counter()
             report = trio.run(lambda: decider.approve(run_id, "post", actor="bench", proof="bench"))
             b = time.perf_counter()
             if not report.queued:
                 raise RuntimeError(f"the approval of {run_id} was not queued: {report}")
-            call = wait(lambda: [x for x in demo.calls(tmp / "demo.db", tool="slack_post_message") if x["arguments"].get("text") == text], "the effect", every=0.002)[0]
+            call = wait(
+                lambda: [
+                    x
+                    for x in demo.calls(tmp / "demo.db", tool="slack_post_message")
+                    if x["arguments"].get("text") == text
+                ],
+                "the effect",
+                every=0.002,
+            )[0]
             if i == 0:
                 continue  # the first: the chat server was started by the job that parked it, the rest is warm too now
             out["latency"].append(call["started"] - sent)
             out["approve"].append(b - a)
-            cfg.log(f"workers: approve → effect {out['latency'][-1] * 1e3:.1f} ms (of which Runs.approve, with the queue insert, {out['approve'][-1] * 1e3:.1f} ms)")
+            cfg.log(
+                f"workers: approve → effect {out['latency'][-1] * 1e3:.1f} ms (of which Runs.approve, with the queue insert, {out['approve'][-1] * 1e3:.1f} ms)"
+            )
     finally:
         decider.close()
         _stop([proc])
@@ -397,12 +508,41 @@ def store_ops(store: Any, n: int) -> dict[str, list[float]]:
         )  # fmt: skip
         now = time.time()
         t = time.perf_counter()
-        store.save_nodes(run_id, [NodeRecord(node_id="a", state=NodeState.SUCCEEDED, output_json=out_json, started_at=now, ended_at=now), NodeRecord(node_id="b", state=NodeState.RUNNING, started_at=now)], owner=owner)
+        store.save_nodes(
+            run_id,
+            [
+                NodeRecord(node_id="a", state=NodeState.SUCCEEDED, output_json=out_json, started_at=now, ended_at=now),
+                NodeRecord(node_id="b", state=NodeState.RUNNING, started_at=now),
+            ],
+            owner=owner,
+        )
         out["chained_step"].append(time.perf_counter() - t)
-        store.ask(ApprovalRecord(id=f"ap-{run_id}", run_id=run_id, node_id="approve_post", step="post", payload_json="{}", fingerprint="fp", asked_at=now, card_text="go?", approvers_json='["bench"]'), owner=owner)
+        store.ask(
+            ApprovalRecord(
+                id=f"ap-{run_id}",
+                run_id=run_id,
+                node_id="approve_post",
+                step="post",
+                payload_json="{}",
+                fingerprint="fp",
+                asked_at=now,
+                card_text="go?",
+                approvers_json='["bench"]',
+            ),
+            owner=owner,
+        )
         t = time.perf_counter()
         with store.transaction():
-            store.save_nodes(run_id, [NodeRecord(node_id="b", state=NodeState.SUCCEEDED, output_json=out_json, started_at=now, ended_at=now), NodeRecord(node_id="approve_post", state=NodeState.WAITING)], owner=owner)
+            store.save_nodes(
+                run_id,
+                [
+                    NodeRecord(
+                        node_id="b", state=NodeState.SUCCEEDED, output_json=out_json, started_at=now, ended_at=now
+                    ),
+                    NodeRecord(node_id="approve_post", state=NodeState.WAITING),
+                ],
+                owner=owner,
+            )
             store.approvals(run_id)
             store.set_run_state(run_id, RunState.PARKED, expected=(RunState.RUNNING,), owner=owner)
             store.append_event(run_id, "parked", data_json='{"waiting": ["approve_post"]}')
@@ -471,7 +611,9 @@ def profile_worker(url: str, tmp: Path, cfg: Config, runs: int, *, rate: int = 2
     recipe = tmp / "fan-out.recipe"
     recipe.write_text(FANOUT)
     servers_file = tmp / "mcp.json"
-    servers_file.write_text(json.dumps({"mcpServers": {"rogue": {"command": sys.executable, "args": ["-I", "-S", ROGUE]}}}))
+    servers_file.write_text(
+        json.dumps({"mcpServers": {"rogue": {"command": sys.executable, "args": ["-I", "-S", ROGUE]}}})
+    )
     if floor_side:
         import procrastinate
         from procrastinate import jobs as jobs_module
@@ -487,10 +629,20 @@ def profile_worker(url: str, tmp: Path, cfg: Config, runs: int, *, rate: int = 2
             import psycopg
 
             with psycopg.connect(url, autocommit=True) as conn:
-                app.job_manager.batch_defer_jobs([jobs_module.Job(queue=NOOP_QUEUE, task_name=MCP_TASK, lock=None, queueing_lock=None) for _ in range(n)], connection=conn)
+                app.job_manager.batch_defer_jobs(
+                    [
+                        jobs_module.Job(queue=NOOP_QUEUE, task_name=MCP_TASK, lock=None, queueing_lock=None)
+                        for _ in range(n)
+                    ],
+                    connection=conn,
+                )
 
         def done() -> int:
-            return _sql(url, "SELECT count(*) FROM procrastinate_jobs WHERE task_name = %s AND status = 'succeeded'", (MCP_TASK,))[0][0]
+            return _sql(
+                url,
+                "SELECT count(*) FROM procrastinate_jobs WHERE task_name = %s AND status = 'succeeded'",
+                (MCP_TASK,),
+            )[0][0]
     else:
         queuer = Runs(store=url)
         env = clean_env(tmp, cfg, VODOU_STORE=url, VODOU_SERVERS=str(servers_file), PYTHONPATH=str(ROOT))
@@ -504,7 +656,14 @@ def profile_worker(url: str, tmp: Path, cfg: Config, runs: int, *, rate: int = 2
             return _sql(url, "SELECT count(*) FROM runs WHERE state = 'succeeded'")[0][0]
 
     log = open(tmp / f"profile-{'floor' if floor_side else 'worker'}.log", "wb")
-    proc = subprocess.Popen(argv, cwd=tmp if not floor_side else ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        argv,
+        cwd=tmp if not floor_side else ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     spy = None
     try:
         give(2)  # warm: the server started, the first statements prepared
@@ -512,7 +671,11 @@ def profile_worker(url: str, tmp: Path, cfg: Config, runs: int, *, rate: int = 2
         before = thread_cpu(proc.pid)
         exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
         raw = tmp / "worker-stacks.txt"
-        spy = subprocess.Popen([exe, "record", "--gil", "--threads", "-r", str(rate), "-f", "raw", "-o", str(raw), "-p", str(proc.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        spy = subprocess.Popen(
+            [exe, "record", "--gil", "--threads", "-r", str(rate), "-f", "raw", "-o", str(raw), "-p", str(proc.pid)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         time.sleep(0.5)  # py-spy attached
         t0 = time.perf_counter()
         give(runs)
@@ -529,7 +692,9 @@ def profile_worker(url: str, tmp: Path, cfg: Config, runs: int, *, rate: int = 2
         if not floor_side:
             queuer.close()
     per_run = lambda s: s / runs * 1e6  # noqa: E731
-    lines = [f"{'the same-work floor (bare Procrastinate + SDK session)' if floor_side else 'recipe worker'}, {CONCURRENCY} at once, {runs} jobs in {seconds:.1f} s ({runs / seconds:.1f}/s)"]
+    lines = [
+        f"{'the same-work floor (bare Procrastinate + SDK session)' if floor_side else 'recipe worker'}, {CONCURRENCY} at once, {runs} jobs in {seconds:.1f} s ({runs / seconds:.1f}/s)"
+    ]
     lines.append("CPU per job, by thread (/proc):")
     total = 0.0
     for name in sorted(after, key=lambda n: -(after[n] - before.get(n, 0.0))):
@@ -554,7 +719,10 @@ def profile_worker(url: str, tmp: Path, cfg: Config, runs: int, *, rate: int = 2
             for x in seen:
                 counts[x] += c
     us = lambda samples: samples / rate / runs * 1e6  # noqa: E731
-    lines.append("py-spy, the thread holding the GIL, µs per job: " + ", ".join(f"{k} {us(v):.0f}" for k, v in by_thread.most_common(6)))
+    lines.append(
+        "py-spy, the thread holding the GIL, µs per job: "
+        + ", ".join(f"{k} {us(v):.0f}" for k, v in by_thread.most_common(6))
+    )
     lines.append("inclusive, µs per job (a sample counts for every function on its stack):")
     for name, c in counts.most_common(110):
         lines.append(f"  {us(c):8.0f}  {name}")
@@ -565,7 +733,10 @@ PARTS = ("throughput", "boundary", "approve", "store")
 
 
 def run(cfg: Config, parts: tuple[str, ...] = PARTS) -> Case:
-    case = Case("w", "workers: runs per second on 1, 2, 4 workers against the queue's floor and a floor that makes the same MCP calls; approve → effect through the queue; store operations on PostgreSQL against SQLite")
+    case = Case(
+        "w",
+        "workers: runs per second on 1, 2, 4 workers against the queue's floor and a floor that makes the same MCP calls; approve → effect through the queue; store operations on PostgreSQL against SQLite",
+    )
     runs_n = 60 if cfg.quick else 200
     jobs_n = 300 if cfg.quick else 1000
     samples = 5 if cfg.quick else 20
@@ -583,15 +754,57 @@ def run(cfg: Config, parts: tuple[str, ...] = PARTS) -> Case:
                     rate, facts = engine_rate(url, tmp, cfg, k, runs_n)
                 rates.append(rate)
                 jobs_rates.append(facts["job_rate"])
-                cfg.log(f"workers: {k} worker(s): {jobs_rates[-1]:.1f} runs/s, same-work floor {same_work[-1]:.1f} jobs/s (ratio {jobs_rates[-1] / same_work[-1]:.2f})")
-            case.figure(f"noop_jobs_per_s_{k}", noop, "1/s", f"bare Procrastinate no-op jobs per second, {k} worker(s) × {CONCURRENCY}")
-            floor_rate = case.figure(f"mcp_floor_jobs_per_s_{k}", same_work, "1/s", f"floor: bare Procrastinate jobs making the same 4 MCP calls, per second, {k} worker(s) × {CONCURRENCY} (first job started → last ended)")
-            case.figure(f"runs_per_s_{k}", rates, "1/s", f"runs per second (3 reads + 1 effect each), {k} worker(s) × {CONCURRENCY} (first run created → last ended)")
-            jobs_rate = case.figure(f"runs_per_s_jobs_{k}", jobs_rates, "1/s", f"runs per second, {k} worker(s) × {CONCURRENCY}, measured as the floors are (first step started → last run ended)")
-            case.figure(f"run_cost_in_noop_jobs_{k}", noop / jobs_rate, "x", f"one run costs this many no-op jobs, {k} worker(s)")
-            ratio = case.figure(f"runs_over_mcp_floor_{k}", [e / f for e, f in zip(jobs_rates, same_work)], "x", f"engine runs per second ÷ the floor making the same MCP calls, {k} worker(s) (per alternated pair)")
-            case.check(f"w: runs/s ÷ the same-work floor, {k} worker(s)", ratio, 0.8, unit="x", what="from the first job (step) started to the last one ended, both sides, same run", ratio=True, at_least=True)
-            cfg.log(f"workers: {k} worker(s): {jobs_rate:.1f} runs/s, same-work floor {floor_rate:.1f} jobs/s (ratio {ratio:.2f}), no-op floor {noop:.0f} jobs/s")
+                cfg.log(
+                    f"workers: {k} worker(s): {jobs_rates[-1]:.1f} runs/s, same-work floor {same_work[-1]:.1f} jobs/s (ratio {jobs_rates[-1] / same_work[-1]:.2f})"
+                )
+            case.figure(
+                f"noop_jobs_per_s_{k}",
+                noop,
+                "1/s",
+                f"bare Procrastinate no-op jobs per second, {k} worker(s) × {CONCURRENCY}",
+            )
+            floor_rate = case.figure(
+                f"mcp_floor_jobs_per_s_{k}",
+                same_work,
+                "1/s",
+                f"floor: bare Procrastinate jobs making the same 4 MCP calls, per second, {k} worker(s) × {CONCURRENCY} (first job started → last ended)",
+            )
+            case.figure(
+                f"runs_per_s_{k}",
+                rates,
+                "1/s",
+                f"runs per second (3 reads + 1 effect each), {k} worker(s) × {CONCURRENCY} (first run created → last ended)",
+            )
+            jobs_rate = case.figure(
+                f"runs_per_s_jobs_{k}",
+                jobs_rates,
+                "1/s",
+                f"runs per second, {k} worker(s) × {CONCURRENCY}, measured as the floors are (first step started → last run ended)",
+            )
+            case.figure(
+                f"run_cost_in_noop_jobs_{k}",
+                noop / jobs_rate,
+                "x",
+                f"one run costs this many no-op jobs, {k} worker(s)",
+            )
+            ratio = case.figure(
+                f"runs_over_mcp_floor_{k}",
+                [e / f for e, f in zip(jobs_rates, same_work)],
+                "x",
+                f"engine runs per second ÷ the floor making the same MCP calls, {k} worker(s) (per alternated pair)",
+            )
+            case.check(
+                f"w: runs/s ÷ the same-work floor, {k} worker(s)",
+                ratio,
+                0.8,
+                unit="x",
+                what="from the first job (step) started to the last one ended, both sides, same run",
+                ratio=True,
+                at_least=True,
+            )
+            cfg.log(
+                f"workers: {k} worker(s): {jobs_rate:.1f} runs/s, same-work floor {floor_rate:.1f} jobs/s (ratio {ratio:.2f}), no-op floor {noop:.0f} jobs/s"
+            )
         case.extra_json["runs_per_run_measure"] = runs_n
         # --- the boundary ---------------------------------------------------------------------------------
         if "boundary" in parts:
@@ -600,9 +813,21 @@ def run(cfg: Config, parts: tuple[str, ...] = PARTS) -> Case:
         if "approve" in parts:
             with schema() as url:
                 lat = approve_to_effect(url, tmp, cfg, samples)
-            m = case.figure("approve_to_effect_s", lat["latency"], "s", "approve → the chat server begins the post, through the queue, one warm worker")
-            case.figure("approve_api_s", lat["approve"], "s", "Runs.approve (decision and queued resume, one transaction), in the approving process")
-            case.check("workers: approve → effect start through the queue", m, 0.050, unit="s", what="median, warm worker")
+            m = case.figure(
+                "approve_to_effect_s",
+                lat["latency"],
+                "s",
+                "approve → the chat server begins the post, through the queue, one warm worker",
+            )
+            case.figure(
+                "approve_api_s",
+                lat["approve"],
+                "s",
+                "Runs.approve (decision and queued resume, one transaction), in the approving process",
+            )
+            case.check(
+                "workers: approve → effect start through the queue", m, 0.050, unit="s", what="median, warm worker"
+            )
         # --- store operations ----------------------------------------------------------------------------------
         if "store" in parts:
             _store_part(case, tmp, cfg, ops_n)
@@ -618,10 +843,25 @@ def _boundary(case: Case, tmp: Path, cfg: Config, jobs_n: int) -> None:
         for _ in range(1 if cfg.quick else 5):  # alternated, so a change in the machine's load hits both alike
             plain.append(floor(url, tmp, cfg, 1, jobs_n))
             crossing.append(floor(url, tmp, cfg, 1, jobs_n, trio_side=True))
-    p = case.figure("noop_jobs_per_s_plain", plain, "1/s", f"no-op jobs per second, 1 worker × {CONCURRENCY} (median of {len(plain)}, alternated with the next)")
-    x = case.figure("noop_jobs_per_s_trio", crossing, "1/s", f"no-op jobs per second, every job crossing into trio and back, 1 worker × {CONCURRENCY} (median of {len(crossing)})")
+    p = case.figure(
+        "noop_jobs_per_s_plain",
+        plain,
+        "1/s",
+        f"no-op jobs per second, 1 worker × {CONCURRENCY} (median of {len(plain)}, alternated with the next)",
+    )
+    x = case.figure(
+        "noop_jobs_per_s_trio",
+        crossing,
+        "1/s",
+        f"no-op jobs per second, every job crossing into trio and back, 1 worker × {CONCURRENCY} (median of {len(crossing)})",
+    )
     case.figure("noop_trio_over_plain", x / p, "x", "no-op jobs per second crossing into trio ÷ plain")
-    case.figure("boundary_share_of_noop_job", statistics.median(trips) * p, "x", "one round trip as a share of one no-op job's time (round trip × no-op jobs per second)")
+    case.figure(
+        "boundary_share_of_noop_job",
+        statistics.median(trips) * p,
+        "x",
+        "one round trip as a share of one no-op job's time (round trip × no-op jobs per second)",
+    )
 
 
 def _store_part(case: Case, tmp: Path, cfg: Config, ops_n: int) -> None:
@@ -638,9 +878,17 @@ def _store_part(case: Case, tmp: Path, cfg: Config, ops_n: int) -> None:
         pg_chain = chain_per_step(url, 3 if cfg.quick else 10)
     sq_chain = chain_per_step(str(tmp / "chain.db"), 3 if cfg.quick else 10)
     for op in ("park", "resume", "chained_step"):
-        p, s = case.figure(f"pg_{op}_s", pg_ops[op], "s", f"store: {op}, PostgreSQL"), case.figure(f"sqlite_{op}_s", sq_ops[op], "s", f"store: {op}, SQLite")
+        p, s = (
+            case.figure(f"pg_{op}_s", pg_ops[op], "s", f"store: {op}, PostgreSQL"),
+            case.figure(f"sqlite_{op}_s", sq_ops[op], "s", f"store: {op}, SQLite"),
+        )
         case.figure(f"pg_over_sqlite_{op}", p / s, "x", f"store: {op}, PostgreSQL ÷ SQLite")
-    p, s = case.figure("pg_chain_step_s", pg_chain, "s", "a chain of 20 built-in steps through the run API, per step, PostgreSQL"), case.figure("sqlite_chain_step_s", sq_chain, "s", "the same on SQLite")
+    p, s = (
+        case.figure(
+            "pg_chain_step_s", pg_chain, "s", "a chain of 20 built-in steps through the run API, per step, PostgreSQL"
+        ),
+        case.figure("sqlite_chain_step_s", sq_chain, "s", "the same on SQLite"),
+    )
     case.figure("pg_over_sqlite_chain_step", p / s, "x", "chain step through the run API, PostgreSQL ÷ SQLite")
 
 
@@ -651,7 +899,9 @@ def _table(c: Case) -> str:
         shown = f"{v * 1e3:.2f} ms" if f["unit"] == "s" else f"{v:.2f}{'×' if f['unit'] == 'x' else ' /s'}"
         rows.append(f"| {f['label']} | {shown} |")
     for ch in c.checks:
-        rows.append(f"| target: {ch['name']} ({'≥' if ch.get('at_least') else '≤'} {ch['limit']:g}) | {ch['measured']:.3f}: {'met' if ch['met'] else 'not met'} |")
+        rows.append(
+            f"| target: {ch['name']} ({'≥' if ch.get('at_least') else '≤'} {ch['limit']:g}) | {ch['measured']:.3f}: {'met' if ch['met'] else 'not met'} |"
+        )
     return "\n".join(["| figure | measured |", "|---|---|", *rows])
 
 
@@ -661,9 +911,18 @@ def main(argv: list[str]) -> int:
     from .common import DEFAULT_OUT
     from .report import load_average, machine_info
 
-    p = argparse.ArgumentParser(prog="python -m benchmarks.workers_bench", description="Scale-out on PostgreSQL: workers against the queue's floor (needs $VODOU_BENCH_PG).")
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.workers_bench",
+        description="Scale-out on PostgreSQL: workers against the queue's floor (needs $VODOU_BENCH_PG).",
+    )
     p.add_argument("--quick", action="store_true", help="smaller N, for a look")
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT / "workers.json", metavar="FILE", help="where the figures go (default benchmarks/results/workers.json)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT / "workers.json",
+        metavar="FILE",
+        help="where the figures go (default benchmarks/results/workers.json)",
+    )
     p.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)} (default all)")
     args = p.parse_args(argv)
     parts = tuple(x.strip() for x in args.parts.split(",") if x.strip())
@@ -671,13 +930,17 @@ def main(argv: list[str]) -> int:
         p.error(f"--parts: choose among {', '.join(PARTS)}")
     import logging
 
-    logging.getLogger("procrastinate").setLevel(logging.ERROR)  # it warns about an app in __main__, which this module is on purpose
+    logging.getLogger("procrastinate").setLevel(
+        logging.ERROR
+    )  # it warns about an app in __main__, which this module is on purpose
     before = load_average()
     c = run(Config(quick=args.quick, log=lambda m: print(m, file=sys.stderr)), parts)
     print(_table(c), file=sys.stderr)
     doc = {
         "generated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "command": "python -m benchmarks.workers_bench" + (" --quick" if args.quick else "") + (f" --parts {args.parts}" if parts != PARTS else ""),
+        "command": "python -m benchmarks.workers_bench"
+        + (" --quick" if args.quick else "")
+        + (f" --parts {args.parts}" if parts != PARTS else ""),
         "machine": machine_info(),
         "postgresql": PG.split("@")[-1],
         "load_before": before,
@@ -695,11 +958,18 @@ if __name__ == "__main__":  # pragma: no cover - `python -m benchmarks.workers_b
         noop_worker(sys.argv[2], int(sys.argv[3]), len(sys.argv) > 4 and sys.argv[4] == "trio")
     if len(sys.argv) > 1 and sys.argv[1] == "mcp-worker":
         mcp_worker(sys.argv[2], int(sys.argv[3]))
-    if len(sys.argv) > 1 and sys.argv[1] == "profile-worker":  # `... profile-worker [N]`: where a worker's time goes, and the floor's
+    if (
+        len(sys.argv) > 1 and sys.argv[1] == "profile-worker"
+    ):  # `... profile-worker [N]`: where a worker's time goes, and the floor's
         n = int(sys.argv[2]) if len(sys.argv) > 2 else 200
         with TempDir("workers-profile") as tmp:
             for floor_side in (False, True):
                 with schema() as url:
-                    print(profile_worker(url, tmp, Config(log=lambda m: print(m, file=sys.stderr)), n, floor_side=floor_side), flush=True)
+                    print(
+                        profile_worker(
+                            url, tmp, Config(log=lambda m: print(m, file=sys.stderr)), n, floor_side=floor_side
+                        ),
+                        flush=True,
+                    )
         sys.exit(0)
     sys.exit(main(sys.argv[1:]))

@@ -47,10 +47,20 @@ STORES = [s.strip() for s in os.environ.get("VODOU_TEST_STORE", ",".join(STORE_K
 def pytest_configure(config) -> None:
     unknown = [s for s in STORES if s not in STORE_KINDS]
     if unknown or not STORES:
-        raise pytest.UsageError(f"VODOU_TEST_STORE names {', '.join(unknown) or 'no store'}; it takes a comma-separated list of: {', '.join(STORE_KINDS)}")
-    config.addinivalue_line("markers", "both_stores: run once per store in $VODOU_TEST_STORE (default sqlite,postgres); cli and store_location use it")
-    config.addinivalue_line("markers", "sqlite_only: in a both_stores module, a test about the SQLite file itself (SQLite only)")
-    config.addinivalue_line("markers", "postgres: needs PostgreSQL at $VODOU_TEST_PG; left out (deselected) when VODOU_TEST_STORE leaves postgres out")
+        raise pytest.UsageError(
+            f"VODOU_TEST_STORE names {', '.join(unknown) or 'no store'}; it takes a comma-separated list of: {', '.join(STORE_KINDS)}"
+        )
+    config.addinivalue_line(
+        "markers",
+        "both_stores: run once per store in $VODOU_TEST_STORE (default sqlite,postgres); cli and store_location use it",
+    )
+    config.addinivalue_line(
+        "markers", "sqlite_only: in a both_stores module, a test about the SQLite file itself (SQLite only)"
+    )
+    config.addinivalue_line(
+        "markers",
+        "postgres: needs PostgreSQL at $VODOU_TEST_PG; left out (deselected) when VODOU_TEST_STORE leaves postgres out",
+    )
 
 
 def pytest_collection_modifyitems(config, items) -> None:
@@ -66,7 +76,9 @@ def pytest_generate_tests(metafunc) -> None:
     """``store_kind`` (and so ``store_location`` and ``cli``) per store, for tests marked both_stores."""
     if "store_kind" not in metafunc.fixturenames:
         return
-    if metafunc.definition.get_closest_marker("both_stores") and not metafunc.definition.get_closest_marker("sqlite_only"):
+    if metafunc.definition.get_closest_marker("both_stores") and not metafunc.definition.get_closest_marker(
+        "sqlite_only"
+    ):
         metafunc.parametrize("store_kind", STORES, indirect=True)
 
 
@@ -119,7 +131,9 @@ def store_digest(location: str | os.PathLike) -> str:
         conn.close()
         return hashlib.sha256(Path(location).read_bytes()).hexdigest()
     digest = hashlib.sha256()
-    tables = store_sql(location, "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename")
+    tables = store_sql(
+        location, "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename"
+    )
     for (table,) in tables:
         ((rows,),) = store_sql(location, f'SELECT string_agg(t::text, chr(10) ORDER BY t::text) FROM "{table}" t')
         digest.update(f"{table}\n{rows}\n".encode())
@@ -145,7 +159,9 @@ class Cli:
         self.kind = "postgres" if is_postgres(self.location) else "sqlite"
         self.demo_db = tmp / "demo.db"
         self.env = {
-            k: v for k, v in os.environ.items() if not k.startswith("VODOU_") and k not in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME")
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("VODOU_") and k not in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME")
         }
         self.env.update(
             VODOU_STORE=self.location,
@@ -160,7 +176,9 @@ class Cli:
     def store(self) -> Path:
         """The SQLite store's file; a test that reads the file itself is SQLite-only."""
         if self.kind != "sqlite":
-            raise AssertionError(f"this test reads the SQLite store's file, but its store is {self.location}: mark it sqlite_only, or use cli.open_store() / cli.sql()")
+            raise AssertionError(
+                f"this test reads the SQLite store's file, but its store is {self.location}: mark it sqlite_only, or use cli.open_store() / cli.sql()"
+            )
         return Path(self.location)
 
     def open_store(self):
@@ -190,7 +208,14 @@ class Cli:
             assert res.code == expect, f"exit {res.code}, expected {expect}\nstdout:\n{res.out}\nstderr:\n{res.err}"
         return res
 
-    def __call__(self, *args: str, expect: int | None = None, timeout: float = 120, env: dict | None = None, cwd: Path | None = None) -> Result:
+    def __call__(
+        self,
+        *args: str,
+        expect: int | None = None,
+        timeout: float = 120,
+        env: dict | None = None,
+        cwd: Path | None = None,
+    ) -> Result:
         """``recipe ARGS`` run by ``vodou_engine.cli.main`` in this process, as the process would
         see it: this home's environment (only), ``cwd`` (default the home), stdin at /dev/null,
         stdout and stderr pipes (not terminals). The exit code is what the process would exit
@@ -240,16 +265,35 @@ class Cli:
         res = Result(code, out.buffer.getvalue().decode("utf-8"), err.buffer.getvalue().decode("utf-8"))
         return self._check(res, expect)
 
-    def proc(self, *args: str, expect: int | None = None, timeout: float = 120, env: dict | None = None, cwd: Path | None = None) -> Result:
+    def proc(
+        self,
+        *args: str,
+        expect: int | None = None,
+        timeout: float = 120,
+        env: dict | None = None,
+        cwd: Path | None = None,
+    ) -> Result:
         """``python -m vodou_engine ARGS`` as a real process (stdin /dev/null, stdout and stderr pipes)."""
         proc = subprocess.run(
-            self.argv(*args), cwd=cwd or self.tmp, env={**self.env, **(env or {})}, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+            self.argv(*args),
+            cwd=cwd or self.tmp,
+            env={**self.env, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
         )
         return self._check(Result(proc.returncode, proc.stdout, proc.stderr), expect)
 
     def popen(self, *args: str, env: dict | None = None) -> subprocess.Popen:
         return subprocess.Popen(
-            self.argv(*args), cwd=self.tmp, env={**self.env, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL
+            self.argv(*args),
+            cwd=self.tmp,
+            env={**self.env, **(env or {})},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            stdin=subprocess.DEVNULL,
         )
 
     def approver(self, name: str) -> dict:

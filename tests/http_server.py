@@ -104,8 +104,12 @@ class HttpServer:
     def start(self, timeout: float = 60) -> "HttpServer":
         with open(self.stderr, "ab") as err:
             self.process = subprocess.Popen(
-                [sys.executable, SCRIPT], stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
-                env={**os.environ, **self.env}, start_new_session=True,
+                [sys.executable, SCRIPT],
+                stdout=subprocess.PIPE,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **self.env},
+                start_new_session=True,
             )
         ready, _, _ = select.select([self.process.stdout], [], [], timeout)
         line = self.process.stdout.readline() if ready else b""
@@ -263,9 +267,21 @@ def build_app():
             import gzip
 
             text = b"x" * 60_000_000
-            reply = b'{"jsonrpc": "2.0", "id": ' + rid + b', "result": {"content": [{"type": "text", "text": "' + text + b'"}]}}'
+            reply = (
+                b'{"jsonrpc": "2.0", "id": '
+                + rid
+                + b', "result": {"content": [{"type": "text", "text": "'
+                + text
+                + b'"}]}}'
+            )
             packed = gzip.compress(reply, compresslevel=9)
-            await send({"type": "http.response.start", "status": 200, "headers": [*response_headers, (b"content-encoding", b"gzip")]})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [*response_headers, (b"content-encoding", b"gzip")],
+                }
+            )
             await send({"type": "http.response.body", "body": packed, "more_body": False})
             return
         await send(start)
@@ -280,7 +296,9 @@ def build_app():
             await body(b"\n", more=False)
             return
         if kind == "sse_flood":
-            note = json.dumps({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "x" * 1000}})
+            note = json.dumps(
+                {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "x" * 1000}}
+            )
             while True:
                 await body(f"event: message\ndata: {note}\n\n".encode() * 10)
         if kind == "echo_auth":
@@ -296,13 +314,22 @@ def build_app():
                 "split: " + value[:half],
                 value[half:] + " (end)",
             ]
-            note = {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "error", "data": f"bad key {value}"}}
+            note = {
+                "jsonrpc": "2.0",
+                "method": "notifications/message",
+                "params": {"level": "error", "data": f"bad key {value}"},
+            }
             result = {"content": [{"type": "text", "text": b} for b in blocks], "isError": False}
             reply = {"jsonrpc": "2.0", "id": request_id, "result": result}
             await body(f"event: message\ndata: {json.dumps(note)}\n\n".encode())
             await body(f"event: message\ndata: {json.dumps(reply)}\n\n".encode(), more=False)
             return
-        head = (b"event: message\ndata: " if sse else b"") + b'{"jsonrpc": "2.0", "id": ' + rid + b', "result": {"content": [{"type": "text", "text": "'
+        head = (
+            (b"event: message\ndata: " if sse else b"")
+            + b'{"jsonrpc": "2.0", "id": '
+            + rid
+            + b', "result": {"content": [{"type": "text", "text": "'
+        )
         tail = b'"}]}}' + (b"\n\n" if sse else b"")
         if kind == "huge_declared":
             await body(head + b"x" * 1000, more=False)
@@ -329,9 +356,13 @@ def build_app():
             query = urllib.parse.parse_qs(scope.get("query_string", b"").decode())
             want_auth = os.environ.get("HTTP_EXPECT_AUTH")
             want_key = os.environ.get("HTTP_EXPECT_KEY")
-            if (want_auth and headers.get("authorization") != want_auth) or (want_key and query.get("key") != [want_key]):
+            if (want_auth and headers.get("authorization") != want_auth) or (
+                want_key and query.get("key") != [want_key]
+            ):
                 log(event="unauthorized")
-                await send({"type": "http.response.start", "status": 401, "headers": [(b"content-type", b"text/plain")]})
+                await send(
+                    {"type": "http.response.start", "status": 401, "headers": [(b"content-type", b"text/plain")]}
+                )
                 await send({"type": "http.response.body", "body": b"unauthorized"})
                 return
 
@@ -349,7 +380,15 @@ def build_app():
                 if isinstance(rpc, dict) and rpc.get("method") == "tools/call":
                     tool = (rpc.get("params") or {}).get("name")
                     mode = modes().get(tool, "ok")
-                    if mode.partition(":")[0] in ("huge_sse", "huge_json", "huge_declared", "sse_flood", "sse_lines", "echo_auth", "gzip_json"):
+                    if mode.partition(":")[0] in (
+                        "huge_sse",
+                        "huge_json",
+                        "huge_declared",
+                        "sse_flood",
+                        "sse_lines",
+                        "echo_auth",
+                        "gzip_json",
+                    ):
                         log(tool=tool, arguments=(rpc.get("params") or {}).get("arguments"), gateway=True)
                         await streamed(send, mode, rpc.get("id"), headers, query)
                         return
@@ -359,9 +398,21 @@ def build_app():
                             "http500": (500, b"text/plain", b"internal error"),
                             "http202": (202, b"text/plain", b""),
                             "html": (200, b"text/html", b"<html><body>maintenance</body></html>"),
-                            "rpc400": (400, b"application/json", json.dumps({"jsonrpc": "2.0", "id": rpc.get("id"), "error": {"code": -32602, "message": "refused by the gateway"}}).encode()),
+                            "rpc400": (
+                                400,
+                                b"application/json",
+                                json.dumps(
+                                    {
+                                        "jsonrpc": "2.0",
+                                        "id": rpc.get("id"),
+                                        "error": {"code": -32602, "message": "refused by the gateway"},
+                                    }
+                                ).encode(),
+                            ),
                         }[mode]
-                        await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", kind)]})
+                        await send(
+                            {"type": "http.response.start", "status": status, "headers": [(b"content-type", kind)]}
+                        )
                         await send({"type": "http.response.body", "body": content})
                         return
             replayed = False

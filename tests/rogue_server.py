@@ -173,9 +173,24 @@ TOOLS = {
 }
 
 MODES = {
-    "ok", "exit1", "exit0", "hang", "cutoff", "cutoff_hang", "wrong_id",
-    "bad_schema", "rpc_error", "tool_error", "escape", "garbage", "deep", "held",
-    "endless", "echo_secret", "echo_secret_error", "echo_secret_rpc",
+    "ok",
+    "exit1",
+    "exit0",
+    "hang",
+    "cutoff",
+    "cutoff_hang",
+    "wrong_id",
+    "bad_schema",
+    "rpc_error",
+    "tool_error",
+    "escape",
+    "garbage",
+    "deep",
+    "held",
+    "endless",
+    "echo_secret",
+    "echo_secret_error",
+    "echo_secret_rpc",
 }
 SIZED = {"huge_result", "huge_error", "huge_note", "flood"}
 """Modes that take an optional size in bytes (``huge_result:1000000``)."""
@@ -312,7 +327,12 @@ def stream(head: bytes, size: int, tail: bytes | None) -> None:
 
 
 def flood(size: int) -> None:
-    line = json.dumps({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "x" * size}}).encode() + b"\n"
+    line = (
+        json.dumps(
+            {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "x" * size}}
+        ).encode()
+        + b"\n"
+    )
     while True:
         write_raw(line)
 
@@ -389,13 +409,29 @@ def call_tool(request_id, params: dict, tools: dict[str, str], modes: dict[str, 
         size = int(size_text or (100_000 if kind == "flood" else HUGE))
         rid = json.dumps(request_id)
         if kind == "huge_result":
-            stream(b'{"jsonrpc": "2.0", "id": ' + rid.encode() + b', "result": {"content": [{"type": "text", "text": "', size, b'"}]}}\n')
+            stream(
+                b'{"jsonrpc": "2.0", "id": ' + rid.encode() + b', "result": {"content": [{"type": "text", "text": "',
+                size,
+                b'"}]}}\n',
+            )
         elif kind == "huge_error":
-            stream(b'{"jsonrpc": "2.0", "id": ' + rid.encode() + b', "error": {"code": -32603, "message": "', size, b'"}}\n')
+            stream(
+                b'{"jsonrpc": "2.0", "id": ' + rid.encode() + b', "error": {"code": -32603, "message": "',
+                size,
+                b'"}}\n',
+            )
         elif kind == "huge_note":
-            stream(b'{"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "', size, b'"}}\n')
+            stream(
+                b'{"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "',
+                size,
+                b'"}}\n',
+            )
         elif kind == "endless":
-            stream(b'{"jsonrpc": "2.0", "id": ' + rid.encode() + b', "result": {"content": [{"type": "text", "text": "', HUGE, None)
+            stream(
+                b'{"jsonrpc": "2.0", "id": ' + rid.encode() + b', "result": {"content": [{"type": "text", "text": "',
+                HUGE,
+                None,
+            )
         else:
             threading.Thread(target=flood, args=(size,), daemon=True).start()
     elif mode.startswith("echo_secret"):
@@ -405,11 +441,18 @@ def call_tool(request_id, params: dict, tools: dict[str, str], modes: dict[str, 
         send({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": {"key": value}}})
         if mode == "echo_secret":
             content = [{"type": "text", "text": b} for b in blocks]
-            reply(request_id, {"content": content, "structuredContent": {"token": value, value: "as a key"}, "isError": False})
+            reply(
+                request_id,
+                {"content": content, "structuredContent": {"token": value, value: "as a key"}, "isError": False},
+            )
         elif mode == "echo_secret_error":
             reply(request_id, error_result(f"invalid key {value} ({json.dumps(value)})"))
         else:
-            error = {"code": -32602, "message": f"invalid key {value}", "data": {"key": value, "json": json.dumps(value)}}
+            error = {
+                "code": -32602,
+                "message": f"invalid key {value}",
+                "data": {"key": value, "json": json.dumps(value)},
+            }
             send({"jsonrpc": "2.0", "id": request_id, "error": error})
 
 
@@ -460,7 +503,13 @@ def main() -> None:
         elif method == "tools/call":
             call_tool(request_id, params, tools, modes)
         else:
-            send({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32601, "message": f"Method not found: {method}"}})
+            send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": request_id,
+                    "error": {"code": -32601, "message": f"Method not found: {method}"},
+                }
+            )
 
 
 if __name__ == "__main__":

@@ -82,7 +82,13 @@ def notes_add(text: str) -> str:
 READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 server.add_tool(get_env, name="get-env", annotations=READ)
 server.add_tool(notes_list, name="notes.list", annotations=READ)
-server.add_tool(notes_add, name="notes.add", annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False))
+server.add_tool(
+    notes_add,
+    name="notes.add",
+    annotations=ToolAnnotations(
+        read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+    ),
+)
 
 if __name__ == "__main__":
     server.run("stdio")

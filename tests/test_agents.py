@@ -23,13 +23,21 @@ from pathlib import Path
 
 import anyio
 import pytest
-
 from conftest import RECIPES, demo_calls
 
 ROOT = Path(__file__).resolve().parent.parent
 MORNING = (RECIPES / "morning-briefing.recipe").read_text()
 
-TOOLS = {"list_tools", "check_recipe", "save_recipe", "start_run", "run_status", "list_runs", "propose_schedule", "draft_recipe"}
+TOOLS = {
+    "list_tools",
+    "check_recipe",
+    "save_recipe",
+    "start_run",
+    "run_status",
+    "list_runs",
+    "propose_schedule",
+    "draft_recipe",
+}
 READ_ONLY = {"list_tools", "check_recipe", "run_status", "list_runs", "draft_recipe"}
 DECIDING_WORDS = re.compile(r"approv|reject|cancel|reconcil|decid|decision|confirm|consent|fingerprint|actor|yes", re.I)
 
@@ -41,7 +49,15 @@ class Agent:
     SDK's in-memory transport), or with ``stdio=True`` (or ``argv``) a real
     `python -m vodou_engine.agents.mcp_server` subprocess over stdio."""
 
-    def __init__(self, cli, *flags: str, name: str = "test-agent", argv: list[str] | None = None, env: dict | None = None, stdio: bool = False):
+    def __init__(
+        self,
+        cli,
+        *flags: str,
+        name: str = "test-agent",
+        argv: list[str] | None = None,
+        env: dict | None = None,
+        stdio: bool = False,
+    ):
         self.cli = cli
         self.flags = flags
         self.stdio = stdio or argv is not None
@@ -51,7 +67,7 @@ class Agent:
         self.started = 0.0
         self.initialized = 0.0
 
-    async def __aenter__(self) -> "Agent":
+    async def __aenter__(self) -> Agent:
         from mcp.types import Implementation
 
         self.stack = AsyncExitStack()
@@ -62,7 +78,9 @@ class Agent:
             from mcp.client.session import ClientSession
             from mcp.client.stdio import StdioServerParameters, stdio_client
 
-            params = StdioServerParameters(command=self.argv[0], args=self.argv[1:], env=self.env, cwd=str(self.cli.tmp))
+            params = StdioServerParameters(
+                command=self.argv[0], args=self.argv[1:], env=self.env, cwd=str(self.cli.tmp)
+            )
             # the server's stderr to this test's stderr, named now: the SDK's default is whatever sys.stderr
             # was when it was first imported, which an in-process `recipe` call of an earlier test may have swapped
             read, write = await self.stack.enter_async_context(stdio_client(params, errlog=sys.stderr))
@@ -165,7 +183,9 @@ def listed_once(cli, monkeypatch):
     (cat,) = _LISTED
 
     async def fetch(servers, policy, names=None, **kw):
-        assert names is None and policy.source is None, "the shared catalogue is every demo server's, with no policy file"
+        assert names is None and policy.source is None, (
+            "the shared catalogue is every demo server's, with no policy file"
+        )
         return cat
 
     monkeypatch.setattr(mod, "fetch", fetch)
@@ -226,15 +246,30 @@ def test_list_tools_gives_each_tools_risk_and_where_it_came_from(cli):
             data = await agent.ok("list_tools")
             by = {t["address"]: t for t in data["tools"]}
             post = by["slack.slack_post_message"]
-            assert (post["risk"], post["risk_source"], post["asks_first"]) == ("write", "readOnlyHint=false (trusted server)", True)
+            assert (post["risk"], post["risk_source"], post["asks_first"]) == (
+                "write",
+                "readOnlyHint=false (trusted server)",
+                True,
+            )
             assert post["annotations"] == {"readOnlyHint": False, "destructiveHint": False}
             assert set(post["input_schema"]["properties"]) >= {"channel", "text"} and post["description"]
             assert by["slack.slack_search_messages"]["risk_source"] == "readOnlyHint (trusted server)"
             assert by["slack.slack_delete_message"]["risk"] == "critical"
-            assert by["gmail.messages_list"]["risk"] == "write" and by["gmail.messages_list"]["risk_source"].startswith("policy file")
-            assert (by["gmail.send_message"]["risk"], by["gmail.send_message"]["risk_source"]) == ("write", "verb 'send'")
-            assert (by["google-calendar.list-events"]["risk"], by["google-calendar.list-events"]["asks_first"]) == ("read", False)
-            assert (by["google-calendar.delete-event"]["risk"], by["google-calendar.delete-event"]["risk_source"]) == ("critical", "verb 'delete'")
+            assert by["gmail.messages_list"]["risk"] == "write" and by["gmail.messages_list"]["risk_source"].startswith(
+                "policy file"
+            )
+            assert (by["gmail.send_message"]["risk"], by["gmail.send_message"]["risk_source"]) == (
+                "write",
+                "verb 'send'",
+            )
+            assert (by["google-calendar.list-events"]["risk"], by["google-calendar.list-events"]["asks_first"]) == (
+                "read",
+                False,
+            )
+            assert (by["google-calendar.delete-event"]["risk"], by["google-calendar.delete-event"]["risk_source"]) == (
+                "critical",
+                "verb 'delete'",
+            )
             assert data["unavailable"] == {}
         assert demo_calls(cli.demo_db) == []  # listed, never called
 
@@ -244,7 +279,11 @@ def test_list_tools_gives_each_tools_risk_and_where_it_came_from(cli):
 def test_a_server_that_cannot_start_is_reported_and_the_rest_listed(cli):
     from vodou_engine.servers import demo_servers
 
-    servers = {name: {"command": c.command, "args": c.args, "env": c.env} for name, c in demo_servers(cli.demo_db).items() if name == "slack"}
+    servers = {
+        name: {"command": c.command, "args": c.args, "env": c.env}
+        for name, c in demo_servers(cli.demo_db).items()
+        if name == "slack"
+    }
     servers["broken"] = {"command": str(cli.tmp / "no-such-server")}
     path = cli.servers_file(servers)
 
@@ -253,7 +292,7 @@ def test_a_server_that_cannot_start_is_reported_and_the_rest_listed(cli):
             data = await agent.ok("list_tools")
             assert {t["server"] for t in data["tools"]} == {"slack"}
             assert "broken" in data["unavailable"]
-            checked = await agent.ok("check_recipe", recipe='x: broken.get_thing {}\n')
+            checked = await agent.ok("check_recipe", recipe="x: broken.get_thing {}\n")
             assert not checked["ok"] and "could not be started" in checked["errors"][0]["message"]
 
     run(main)
@@ -279,13 +318,21 @@ def test_check_recipe_gives_structured_errors_and_the_card(cli, listed_once):
             assert e["code"] == "tool.unknown" and "closest: slack.slack_post_message" in e["message"]
             line = next(i for i, text in enumerate(typo.splitlines(), 1) if "slack_post_mesage" in text)
             assert e["line"] == line and e["source_line"].lstrip().startswith("post: slack.slack_post_mesage")
-            assert e["caret"] == " " * e["source_line"].index("slack.slack_post_mesage") + "^" * len("slack.slack_post_mesage")
+            assert e["caret"] == " " * e["source_line"].index("slack.slack_post_mesage") + "^" * len(
+                "slack.slack_post_mesage"
+            )
 
             data = await agent.ok("check_recipe", recipe=MORNING, name="morning")
             assert data["ok"] and data["errors"] == []
-            assert "⚠ post" in data["card"] and "slack·slack_post_message" in data["card"] and "\x1b" not in data["card"]
+            assert (
+                "⚠ post" in data["card"] and "slack·slack_post_message" in data["card"] and "\x1b" not in data["card"]
+            )
             steps = {s["step"]: s for s in data["plan"]["steps"]}
-            assert steps["post"]["asks_first"] and steps["post"]["question"] == "post to #daily?" and steps["post"]["risk_source"] == "verb 'post'"
+            assert (
+                steps["post"]["asks_first"]
+                and steps["post"]["question"] == "post to #daily?"
+                and steps["post"]["risk_source"] == "verb 'post'"
+            )
             assert steps["calendar"]["asks_first"] is False and steps["calendar"]["tool_exists"] is True
             assert data["plan"]["recipe"] == "morning" and data["plan"]["fingerprint"].startswith("sha256:")
         assert demo_calls(cli.demo_db) == [] and stored_runs(cli) == []
@@ -314,7 +361,9 @@ def test_the_morning_briefing_parks_until_a_person_approves_it_once(cli):
             status = await agent.ok("run_status", run=run_id)
             assert status["state"] == "parked" and [p["step"] for p in status["pending"]] == ["post"]
             assert status["pending"][0]["card"] == pending["card"] and "question: post to #daily?" in pending["card"]
-            assert "briefing" in status["outputs"] and len({"calendar", "mail", "slack"} & set(status["outputs"])) >= 2  # 2 of 3
+            assert (
+                "briefing" in status["outputs"] and len({"calendar", "mail", "slack"} & set(status["outputs"])) >= 2
+            )  # 2 of 3
             assert status["effects"] == [] and posts(cli) == []
 
             # the person, in a shell, with the command the agent was shown
@@ -371,7 +420,9 @@ def test_an_agent_may_not_opt_out_of_asking(cli, listed_once):
             # nor replaced by a version of the agent's (the person's schedules would run it)
             err = await agent.refused("save_recipe", recipe=POST, name="mine")
             assert err["code"] == "refused" and "may not add a version to a recipe it did not save" in err["message"]
-            err = await agent.refused("propose_schedule", name="nightly", cron="0 2 * * *", recipe='recipe "mine"\n' + POST)
+            err = await agent.refused(
+                "propose_schedule", name="nightly", cron="0 2 * * *", recipe='recipe "mine"\n' + POST
+            )
             assert "may not add a version" in err["message"]
 
     run(schedule)
@@ -433,7 +484,9 @@ def test_an_agent_reads_only_its_own_runs_unless_allowed(cli):
             err = await alpha.refused("run_status", run=persons.run)
             nope = await alpha.refused("run_status", run="r20990101-000000-abcdef")
             assert err["code"] == nope["code"] == "refused"
-            assert err["message"].replace(persons.run, "RUN") == nope["message"].replace("r20990101-000000-abcdef", "RUN")  # existence is not told
+            assert err["message"].replace(persons.run, "RUN") == nope["message"].replace(
+                "r20990101-000000-abcdef", "RUN"
+            )  # existence is not told
         async with Agent(cli, name="beta") as beta:
             assert (await beta.ok("list_runs"))["runs"] == []
             await beta.refused("run_status", run=mine)
@@ -456,7 +509,13 @@ def test_a_proposed_schedule_starts_paused(cli):
 
     async def main():
         async with Agent(cli) as agent:
-            data = await agent.ok("propose_schedule", name="weekday briefing", cron="0 8 * * 1-5", tz="Europe/Lisbon", recipe='recipe "Morning briefing"\n' + MORNING)
+            data = await agent.ok(
+                "propose_schedule",
+                name="weekday briefing",
+                cron="0 8 * * 1-5",
+                tz="Europe/Lisbon",
+                recipe='recipe "Morning briefing"\n' + MORNING,
+            )
             assert (data["state"], data["origin"], data["created_by"]) == ("paused", "agent", "agent:test-agent")
             assert data["saved"] == "Morning briefing" and "recipe schedule resume" in data["next"]
             err = await agent.refused("propose_schedule", name="bad", cron="0 8 * *", recipe=MORNING)
@@ -468,7 +527,9 @@ def test_a_proposed_schedule_starts_paused(cli):
             assert saved["version"] == 1 and saved["approvers_added"]
             again = await agent.ok("propose_schedule", name="poster daily", cron="30 9 * * *", saved="poster")
             assert again["state"] == "paused"
-            assert (await agent.ok("save_recipe", recipe=POST + "# v2\n", name="poster"))["version"] == 2  # its own recipe
+            assert (await agent.ok("save_recipe", recipe=POST + "# v2\n", name="poster"))[
+                "version"
+            ] == 2  # its own recipe
 
     run(main)
     runs = Runs(store=cli.store)
@@ -489,7 +550,9 @@ def test_a_proposed_schedule_starts_paused(cli):
 def snippets() -> list[dict]:
     text = (ROOT / "docs" / "agents.md").read_text(encoding="utf-8")
     blocks = [json.loads(b) for b in re.findall(r"```json\n(.*?)\n```", text, re.S)]
-    return [b for b in blocks if "mcpServers" in b and all("command" in e for e in b["mcpServers"].values())]  # stdio; the /mcp one: test_agents_http.py
+    return [
+        b for b in blocks if "mcpServers" in b and all("command" in e for e in b["mcpServers"].values())
+    ]  # stdio; the /mcp one: test_agents_http.py
 
 
 def test_an_agents_schedule_runs_the_version_a_person_enabled_even_after_a_person_saves_one_without_asking(cli):
@@ -502,7 +565,9 @@ def test_an_agents_schedule_runs_the_version_a_person_enabled_even_after_a_perso
 
     async def main():
         async with Agent(cli) as agent:
-            data = await agent.ok("propose_schedule", name="poster daily", cron="30 9 * * *", recipe='recipe "poster"\n' + POST)
+            data = await agent.ok(
+                "propose_schedule", name="poster daily", cron="30 9 * * *", recipe='recipe "poster"\n' + POST
+            )
             assert (data["state"], data["version"]) == ("paused", 1) and "version 1" in data["next"]
 
     run(main)
@@ -528,7 +593,9 @@ def test_an_agents_schedule_runs_the_version_a_person_enabled_even_after_a_perso
 def test_the_docs_have_the_snippets():
     found = snippets()
     assert len(found) == 2
-    assert found[0]["mcpServers"]["vodou"]["command"] == "recipe" and found[0]["mcpServers"]["vodou"]["args"][0] == "mcp"
+    assert (
+        found[0]["mcpServers"]["vodou"]["command"] == "recipe" and found[0]["mcpServers"]["vodou"]["args"][0] == "mcp"
+    )
 
 
 @pytest.mark.parametrize("index", [0, 1])
@@ -584,7 +651,10 @@ def test_configuration_is_checked_before_serving(monkeypatch):
     assert agent_identity(AgentConfig(), None) == "agent:unnamed"
     assert agent_identity(AgentConfig(), "claude-ai") == "agent:claude-ai"
     assert config.people() == ["ana", "bruno"] and config.see == "own"
-    assert AgentConfig.from_args(parser.parse_args([]), environ={"VODOU_AGENT_APPROVERS": "ana, bob"}).people() == ["ana", "bob"]
+    assert AgentConfig.from_args(parser.parse_args([]), environ={"VODOU_AGENT_APPROVERS": "ana, bob"}).people() == [
+        "ana",
+        "bob",
+    ]
     monkeypatch.setenv("VODOU_AGENT_SEES", "everything")
     with pytest.raises(UsageError) as err:
         mcp_server.run(parser.parse_args([]))

@@ -22,11 +22,19 @@ from pathlib import Path
 import anyio
 import httpx2
 import pytest
-
 from conftest import Cli, rogue_calls, rogue_server
 from web_helpers import Serving
 
-TOOLS = {"list_tools", "check_recipe", "save_recipe", "start_run", "run_status", "list_runs", "propose_schedule", "draft_recipe"}
+TOOLS = {
+    "list_tools",
+    "check_recipe",
+    "save_recipe",
+    "start_run",
+    "run_status",
+    "list_runs",
+    "propose_schedule",
+    "draft_recipe",
+}
 MCP_HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 LOOK = 'recipe "look"\nlook: rogue.get_status {}\n'
 """A read: a start_run of it that got through would call get_status at once."""
@@ -73,12 +81,16 @@ class Served:
         finally:
             store.close()
 
-    def raw(self, method: str, token: str | None = None, body: dict | None = None, headers: dict | None = None) -> httpx2.Response:
+    def raw(
+        self, method: str, token: str | None = None, body: dict | None = None, headers: dict | None = None
+    ) -> httpx2.Response:
         """One HTTP request to /mcp, as any client could send it."""
         h = {**MCP_HEADERS, **(headers or {})}
         if token is not None:
             h["authorization"] = f"Bearer {token}"
-        return httpx2.request(method, self.url, headers=h, content=json.dumps(body) if body is not None else None, timeout=60)
+        return httpx2.request(
+            method, self.url, headers=h, content=json.dumps(body) if body is not None else None, timeout=60
+        )
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +99,10 @@ def served(tmp_path_factory):
     cli = Cli(tmp)
     log = tmp / "rogue.log"
     servers = cli.servers_file({"rogue": rogue_server(log)})  # ./mcp.json: `recipe approve` here finds the same server
-    tokens = {name: cli("agent", "add", name, *flags, expect=0).out.strip() for name, flags in (("bot", ()), ("other", ()), ("watcher", ("--see", "all")))}
+    tokens = {
+        name: cli("agent", "add", name, *flags, expect=0).out.strip()
+        for name, flags in (("bot", ()), ("other", ()), ("watcher", ("--see", "all")))
+    }
     serving = Serving(tmp, "--servers", str(servers)).start()
     try:
         yield Served(tmp, cli, serving, log, tokens)
@@ -115,16 +130,20 @@ class Agent:
         assert self.url == served.url and self.headers == {"Authorization": f"Bearer {token}"}, entry
         self.claims = claims
 
-    async def __aenter__(self) -> "Agent":
+    async def __aenter__(self) -> Agent:
         from mcp.client.session import ClientSession
         from mcp.client.streamable_http import streamable_http_client
         from mcp.types import Implementation
 
         self.stack = AsyncExitStack()
         await self.stack.__aenter__()
-        http = await self.stack.enter_async_context(httpx2.AsyncClient(headers=self.headers, timeout=httpx2.Timeout(60)))
+        http = await self.stack.enter_async_context(
+            httpx2.AsyncClient(headers=self.headers, timeout=httpx2.Timeout(60))
+        )
         read, write = await self.stack.enter_async_context(streamable_http_client(self.url, http_client=http))
-        self.session = await self.stack.enter_async_context(ClientSession(read, write, client_info=Implementation(name=self.claims, version="1")))
+        self.session = await self.stack.enter_async_context(
+            ClientSession(read, write, client_info=Implementation(name=self.claims, version="1"))
+        )
         await self.session.initialize()
         return self
 
@@ -181,18 +200,25 @@ def test_an_agent_over_http_lists_checks_and_starts_and_only_a_person_approves(s
         async with Agent(served, served.tokens["bot"], claims="root") as bot:
             tools = {t.name: t for t in (await bot.session.list_tools()).tools}
             assert set(tools) == TOOLS
-            assert tools["check_recipe"].annotations.read_only_hint is True and tools["start_run"].annotations.read_only_hint is False
+            assert (
+                tools["check_recipe"].annotations.read_only_hint is True
+                and tools["start_run"].annotations.read_only_hint is False
+            )
             listed = await bot.ok("list_tools")
             risks = {t["address"]: t["risk"] for t in listed["tools"]}
             assert risks["rogue.get_status"] == "read" and risks["rogue.post_message"] == "write", risks
 
-            checked = await bot.ok("check_recipe", recipe='recipe "typo"\npost: rogue.post_mesage {"channel": "#daily", "text": "x"}\n')
+            checked = await bot.ok(
+                "check_recipe", recipe='recipe "typo"\npost: rogue.post_mesage {"channel": "#daily", "text": "x"}\n'
+            )
             (error,) = checked["errors"]
             assert not checked["ok"] and error["code"] == "tool.unknown" and (error["line"], error["column"]) == (2, 7)
             assert error["caret"].strip() and "rogue.post_message" in error["message"] and error["hint"]
 
             report = await bot.ok("start_run", recipe=posting(text))
-            assert report["state"] == "parked" and report["started_by"] == "agent:bot"  # not "root", the name it claimed
+            assert (
+                report["state"] == "parked" and report["started_by"] == "agent:bot"
+            )  # not "root", the name it claimed
             (pending,) = report["pending"]
             assert pending["step"] == "post" and report["approvers_added"] == pending["approvers"]
             assert pending["decide"]["approve"].startswith(f"recipe approve {report['run']} post")
@@ -245,7 +271,12 @@ def test_the_same_rules_as_over_stdio(served):
 
 # --- no token, no entry -----------------------------------------------------------------------------
 def test_no_token_a_wrong_token_or_a_removed_agent_gets_401_and_nothing_is_done(served):
-    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "start_run", "arguments": {"recipe": LOOK}}}
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "start_run", "arguments": {"recipe": LOOK}},
+    }
     looks, runs, audited = served.looks(), len(served.runs()), len(served.audit("agent.refused"))
 
     refused = [
@@ -259,8 +290,13 @@ def test_no_token_a_wrong_token_or_a_removed_agent_gets_401_and_nothing_is_done(
     for res in refused:
         assert res.status_code == 401, res.text
         assert res.headers["www-authenticate"].startswith('Bearer realm="vodou"')
-        assert res.headers["x-frame-options"] == "DENY" and "default-src 'none'" in res.headers["content-security-policy"]
-    assert 'error="invalid_token"' in refused[1].headers["www-authenticate"] and "error=" not in refused[0].headers["www-authenticate"]
+        assert (
+            res.headers["x-frame-options"] == "DENY" and "default-src 'none'" in res.headers["content-security-policy"]
+        )
+    assert (
+        'error="invalid_token"' in refused[1].headers["www-authenticate"]
+        and "error=" not in refused[0].headers["www-authenticate"]
+    )
     assert served.looks() == looks and len(served.runs()) == runs  # nothing started, nothing called
 
     # an agent's token works until the agent is removed, then not once more
@@ -294,7 +330,11 @@ def test_an_agent_token_is_no_session_no_sign_in_link_and_no_approver_secret(ser
             assert page.status_code == 303 and page.headers["location"].startswith("/signin"), headers
         form = {"step": "post", "fingerprint": pending["fingerprint"], "csrf": token}
         for verb in ("approve", "reject"):
-            res = web.post(f"/runs/{run_id}/{verb}", data=form, headers={"cookie": f"vodou_session={token}", "authorization": f"Bearer {token}"})
+            res = web.post(
+                f"/runs/{run_id}/{verb}",
+                data=form,
+                headers={"cookie": f"vodou_session={token}", "authorization": f"Bearer {token}"},
+            )
             assert res.status_code == 403 and "Form refused" in res.text, verb
         signin = web.get("/signin", params={"token": token})
         assert signin.status_code == 200 and "not known to this inbox" in signin.text
@@ -322,19 +362,31 @@ def test_agent_tokens_are_kept_hashed_and_a_removed_agent_is_gone_at_once(cli):
     store = open_store(cli.location)
     try:
         rec = store.agent_by_token(digest)
-        assert (rec.name, rec.token_sha256, rec.sees, json.loads(rec.approvers_json)) == ("bot", digest, "all", ["ana", "bruno"])
+        assert (rec.name, rec.token_sha256, rec.sees, json.loads(rec.approvers_json)) == (
+            "bot",
+            digest,
+            "all",
+            ["ana", "bruno"],
+        )
         assert token not in repr(store.agents_list()) and token not in repr(store.audit_log())
         listed = cli("agent", "list", expect=0).out
         assert listed.startswith("bot\tsees all\tapprovers ana, bruno") and token not in listed and digest not in listed
 
         again = cli("agent", "add", "bot", expect=0).out.strip()  # a new token; the old one stops
-        assert store.agent_by_token(digest) is None and store.agent_by_token(hashlib.sha256(again.encode()).hexdigest()).sees == "own"
+        assert (
+            store.agent_by_token(digest) is None
+            and store.agent_by_token(hashlib.sha256(again.encode()).hexdigest()).sees == "own"
+        )
         cli("agent", "remove", "bot", expect=0)
         assert store.agent_by_token(hashlib.sha256(again.encode()).hexdigest()) is None and store.agents_list() == []
         cli("agent", "remove", "bot", expect=5)
         cli("agent", "add", "not a name", expect=2)
         cli("agent", "add", "x", "--approver", "agent:x", expect=2)
         assert store.agents_list() == []
-        assert [a.kind for a in store.audit_log() if a.kind.startswith("agent.")] == ["agent.set", "agent.set", "agent.removed"]
+        assert [a.kind for a in store.audit_log() if a.kind.startswith("agent.")] == [
+            "agent.set",
+            "agent.set",
+            "agent.removed",
+        ]
     finally:
         store.close()

@@ -23,10 +23,10 @@ from contextlib import AsyncExitStack
 import anyio
 import httpx2
 import pytest
-
-import vodou_engine
 from conftest import Cli
 from web_helpers import Serving
+
+import vodou_engine
 
 METHOD_NOT_FOUND, INVALID_PARAMS = -32601, -32602
 MCP_HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
@@ -55,7 +55,9 @@ def test_recipe_mcp_offers_only_its_tools_and_names_its_version(cli):
             argv = server_argv(cli)
             params = StdioServerParameters(command=argv[0], args=argv[1:], env=cli.env, cwd=str(cli.tmp))
             read, write = await stack.enter_async_context(stdio_client(params, errlog=err))
-            session = await stack.enter_async_context(ClientSession(read, write, client_info=Implementation(**CLIENT_INFO)))
+            session = await stack.enter_async_context(
+                ClientSession(read, write, client_info=Implementation(**CLIENT_INFO))
+            )
             init = await session.initialize()
             assert init.server_info.name == "vodou" and init.server_info.version == vodou_engine.__version__
             caps = init.capabilities
@@ -81,14 +83,27 @@ def test_recipe_mcp_offers_only_its_tools_and_names_its_version(cli):
 
 def test_recipe_mcp_answers_bad_requests_with_the_specs_codes(cli):
     """Line by line, for requests a typed client would not send (malformed params)."""
-    proc = subprocess.Popen(server_argv(cli), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli.env, cwd=cli.tmp)
+    proc = subprocess.Popen(
+        server_argv(cli),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli.env,
+        cwd=cli.tmp,
+    )
     asked = 0
 
     def ask(method: str, params: dict | None = None) -> dict:
         """One request, and its reply (read before the next is sent)."""
         nonlocal asked
         asked += 1
-        proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": asked, "method": method, **({"params": params} if params is not None else {})}) + "\n")
+        proc.stdin.write(
+            json.dumps(
+                {"jsonrpc": "2.0", "id": asked, "method": method, **({"params": params} if params is not None else {})}
+            )
+            + "\n"
+        )
         proc.stdin.flush()
         while True:
             ready, _, _ = select.select([proc.stdout], [], [], 60)
@@ -145,7 +160,14 @@ def test_mcp_over_http_offers_only_its_tools_and_answers_with_the_specs_codes(se
         assert res.status_code == 200, res.text
         return res.json()
 
-    init = post({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": CLIENT_INFO}})
+    init = post(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": CLIENT_INFO},
+        }
+    )
     assert init["result"]["serverInfo"] == {"name": "vodou", "version": vodou_engine.__version__}
     assert set(init["result"]["capabilities"]) == {"tools"}, init
     errors = {
@@ -157,5 +179,10 @@ def test_mcp_over_http_offers_only_its_tools_and_answers_with_the_specs_codes(se
             ("a prompt, malformed", "prompts/get", {}),
         )
     }
-    assert errors == {"a prompt": METHOD_NOT_FOUND, "the prompts": METHOD_NOT_FOUND, "a resource": METHOD_NOT_FOUND, "a prompt, malformed": INVALID_PARAMS}
+    assert errors == {
+        "a prompt": METHOD_NOT_FOUND,
+        "the prompts": METHOD_NOT_FOUND,
+        "a resource": METHOD_NOT_FOUND,
+        "a prompt, malformed": INVALID_PARAMS,
+    }
     no_traceback(served.log.read_text())

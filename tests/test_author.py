@@ -11,7 +11,6 @@ from pathlib import Path
 
 import anyio
 import pytest
-
 from conftest import demo_calls
 
 llm = pytest.importorskip("llm")
@@ -61,7 +60,15 @@ class Plugin:
 @pytest.fixture
 def home(tmp_path, monkeypatch):
     """This process as `recipe` would run in an isolated home: store, demo servers, llm's own files."""
-    for var in ("VODOU_STORE", "VODOU_SERVERS", "VODOU_POLICY", "VODOU_MODEL", "VODOU_DEMO_DB", "OPENAI_API_KEY", "LLM_DEFAULT_MODEL"):
+    for var in (
+        "VODOU_STORE",
+        "VODOU_SERVERS",
+        "VODOU_POLICY",
+        "VODOU_MODEL",
+        "VODOU_DEMO_DB",
+        "OPENAI_API_KEY",
+        "LLM_DEFAULT_MODEL",
+    ):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("VODOU_STORE", str(tmp_path / "runs.db"))
     monkeypatch.setenv("VODOU_DEMO_DB", str(tmp_path / "demo.db"))
@@ -106,7 +113,9 @@ def listed_once(home, monkeypatch):
     (cat,) = _LISTED
 
     async def fetch(servers, policy, names=None, **kw):
-        assert names is None and policy.source is None, "the shared catalogue is every configured server's, with no policy file"
+        assert names is None and policy.source is None, (
+            "the shared catalogue is every configured server's, with no policy file"
+        )
         return cat
 
     monkeypatch.setattr(mod, "fetch", fetch)
@@ -170,7 +179,10 @@ def test_a_misspelt_tool_and_an_opt_out_are_fed_back_too(model, home, listed_onc
     _, second, third = model.prompts
     assert "no tool `slack_post_msg` on slack; closest: slack.slack_post_message" in second
     assert "<recipe>:9:9: error: step `post`" in second
-    assert '\n    post: slack.slack_post_msg {' in second and "\n          " + "^" * len("slack.slack_post_msg") + "\n" in second
+    assert (
+        "\n    post: slack.slack_post_msg {" in second
+        and "\n          " + "^" * len("slack.slack_post_msg") + "\n" in second
+    )
     assert "may not opt out of asking" in third and "hint: remove `without asking`" in third
     assert capsys.readouterr().out == GOOD
 
@@ -191,13 +203,18 @@ def test_a_draft_that_never_compiles_stops_after_three_corrections(model, home, 
 def test_a_schedule_in_the_sentence_is_proposed_and_saved_paused(model, home, listed_once, capsys):
     model.replies = [SCHEDULED.replace("Europe/Lisbon", "Europe/Lisbonn"), SCHEDULED]
     assert author(SENTENCE, "--model", "scripted-author", "-o", "briefing.recipe", "--save") == 0
-    assert "the schedule line is not usable" in model.prompts[1] and "# schedule: 0 8 * * 1-5 Europe/Lisbonn" in model.prompts[1]
+    assert (
+        "the schedule line is not usable" in model.prompts[1]
+        and "# schedule: 0 8 * * 1-5 Europe/Lisbonn" in model.prompts[1]
+    )
     out, err = capsys.readouterr()
     assert out == SCHEDULED and (home / "briefing.recipe").read_text() == SCHEDULED
     assert "proposed schedule: 0 8 * * 1-5 (Europe/Lisbon)" in err and "created paused" in err
     recipes, schedules, runs = saved_state(home)
     assert [(r.name, r.origin, r.source) for r in recipes] == [("Morning briefing", "agent", SCHEDULED)]
-    assert [(s.name, s.cron, s.tz, s.state, s.origin, s.next_due) for s in schedules] == [("Morning briefing", "0 8 * * 1-5", "Europe/Lisbon", "paused", "agent", None)]
+    assert [(s.name, s.cron, s.tz, s.state, s.origin, s.next_due) for s in schedules] == [
+        ("Morning briefing", "0 8 * * 1-5", "Europe/Lisbon", "paused", "agent", None)
+    ]
     assert runs == []  # nothing was run
     assert demo_calls(home / "demo.db") == []
 
@@ -238,7 +255,13 @@ def test_no_model_configured_says_how_and_exits_2(home, tmp_path):
 
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY",)}
     proc = subprocess.run(
-        [sys.executable, "-m", "vodou_engine.agents.author", SENTENCE], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
+        [sys.executable, "-m", "vodou_engine.agents.author", SENTENCE],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
     )
     assert proc.returncode == 2 and "no model is configured" in proc.stderr and proc.stdout == ""
     assert not (home / "demo.db").exists()  # no server was started
@@ -253,7 +276,11 @@ def test_the_languages_example_compiles():
     plan = compile_recipe(EXAMPLE, "example.recipe")
     assert "approve:post" in {n.id for n in plan.nodes}
     assert EXAMPLE in LANGUAGE and len(LANGUAGE) < 4000
-    assert parse_schedule(EXAMPLE)[0] == {"cron": "0 8 * * 1-5", "tz": "Europe/Lisbon", "line": "# schedule: 0 8 * * 1-5 Europe/Lisbon"}
+    assert parse_schedule(EXAMPLE)[0] == {
+        "cron": "0 8 * * 1-5",
+        "tz": "Europe/Lisbon",
+        "line": "# schedule: 0 8 * * 1-5 Europe/Lisbon",
+    }
     assert parse_schedule("# schedule: 30 9 * * *\n" + GOOD)[0]["tz"] == "UTC"
     assert parse_schedule(GOOD + "# schedule: 0 8 * * *\n") == (None, None)  # only among the opening comments
     problem = parse_schedule("# schedule: every day\n" + GOOD)[1]
@@ -284,7 +311,11 @@ def test_draft_recipe_over_mcp_saves_and_runs_nothing(model, home, listed_once):
             assert not res.is_error, res.content[0].text
             data = res.structured_content
             assert data["ok"] and data["recipe"] == SCHEDULED and data["replies"] == 2
-            assert data["schedule"] == {"cron": "0 8 * * 1-5", "tz": "Europe/Lisbon", "line": "# schedule: 0 8 * * 1-5 Europe/Lisbon"}
+            assert data["schedule"] == {
+                "cron": "0 8 * * 1-5",
+                "tz": "Europe/Lisbon",
+                "line": "# schedule: 0 8 * * 1-5 Europe/Lisbon",
+            }
             assert data["corrected"][0][0]["line"] == 3 and data["corrected"][0][0]["caret"].endswith("^")
             assert "⚠ post" in data["card"] and data["plan"]["steps"][-1]["asks_first"]
             assert "nothing was saved or run" in data["next"]

@@ -28,7 +28,12 @@ def test_every_benchmark_names_engine_code_that_exists():
     missing = []
     for path in sorted((ROOT / "benchmarks").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.split(".")[0] == "vodou_engine":
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and node.level == 0
+                and node.module.split(".")[0] == "vodou_engine"
+            ):
                 try:
                     module = importlib.import_module(node.module)
                 except ImportError as exc:

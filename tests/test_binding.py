@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import demo_calls
 
 RECIPE = 'post: slack.slack_post_message {"channel": "#daily", "text": "hello"}\n'
@@ -23,7 +22,13 @@ RECIPE = 'post: slack.slack_post_message {"channel": "#daily", "text": "hello"}\
 def project(root: Path, name: str, demo_db: Path) -> Path:
     d = root / name
     d.mkdir()
-    servers = {"slack": {"command": sys.executable, "args": ["-m", "vodou_engine.demo.chat_server"], "env": {"VODOU_DEMO_DB": str(demo_db)}}}
+    servers = {
+        "slack": {
+            "command": sys.executable,
+            "args": ["-m", "vodou_engine.demo.chat_server"],
+            "env": {"VODOU_DEMO_DB": str(demo_db)},
+        }
+    }
     (d / "mcp.json").write_text(json.dumps({"mcpServers": servers}))
     return d
 
@@ -89,7 +94,13 @@ def test_the_binding_is_in_the_fingerprint_and_holds_no_secret_value(cli, tmp_pa
     secret = "s3cr3t-value-that-must-not-be-stored"
     proj = tmp_path / "proj"
     proj.mkdir()
-    servers = {"slack": {"command": sys.executable, "args": ["-m", "vodou_engine.demo.chat_server"], "env": {"VODOU_DEMO_DB": str(tmp_path / "d.db"), "API_TOKEN": secret}}}
+    servers = {
+        "slack": {
+            "command": sys.executable,
+            "args": ["-m", "vodou_engine.demo.chat_server"],
+            "env": {"VODOU_DEMO_DB": str(tmp_path / "d.db"), "API_TOKEN": secret},
+        }
+    }
     (proj / "mcp.json").write_text(json.dumps({"mcpServers": servers}))
     (proj / "post.recipe").write_text(RECIPE)
     parked = json.loads(run_in(cli, proj, "run", "post.recipe", "--json", expect=3).stdout)
@@ -110,12 +121,30 @@ def test_the_binding_is_in_the_fingerprint_and_holds_no_secret_value(cli, tmp_pa
 
     (pending,) = parked["pending"]
     conn = sqlite3.connect(cli.store)
-    payload, policy, approvers = (json.loads(v) for v in conn.execute("SELECT payload_json, policy_json, approvers_json FROM approvals").fetchone())
+    payload, policy, approvers = (
+        json.loads(v)
+        for v in conn.execute("SELECT payload_json, policy_json, approvers_json FROM approvals").fetchone()
+    )
     conn.close()
     card = card_doc(approvers=approvers, source=slack["source"])
     bound = ServerBinding(**{k: v for k, v in slack.items() if k != "source"})
-    with_binding = payload_fingerprint(run_id=parked["run"], node_id="post", address="slack.slack_post_message", payload=payload, policy=policy, server=digest(bound), card=card)
-    without = payload_fingerprint(run_id=parked["run"], node_id="post", address="slack.slack_post_message", payload=payload, policy=policy, card=card)
+    with_binding = payload_fingerprint(
+        run_id=parked["run"],
+        node_id="post",
+        address="slack.slack_post_message",
+        payload=payload,
+        policy=policy,
+        server=digest(bound),
+        card=card,
+    )
+    without = payload_fingerprint(
+        run_id=parked["run"],
+        node_id="post",
+        address="slack.slack_post_message",
+        payload=payload,
+        policy=policy,
+        card=card,
+    )
     assert pending["fingerprint"] == with_binding != without
 
 
@@ -180,7 +209,9 @@ def park(cli, d: Path) -> tuple[str, str]:
     ],
     ids=["relative-script", "dash-m-module", "relative-command", "relative-path-entry"],
 )
-def test_a_run_parked_in_one_directory_and_approved_from_another_posts_through_its_own_server(cli, tmp_path, entry, script):
+def test_a_run_parked_in_one_directory_and_approved_from_another_posts_through_its_own_server(
+    cli, tmp_path, entry, script
+):
     shebang = entry["command"] != sys.executable
     a = place(tmp_path, "a", entry, script, shebang=shebang)
     b = place(tmp_path, "b", entry, script, shebang=shebang)
@@ -218,7 +249,19 @@ def test_a_module_that_appears_in_the_directory_and_would_shadow_the_installed_o
     # the working directory first on sys.path)
     a = tmp_path / "a"
     a.mkdir()
-    (a / "mcp.json").write_text(json.dumps({"mcpServers": {"slack": {"command": sys.executable, "args": ["-m", "vodou_engine.demo.chat_server"], "env": {"VODOU_DEMO_DB": str(tmp_path / "d.db")}}}}))
+    (a / "mcp.json").write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "slack": {
+                        "command": sys.executable,
+                        "args": ["-m", "vodou_engine.demo.chat_server"],
+                        "env": {"VODOU_DEMO_DB": str(tmp_path / "d.db")},
+                    }
+                }
+            }
+        )
+    )
     (a / "post.recipe").write_text(RECIPE)
     run = json.loads(run_in(cli, a, "run", "post.recipe", "--json", expect=3).stdout)["run"]
     (a / "vodou_engine" / "demo").mkdir(parents=True)
@@ -250,7 +293,9 @@ def test_a_link_swapped_to_another_copy_of_the_script_is_refused(cli, tmp_path):
     assert posted(a / "v1") == 0 and server_log(a / "v2") == []
 
 
-def test_with_cwd_in_the_server_file_the_run_starts_its_server_where_it_did_and_another_projects_cwd_is_refused(cli, tmp_path):
+def test_with_cwd_in_the_server_file_the_run_starts_its_server_where_it_did_and_another_projects_cwd_is_refused(
+    cli, tmp_path
+):
     entry = {"command": sys.executable, "args": ["chat.py"], "cwd": "srv"}
     a = tmp_path / "a"
     chat_script(a / "srv1" / "chat.py")
@@ -299,10 +344,22 @@ def as_stored_before_start_directories(cli, run: str) -> str:
     from vodou_engine.runtime.freeze import payload_fingerprint
 
     ((servers_json,),) = cli.sql("SELECT servers_json FROM runs WHERE id = ?", (run,))
-    old = {n: msgspec.structs.replace(b, workdir=None, files={}, inherited={}) for n, b in decode_bindings(servers_json).items()}
+    old = {
+        n: msgspec.structs.replace(b, workdir=None, files={}, inherited={})
+        for n, b in decode_bindings(servers_json).items()
+    }
     cli.sql("UPDATE runs SET servers_json = ? WHERE id = ?", (encode_bindings(old), run))
-    ((approval, step, payload, policy),) = cli.sql("SELECT id, step, payload_json, policy_json FROM approvals WHERE run_id = ? AND state = 'pending'", (run,))
-    fp = payload_fingerprint(run_id=run, node_id=step, address="ops.post_message", payload=json.loads(payload), policy=json.loads(policy), server=digest(old["ops"]))
+    ((approval, step, payload, policy),) = cli.sql(
+        "SELECT id, step, payload_json, policy_json FROM approvals WHERE run_id = ? AND state = 'pending'", (run,)
+    )
+    fp = payload_fingerprint(
+        run_id=run,
+        node_id=step,
+        address="ops.post_message",
+        payload=json.loads(payload),
+        policy=json.loads(policy),
+        server=digest(old["ops"]),
+    )
     cli.sql("UPDATE approvals SET fingerprint = ? WHERE id = ?", (fp, approval))
     return fp
 
@@ -314,7 +371,10 @@ def test_a_run_stored_before_start_directories_is_approvable_only_if_its_servers
     # where chat.py was, or any other directory with one: which chat.py the run meant is not recorded
     refused = run_in(cli, rel, "approve", run, "post", "--yes", "--fingerprint", fp)
     assert refused.returncode == 5, refused.stderr
-    assert "args[0] 'chat.py' is found from the directory the server starts in, which the run did not record" in refused.stderr
+    assert (
+        "args[0] 'chat.py' is found from the directory the server starts in, which the run did not record"
+        in refused.stderr
+    )
     assert posted(rel) == 0 and started(rel) == 1
 
     # named by absolute paths only, it reaches the same files from anywhere: approvable, as before
@@ -373,7 +433,9 @@ def test_serve_started_in_another_directory_drives_a_run_on_the_servers_of_its_o
     assert posted(a) == 1 and server_log(b) == []
 
 
-def test_serve_refuses_a_run_whose_script_changed_and_restarts_a_warm_server_whose_script_changed(cli, tmp_path, monkeypatch):
+def test_serve_refuses_a_run_whose_script_changed_and_restarts_a_warm_server_whose_script_changed(
+    cli, tmp_path, monkeypatch
+):
     import trio
 
     from vodou_engine.errors import ServerMismatchError
@@ -408,7 +470,11 @@ def test_serve_refuses_a_run_whose_script_changed_and_restarts_a_warm_server_who
             first = svc.start_saved("post", inputs=None, actor=os_user())
             fp1 = await parked(first)  # its server is warm now
             # chat.py edited: it now logs to v2/calls.log
-            (a / "chat.py").write_text((a / "chat.py").read_text().replace('os.path.abspath(__file__)), "calls.log"', 'os.path.abspath(__file__)), "v2", "calls.log"'))
+            (a / "chat.py").write_text(
+                (a / "chat.py")
+                .read_text()
+                .replace('os.path.abspath(__file__)), "calls.log"', 'os.path.abspath(__file__)), "v2", "calls.log"')
+            )
             with pytest.raises(ServerMismatchError, match="changed since the run started"):
                 await svc.approve(first, "post", actor=os_user(), fingerprint=fp1, proof="test")
             second = svc.start_saved("post", inputs=None, actor=os_user())  # bound to the edited script
@@ -429,10 +495,10 @@ def test_serve_refuses_a_run_whose_script_changed_and_restarts_a_warm_server_who
 @pytest.mark.postgres
 def test_a_worker_started_in_another_directory_drives_a_run_on_the_servers_of_its_own(tmp_path):
     import trio
-
     from conftest import Cli
-    from vodou_engine.runs import Runs, os_user
     from workers_helpers import Workers, fresh_schema, run_states, wait_for
+
+    from vodou_engine.runs import Runs, os_user
 
     entry = {"command": sys.executable, "args": ["chat.py"]}
     a, b = place(tmp_path, "a", entry), place(tmp_path, "b", entry)
@@ -456,7 +522,9 @@ def test_a_worker_started_in_another_directory_drives_a_run_on_the_servers_of_it
     assert posted(a) == 1 and server_log(b) == []
 
 
-def test_warm_servers_handed_to_the_run_api_from_another_directory_are_refused_before_the_decision(cli, tmp_path, monkeypatch):
+def test_warm_servers_handed_to_the_run_api_from_another_directory_are_refused_before_the_decision(
+    cli, tmp_path, monkeypatch
+):
     import trio
 
     from vodou_engine.errors import ServerMismatchError

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 import trio
-
 from conftest import rogue_calls, rogue_server
+
 from vodou_engine.errors import PlanError
 from vodou_engine.plan import decode_plan, encode_plan, with_fingerprint
 from vodou_engine.runs import Runs
@@ -101,10 +101,26 @@ FORGED = [
     ("expiry-bool", setter("post", "expires_s", value=True), r"expires_s"),
     ("expiry-float", setter("post", "expires_s", value=600.5), r"expires_s"),
     ("expiry-infinite", setter("post", "expires_s", value="INFINITY"), r"expires_s|out of range"),
-    ("approval-expires-1e30", setter("options", "approval_expires_s", value=10**30), r"approval_expires_s.*from 1 to 31536000"),
-    ("approval-expires-negative", setter("options", "approval_expires_s", value=-900), r"approval_expires_s.*from 1 to 31536000"),
-    ("approval-expires-zero", setter("options", "approval_expires_s", value=0), r"approval_expires_s.*from 1 to 31536000"),
-    ("approval-expires-366-days", setter("options", "approval_expires_s", value=366 * DAY), r"approval_expires_s.*from 1 to 31536000"),
+    (
+        "approval-expires-1e30",
+        setter("options", "approval_expires_s", value=10**30),
+        r"approval_expires_s.*from 1 to 31536000",
+    ),
+    (
+        "approval-expires-negative",
+        setter("options", "approval_expires_s", value=-900),
+        r"approval_expires_s.*from 1 to 31536000",
+    ),
+    (
+        "approval-expires-zero",
+        setter("options", "approval_expires_s", value=0),
+        r"approval_expires_s.*from 1 to 31536000",
+    ),
+    (
+        "approval-expires-366-days",
+        setter("options", "approval_expires_s", value=366 * DAY),
+        r"approval_expires_s.*from 1 to 31536000",
+    ),
     ("approval-expires-bool", setter("options", "approval_expires_s", value=True), r"approval_expires_s"),
     ("timeout-1e30", setter("status", "timeout_s", value=10**30), r"timeout_s.*from 1 to 86400 \(1 day\)"),
     ("timeout-zero", setter("status", "timeout_s", value=0), r"timeout_s.*from 1 to 86400"),
@@ -121,9 +137,13 @@ FORGED = [
     ("step-named-in-capitals", lambda doc: rename_post(doc, "Post"), r"nodes\[\d+\]\.id.*matches"),
     ("gate-id-not-approve-step", rename_gate, r"nodes\[\d+\]\.id.*approve:post"),
     ("question-id-ask-0", rename_question, r"nodes\[\d+\]\.id.*ask:N"),
-    ("server-name", setter("post", "server", value="ops\"x"), r"nodes\[\d+\]\.server.*matches"),
-    ("tool-name", setter("post", "tool", value="post\"message"), r"nodes\[\d+\]\.tool.*matches"),
-    ("approver-an-agent", setter("options", "approvers", value=["agent:bot"]), r"options\.approvers\[0\].*approver's name"),
+    ("server-name", setter("post", "server", value='ops"x'), r"nodes\[\d+\]\.server.*matches"),
+    ("tool-name", setter("post", "tool", value='post"message'), r"nodes\[\d+\]\.tool.*matches"),
+    (
+        "approver-an-agent",
+        setter("options", "approvers", value=["agent:bot"]),
+        r"options\.approvers\[0\].*approver's name",
+    ),
     ("approver-with-a-space", setter("options", "approvers", value=["ana smith"]), r"options\.approvers\[0\]"),
     ("model-name", setter("options", "model", value="gpt; rm -rf"), r"options\.model"),
     ("input-twice", duplicate_input, r"inputs\[1\]\.name"),
@@ -229,7 +249,10 @@ def test_the_expiry_that_crashed_the_card_never_gets_into_a_run(cli):
     path = forged(cli, setter("post", "expires_s", value=10**30))
     res = cli("run", path, "--json")
     assert res.code == 2 and "Traceback" not in res.err, res.err
-    assert "`nodes[6].expires_s` (step `post`) is 1000000000000000000000000000000; an approval lifetime (`expires:`) is a whole number of seconds from 1 to 31536000 (365 days)" in res.err
+    assert (
+        "`nodes[6].expires_s` (step `post`) is 1000000000000000000000000000000; an approval lifetime (`expires:`) is a whole number of seconds from 1 to 31536000 (365 days)"
+        in res.err
+    )
     assert stored_runs(cli) == 0  # no run, so none left `interrupted`
     assert server_calls(cli) == []
 
@@ -244,7 +267,10 @@ def test_a_stored_plan_out_of_bounds_is_refused_before_anything_runs(cli):
     doc = json.loads(plan_json)
     node(doc, "post")["expires_s"] = 10**30
     bad = with_fingerprint(decode_plan(json.dumps(doc)))
-    cli.sql("UPDATE runs SET plan_json = ?, plan_fingerprint = ? WHERE id = ?", (encode_plan(bad).decode(), bad.fingerprint, run))
+    cli.sql(
+        "UPDATE runs SET plan_json = ?, plan_fingerprint = ? WHERE id = ?",
+        (encode_plan(bad).decode(), bad.fingerprint, run),
+    )
     ana = cli.approver("ana")
     for command in (("resume", run), ("approve", run, "post", "--yes", "--as", "ana")):
         res = cli(*command, env=ana)
@@ -262,7 +288,11 @@ def test_the_bounds_are_the_languages():
     from vodou_engine import bounds
     from vodou_engine.compiler import build, lower
 
-    assert (build.MAX_DURATION, build.MAX_TIMEOUT, build.MAX_RETRIES) == (bounds.MAX_DURATION, bounds.MAX_TIMEOUT, bounds.MAX_RETRIES)
+    assert (build.MAX_DURATION, build.MAX_TIMEOUT, build.MAX_RETRIES) == (
+        bounds.MAX_DURATION,
+        bounds.MAX_TIMEOUT,
+        bounds.MAX_RETRIES,
+    )
     assert lower.RESERVED is bounds.RESERVED
     grammar = resources.files("vodou_engine.compiler").joinpath("grammar.lark").read_text()
     terminals = dict(re.findall(r"^([A-Z_]+): /(.*)/$", grammar, re.M))
@@ -295,7 +325,6 @@ def test_an_agent_gives_only_recipe_text_and_the_language_refuses_the_same_value
     constants) refuse it, with its line and caret, and nothing is stored or started. A plan
     document given as the text is no recipe either."""
     import anyio
-
     from test_agents import Agent
 
     document = json.dumps(compiled(cli))

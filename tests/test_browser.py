@@ -15,12 +15,20 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, demo_calls
 from web_helpers import POST, Serving, wait_for
 
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 try:
     from playwright.sync_api import sync_playwright
@@ -28,14 +36,20 @@ except ImportError:  # pragma: no cover - CI installs it with the test extras
     sync_playwright = None
 
 if os.environ.get("CI") != "true" and (sync_playwright is None or not Path(CHROMIUM).exists()):
-    pytest.skip(f"needs playwright and {CHROMIUM} (`apt-get install chromium`; .ci/run installs it)", allow_module_level=True)
+    pytest.skip(
+        f"needs playwright and {CHROMIUM} (`apt-get install chromium`; .ci/run installs it)", allow_module_level=True
+    )
 
 EXPIRING = 'recipe "expiring"\napprovers: ana\ninputs:\n  text = "x"\npost: slack.slack_post_message {"channel": "#daily", "text": "{text}"}\n  expires: 2s\n'
-BRIEFING = (ROOT / "recipes" / "morning-briefing.recipe").read_text().replace(
-    'post: slack.slack_post_message {"channel": "#daily", "text": "{briefing}"}',
-    'post: slack.slack_post_message {"channel": "#daily", "text": "{briefing}"}\n'
-    '    preview: slack.slack_preview_message {"channel": "#daily", "text": "{briefing}"}\n'
-    '    check: slack.slack_get_channel {"channel": "#daily"}',
+BRIEFING = (
+    (ROOT / "recipes" / "morning-briefing.recipe")
+    .read_text()
+    .replace(
+        'post: slack.slack_post_message {"channel": "#daily", "text": "{briefing}"}',
+        'post: slack.slack_post_message {"channel": "#daily", "text": "{briefing}"}\n'
+        '    preview: slack.slack_preview_message {"channel": "#daily", "text": "{briefing}"}\n'
+        '    check: slack.slack_get_channel {"channel": "#daily"}',
+    )
 )
 
 
@@ -54,7 +68,11 @@ class Served:
         return page
 
     def posts(self, text: str) -> list[dict]:
-        return [c for c in demo_calls(self.serving.demo_db, tool="slack_post_message") if c["arguments"].get("text") == text and c["outcome"] == "ok"]
+        return [
+            c
+            for c in demo_calls(self.serving.demo_db, tool="slack_post_message")
+            if c["arguments"].get("text") == text and c["outcome"] == "ok"
+        ]
 
     def park(self, page, recipe: str = "post", text: str | None = None) -> tuple[str, str]:
         """Start ``recipe`` from its page and wait on the run page until it asks; (run id, text)."""
@@ -102,7 +120,9 @@ def served(tmp_path_factory):
     pw = sync_playwright().start()
     context = None
     try:
-        context = pw.chromium.launch_persistent_context(str(tmp / "chromium-profile"), executable_path=CHROMIUM, args=ARGS, headless=True)
+        context = pw.chromium.launch_persistent_context(
+            str(tmp / "chromium-profile"), executable_path=CHROMIUM, args=ARGS, headless=True
+        )
         page = context.new_page()
         page.goto(link)
         page.get_by_role("button", name="Sign in as ana").click()
@@ -181,7 +201,15 @@ def test_an_expired_card_is_refused_and_can_be_asked_again(served):
     page.goto(f"{served.url}/runs/{run_id}")
     page.get_by_role("button", name="Ask again").click()
     page.wait_for_url("**done=resumed")
-    wait_for(lambda: page.goto(f"{served.url}/runs/{run_id}") and page.locator("section.decide .expiry").count() and "expires in" in page.locator("section.decide .expiry").inner_text(), "the question to be asked again", every=0.1)
+    wait_for(
+        lambda: (
+            page.goto(f"{served.url}/runs/{run_id}")
+            and page.locator("section.decide .expiry").count()
+            and "expires in" in page.locator("section.decide .expiry").inner_text()
+        ),
+        "the question to be asked again",
+        every=0.1,
+    )
     page.get_by_role("button", name="Approve post").click()
     page.wait_for_url("**done=approved")
     served.state_is(page, run_id, "succeeded")

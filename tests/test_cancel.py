@@ -26,7 +26,9 @@ def rogue(tmp_path: Path, modes: str = "") -> dict:
 
 def calls(tmp_path: Path, tool: str) -> int:
     log = tmp_path / "rogue.log"
-    return sum(1 for line in log.read_text().splitlines() if json.loads(line).get("tool") == tool) if log.exists() else 0
+    return (
+        sum(1 for line in log.read_text().splitlines() if json.loads(line).get("tool") == tool) if log.exists() else 0
+    )
 
 
 def test_a_cancelled_parked_run_can_no_longer_be_approved(tmp_path, cli):
@@ -93,9 +95,20 @@ ENDED = {"succeeded", "failed", "cancelled", "skipped", "rejected", "unknown"}
 def held(tmp_path: Path) -> dict:
     """The rogue server with every call held until ./release exists (its own log counts them);
     and ``late``, another one, holding its calls until ./release-late exists."""
-    env = {"ROGUE_LOG": str(tmp_path / "rogue.log"), "ROGUE_MODES": "post_message=held,get_status=held", "ROGUE_RELEASE": str(tmp_path / "release")}
-    late = {"ROGUE_LOG": str(tmp_path / "late.log"), "ROGUE_MODES": "get_status=held", "ROGUE_RELEASE": str(tmp_path / "release-late")}
-    return {"ops": ServerConfig(command=sys.executable, args=["-I", "-S", ROGUE], env=env), "late": ServerConfig(command=sys.executable, args=["-I", "-S", ROGUE], env=late)}
+    env = {
+        "ROGUE_LOG": str(tmp_path / "rogue.log"),
+        "ROGUE_MODES": "post_message=held,get_status=held",
+        "ROGUE_RELEASE": str(tmp_path / "release"),
+    }
+    late = {
+        "ROGUE_LOG": str(tmp_path / "late.log"),
+        "ROGUE_MODES": "get_status=held",
+        "ROGUE_RELEASE": str(tmp_path / "release-late"),
+    }
+    return {
+        "ops": ServerConfig(command=sys.executable, args=["-I", "-S", ROGUE], env=env),
+        "late": ServerConfig(command=sys.executable, args=["-I", "-S", ROGUE], env=late),
+    }
 
 
 async def until(condition, what: str) -> None:
@@ -116,7 +129,9 @@ def cancel_mid_drive(tmp_path, store_location, recipe: str, step: str | None, re
     are still out, then release them and let the drive end."""
     runs = Runs(store=store_location, servers=held(tmp_path), workers=False)
     canceller = Runs(store=store_location, servers=held(tmp_path), workers=False)
-    observer = Runs(store=store_location, servers={}, workers=False)  # reads only (a Runs that read opened its store read-only)
+    observer = Runs(
+        store=store_location, servers={}, workers=False
+    )  # reads only (a Runs that read opened its store read-only)
     parked = trio.run(lambda: runs.start("c.recipe", text=recipe, actor="ana"))
     assert parked.state == "parked", parked
     seen: dict = {}
@@ -148,13 +163,18 @@ APPROVED_POST = 'post: ops.post_message {"channel": "#x", "text": "y"}\n'
 
 
 @pytest.mark.both_stores
-def test_a_run_cancelled_while_its_approved_effect_executes_records_the_effect_and_ends_every_step(tmp_path, store_location):
+def test_a_run_cancelled_while_its_approved_effect_executes_records_the_effect_and_ends_every_step(
+    tmp_path, store_location
+):
     def executing(runs, run_id):
         return calls(tmp_path, "post_message") == 1
 
     runs, run_id, seen = cancel_mid_drive(tmp_path, store_location, APPROVED_POST, "post", executing)
     # while the call was out: the step was not left running; the effect is in doubt until its driver says
-    assert seen["during"]["post"][0] == "unknown" and "cancelled while this effect was executing" in seen["during"]["post"][1]
+    assert (
+        seen["during"]["post"][0] == "unknown"
+        and "cancelled while this effect was executing" in seen["during"]["post"][1]
+    )
     assert seen["effects_during"] == {"post": "unknown"}
     # the call came back: the record says it executed, and the step says so too, in the store itself
     assert stored_nodes(runs, run_id) == {"approve:post": ("succeeded", None), "post": ("succeeded", None)}
@@ -194,7 +214,9 @@ def test_a_run_cancelled_with_an_effect_a_read_and_a_question_out_leaves_no_step
     assert during["post"][0] == "unknown"  # its driver is still calling
     final = stored_nodes(runs, run_id)
     assert final["post"] == ("succeeded", None) and {s for s, _ in final.values()} <= ENDED
-    assert set(final) == {n.node for n in runs.show(run_id).nodes}  # every node of the plan has ended, even those never begun
+    assert set(final) == {
+        n.node for n in runs.show(run_id).nodes
+    }  # every node of the plan has ended, even those never begun
     view = runs.show(run_id)
     assert [a.state for a in view.approvals if a.step == "ask:2"] == ["withdrawn"]
     assert [(e.step, e.state) for e in view.effects] == [("post", "executed")]
@@ -251,10 +273,14 @@ def test_a_parked_run_cancelled_or_declined_leaves_no_step_waiting_or_pending(tm
 
 def test_a_run_declined_by_its_driver_leaves_no_other_branch_waiting(tmp_path):
     """Rejected while the driver still drives (the decision is picked up before it parks)."""
-    two = 'together:\n  ask me:\n  - first?\n  ask me:\n  - second?\n  need: 1 of 2\n'  # one no does not decide the join
+    two = (
+        "together:\n  ask me:\n  - first?\n  ask me:\n  - second?\n  need: 1 of 2\n"  # one no does not decide the join
+    )
     runs = Runs(store=tmp_path / "runs.db", servers={}, workers=False)
     parked = trio.run(lambda: runs.start("two.recipe", text=two, actor="ana"))
-    runs.store().decide(next(a.id for a in runs.store().pending_approvals(parked.run) if a.step == "ask:1"), "rejected", by="ana")
+    runs.store().decide(
+        next(a.id for a in runs.store().pending_approvals(parked.run) if a.step == "ask:1"), "rejected", by="ana"
+    )
     assert trio.run(lambda: runs.resume(parked.run)).state == "declined"
     final = stored_nodes(runs, parked.run)
     assert final["ask:1"][0] == "rejected" and final["ask:2"] == ("cancelled", "the run ended declined")

@@ -57,7 +57,9 @@ strings = st.one_of(
     st.text(chars, min_size=200, max_size=1500),  # long
     st.lists(st.text(chars, max_size=40), min_size=2, max_size=8).map("\n".join),  # multi-line
 )
-numbers = st.one_of(st.integers(), st.integers(min_value=-(10**30), max_value=10**30), st.floats(allow_nan=False, allow_infinity=False))
+numbers = st.one_of(
+    st.integers(), st.integers(min_value=-(10**30), max_value=10**30), st.floats(allow_nan=False, allow_infinity=False)
+)
 scalars = st.one_of(st.none(), st.booleans(), numbers, strings)
 payloads = st.recursive(
     scalars,
@@ -73,29 +75,55 @@ def _mutations(value):
     if isinstance(value, str):
         for i in range(min(len(value), 3) + 1):
             out += [value[:i] + "\u200b" + value[i:], value[:i] + "\U000e0041" + value[i:]]
-        out += [value + "\u00ad", value.replace("a", "\u0430"), value.replace("\u200b", "\u27e8U+200B\u27e9"), value.replace("\n", "\\n"), value.replace("\n", "\u2028")]
+        out += [
+            value + "\u00ad",
+            value.replace("a", "\u0430"),
+            value.replace("\u200b", "\u27e8U+200B\u27e9"),
+            value.replace("\n", "\\n"),
+            value.replace("\n", "\u2028"),
+        ]
         out += [value.replace("\u27e8", "\u27e8U+27E8\u27e9")]
     elif isinstance(value, bool):
         out += [int(value), str(value).lower()]
     elif isinstance(value, int):
         out += [float(value), str(value), value == 1]
     elif isinstance(value, float):
-        out += [str(value)] + ([int(value)] if value.is_integer() and abs(value) < 1e300 else []) + ([-value] if value == 0 else [])
+        out += (
+            [str(value)]
+            + ([int(value)] if value.is_integer() and abs(value) < 1e300 else [])
+            + ([-value] if value == 0 else [])
+        )
     elif value is None:
         out += ["null", [], {}]
     elif isinstance(value, list):
-        out += [value[:-1], value + [None], [value]] + [value[:i] + [m] + value[i + 1 :] for i, item in enumerate(value[:2]) for m in _mutations(item)[:3]]
+        out += [value[:-1], value + [None], [value]] + [
+            value[:i] + [m] + value[i + 1 :] for i, item in enumerate(value[:2]) for m in _mutations(item)[:3]
+        ]
     elif isinstance(value, dict):
         keys = sorted(value)
         out += [{**value, "x": None}, [value]] + [{**value, k: m} for k in keys[:2] for m in _mutations(value[k])[:3]]
-        out += [{(m if j == 0 else k): value[k] for j, k in enumerate(keys)} for m in (_mutations(keys[0])[:3] if keys else []) if isinstance(m, str) and m not in value]
+        out += [
+            {(m if j == 0 else k): value[k] for j, k in enumerate(keys)}
+            for m in (_mutations(keys[0])[:3] if keys else [])
+            if isinstance(m, str) and m not in value
+        ]
     return out
 
 
 # --- what a person sees of a text (the oracle; written apart from text_safety on purpose) -----------
 
-_DRAW_NOTHING = {0x034F, 0x115F, 0x1160, 0x17B4, 0x17B5, 0x3164, 0xFFA0, 0x2800} | set(range(0x180B, 0x1810)) | set(range(0xFE00, 0xFE10)) | set(range(0xE0100, 0xE01F0))
-_TWINS = dict(zip("\u0430\u0435\u043e\u0440\u0441\u0443\u0445\u0456\u0455\u0458\u03bf\u03b1\u03c1\u03bd\u03c4\u03b9\u0410\u0412\u0415\u041a\u041c\u041d\u041e\u0420\u0421\u0422\u0425\u0391\u0392\u0395\u039f\u03a1", "aeopcyxisjoapvtiABEKMHOPCTXABEOP"))
+_DRAW_NOTHING = (
+    {0x034F, 0x115F, 0x1160, 0x17B4, 0x17B5, 0x3164, 0xFFA0, 0x2800}
+    | set(range(0x180B, 0x1810))
+    | set(range(0xFE00, 0xFE10))
+    | set(range(0xE0100, 0xE01F0))
+)
+_TWINS = dict(
+    zip(
+        "\u0430\u0435\u043e\u0440\u0441\u0443\u0445\u0456\u0455\u0458\u03bf\u03b1\u03c1\u03bd\u03c4\u03b9\u0410\u0412\u0415\u041a\u041c\u041d\u041e\u0420\u0421\u0422\u0425\u0391\u0392\u0395\u039f\u03a1",
+        "aeopcyxisjoapvtiABEKMHOPCTXABEOP",
+    )
+)
 
 
 def seen(text: str) -> str:
@@ -123,7 +151,10 @@ def seen(text: str) -> str:
         word = m.group()
         if not any(c.isascii() and c.isalpha() for c in word):
             return word
-        return "".join(_TWINS.get(c) or (n if (n := unicodedata.normalize("NFKC", c)).isascii() and n.isalnum() else c) for c in word)
+        return "".join(
+            _TWINS.get(c) or (n if (n := unicodedata.normalize("NFKC", c)).isascii() and n.isalnum() else c)
+            for c in word
+        )
 
     return re.sub(r"\w+", fold, text)
 
@@ -134,7 +165,14 @@ def canonical(value) -> bytes:
 
 
 def card(payload) -> str:
-    return approval_card_text(run_id="r1", step=STEP, question="post it?", payload=payload, fingerprint="sha256:" + "0" * 64, approvers=["ana"])
+    return approval_card_text(
+        run_id="r1",
+        step=STEP,
+        question="post it?",
+        payload=payload,
+        fingerprint="sha256:" + "0" * 64,
+        approvers=["ana"],
+    )
 
 
 def terminal(text: str) -> str:
@@ -223,7 +261,9 @@ def same(a, b) -> bool:
     return a == b
 
 
-SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 
 
 @SETTINGS

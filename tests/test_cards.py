@@ -27,12 +27,14 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import rogue_calls, rogue_server
 from markupsafe import escape
 from starlette.testclient import TestClient
-
-from conftest import rogue_calls, rogue_server
 from test_card_injective import payload_section, read_back
-from test_notify import Receiver, config as notify_config
+from test_notify import Receiver
+from test_notify import config as notify_config
+from web_helpers import form, problem, sign_in, wait_for
+
 from vodou_engine.binding import decode_bindings, digest
 from vodou_engine.policy import Policy
 from vodou_engine.runs import os_user
@@ -43,7 +45,6 @@ from vodou_engine.text_safety import is_hidden, mark, visible
 from vodou_engine.web.app import create_app
 from vodou_engine.web.config import WebConfig
 from vodou_engine.web.identity import add_approver
-from web_helpers import form, problem, sign_in, wait_for
 
 POST = 'recipe "note"\npost: ops.post_message {"channel": "#daily", "text": "weekly note: all good"}\n'
 EVIL = {"channel": "#daily", "text": "wire 5000 EUR to account 7"}
@@ -68,14 +69,20 @@ def posts(cli) -> list[str]:
 def rewrite(cli, run: str, step: str, payload: dict, *, refingerprint: bool = True) -> str:
     """What someone with write access to the store does: a new payload for the waiting question,
     and (``refingerprint``) its fingerprint recomputed with the engine's own formula."""
-    ((node, policy, check, fp),) = cli.sql("SELECT node_id, policy_json, check_json, fingerprint FROM approvals WHERE run_id = ? AND step = ? AND state = 'pending'", (run, step))
+    ((node, policy, check, fp),) = cli.sql(
+        "SELECT node_id, policy_json, check_json, fingerprint FROM approvals WHERE run_id = ? AND step = ? AND state = 'pending'",
+        (run, step),
+    )
     ((servers,),) = cli.sql("SELECT servers_json FROM runs WHERE id = ?", (run,))
     if refingerprint:
         fp = payload_fingerprint(
             run_id=run, node_id=step, address="ops.post_message", payload=payload, policy=json.loads(policy),
             observed=json.loads(check)["result"] if check else None, server=digest(decode_bindings(servers)["ops"]),
         )  # fmt: skip
-    cli.sql("UPDATE approvals SET payload_json = ?, fingerprint = ? WHERE run_id = ? AND node_id = ? AND state = 'pending'", (json.dumps(payload), fp, run, node))
+    cli.sql(
+        "UPDATE approvals SET payload_json = ?, fingerprint = ? WHERE run_id = ? AND node_id = ? AND state = 'pending'",
+        (json.dumps(payload), fp, run, node),
+    )
     return fp
 
 
@@ -175,7 +182,9 @@ def test_a_payload_that_no_longer_gives_its_fingerprint_is_shown_nowhere_and_dec
     run = park(cli, write(tmp_path, "post.recipe", POST))["run"]
     rewrite(cli, run, "post", EVIL, refingerprint=False)
     (view,) = [a for a in cli("show", run, "--json", expect=0).json()["approvals"] if a["state"] == "pending"]
-    assert view["tampered"] is True and view["card"] == "" and view["payload"] is None  # flagged, no card, not the bytes
+    assert (
+        view["tampered"] is True and view["card"] == "" and view["payload"] is None
+    )  # flagged, no card, not the bytes
     assert view["refusal"].startswith("✗ refused:") and "no longer matches the fingerprint" in view["refusal"]
     assert "wire" not in json.dumps(view)
     shown_text = cli("show", run, expect=0).out
@@ -205,7 +214,9 @@ def test_an_edited_preview_is_shown_nowhere_and_decided_by_nobody(cli, tmp_path,
     run = park(cli, recipe)["run"]
     ((preview,),) = cli.sql("SELECT preview_json FROM approvals WHERE run_id = ?", (run,))
     assert json.loads(preview)["ok"] is True and "preview:" in cli("show", run, expect=0).out
-    cli.sql("UPDATE approvals SET preview_json = ? WHERE run_id = ?", (json.dumps(HARMLESS), run))  # the payload untouched
+    cli.sql(
+        "UPDATE approvals SET preview_json = ? WHERE run_id = ?", (json.dumps(HARMLESS), run)
+    )  # the payload untouched
 
     res = cli("approve", run, "purge", "--yes")
     assert res.code == 5 and "no longer matches the fingerprint" in res.err
@@ -219,11 +230,15 @@ def test_an_edited_preview_is_shown_nowhere_and_decided_by_nobody(cli, tmp_path,
     from vodou_engine.agents.config import AgentConfig
     from vodou_engine.agents.handlers import AgentServer
 
-    (status,) = AgentServer(AgentConfig(store=cli.location, servers=str(cli.tmp / "mcp.json"), see="all")).run_status("agent:helper", run)["pending"]
+    (status,) = AgentServer(AgentConfig(store=cli.location, servers=str(cli.tmp / "mcp.json"), see="all")).run_status(
+        "agent:helper", run
+    )["pending"]
     assert status["tampered"] is True and status["card"] == ""
     for text in (json.dumps(view), res.out, res.err, page, inbox, json.dumps(status), cli("show", run, expect=0).out):
         assert "nothing will be deleted" not in text
-    assert posts(cli) == [] and [a["state"] for a in cli("show", run, "--json", expect=0).json()["approvals"]] == ["pending"]
+    assert posts(cli) == [] and [a["state"] for a in cli("show", run, "--json", expect=0).json()["approvals"]] == [
+        "pending"
+    ]
 
     # a question stored before the preview was in its fingerprint is checked as it was fingerprinted then
     older = park(cli, recipe)["run"]
@@ -278,7 +293,9 @@ def test_hidden_and_look_alike_characters_are_marked_on_every_surface_and_what_i
         "approve's prompt": cli("approve", run, "post").out,
     }
     raw_json = cli("show", run, "--json", expect=0).out
-    assert not [c for c in raw_json if c not in "\n" and is_hidden(c)]  # the JSON's strings hold escapes, not the characters
+    assert not [
+        c for c in raw_json if c not in "\n" and is_hidden(c)
+    ]  # the JSON's strings hold escapes, not the characters
     with run_page_for(cli) as (me, svc):
         surfaces["run page"] = html.unescape(me.get(f"/runs/{run}").text)  # as a browser reads it
         runs = svc.runs()
@@ -288,13 +305,17 @@ def test_hidden_and_look_alike_characters_are_marked_on_every_surface_and_what_i
             runs.close()
     report = RunReport(run=run, recipe="note", state="parked", pending=[pending])
     with Receiver() as rx:
-        cfg = notify_config(cli.tmp, f'[inbox]\nbase_url = "http://127.0.0.1:8400"\n[[webhooks]]\nurl = "{rx.url}"\nsecret = "s3cret"\n')
+        cfg = notify_config(
+            cli.tmp, f'[inbox]\nbase_url = "http://127.0.0.1:8400"\n[[webhooks]]\nurl = "{rx.url}"\nsecret = "s3cret"\n'
+        )
         import trio
 
         (delivery,) = trio.run(lambda: notify_parked(cfg, report, cfg.run_url(run)))
         assert delivery.status == "sent"
         surfaces["webhook card"] = json.loads(rx.requests[0]["body"])["card"]
-    mailer = Email(host="127.0.0.1", port=25, security="none", sender="vodou@example.org", approvers={"ana": "ana@example.org"})
+    mailer = Email(
+        host="127.0.0.1", port=25, security="none", sender="vodou@example.org", approvers={"ana": "ana@example.org"}
+    )
     mail = email_message(mailer, report, pending, "ana", "ana@example.org", cfg.run_url(run), time.time())
     surfaces["email"] = mail.get_content()
     for where, text in surfaces.items():
@@ -308,16 +329,25 @@ def test_hidden_and_look_alike_characters_are_marked_on_every_surface_and_what_i
 
 
 def test_compile_and_plan_warn_about_hidden_characters_written_into_a_recipe(cli, tmp_path, ops):
-    hidden = write(tmp_path, "w.recipe", 'post: ops.post_message {"channel": "#daily", "text": "all good\u200b\U000e0041"}\n')
+    hidden = write(
+        tmp_path, "w.recipe", 'post: ops.post_message {"channel": "#daily", "text": "all good\u200b\U000e0041"}\n'
+    )
     for args in (("compile", hidden), ("plan", hidden, "--offline")):
         res = cli(*args, expect=0)
-        assert f"warning: {hidden}:1:" in res.err and "U+200B ZERO WIDTH SPACE" in res.err and "U+E0041 TAG LATIN CAPITAL LETTER A" in res.err, res.err
+        assert (
+            f"warning: {hidden}:1:" in res.err
+            and "U+200B ZERO WIDTH SPACE" in res.err
+            and "U+E0041 TAG LATIN CAPITAL LETTER A" in res.err
+        ), res.err
         assert "\u200b" not in res.err
     alike = write(tmp_path, "a.recipe", 'post: ops.post_message {"channel": "#daily", "text": "pay p\u0430ypal.com"}\n')
     assert "U+0430 CYRILLIC SMALL LETTER A (a look-alike letter)" in cli("compile", alike, expect=0).err
     escaped = write(tmp_path, "e.recipe", 'post: ops.post_message {"channel": "#daily", "text": "all good\\u200b"}\n')
     assert "warning" not in cli("compile", escaped, expect=0).err  # written as an escape: it is visible in the file
-    assert "warning" not in cli("compile", write(tmp_path, "r.recipe", 'note: vodou.echo {"value": "привет, мир"}\n'), expect=0).err
+    assert (
+        "warning"
+        not in cli("compile", write(tmp_path, "r.recipe", 'note: vodou.echo {"value": "привет, мир"}\n'), expect=0).err
+    )
 
 
 # --- 3: a question shows what it asks about -------------------------------------------------------------
@@ -349,7 +379,9 @@ def test_a_question_with_no_effect_shows_the_outputs_it_asks_about(cli, tmp_path
     res = cli("approve", run, "ask:1", "--yes", "--json")
     assert res.code == 3, res.err
     (second,) = res.json()["pending"]
-    assert "question: does it read well?" in second["card"] and "\n".join(block) in second["card"]  # through the first question
+    assert (
+        "question: does it read well?" in second["card"] and "\n".join(block) in second["card"]
+    )  # through the first question
 
 
 # --- 4: an effect in its call is executing, not unknown ----------------------------------------------------

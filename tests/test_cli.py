@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import RECIPES, Cli, demo_calls
+
 from vodou_engine.plan import decode_plan, encode_plan, with_fingerprint
 
 MORNING = RECIPES / "morning-briefing.recipe"
@@ -73,7 +73,15 @@ def test_compile_prints_actions_json_to_stdout(cli):
     doc = res.json()
     assert doc["format"] == "vodou.actions/1"
     assert doc["fingerprint"].startswith("sha256:")
-    assert {n["id"] for n in doc["nodes"]} >= {"calendar", "mail", "slack", "join:sources", "briefing", "approve:post", "post"}
+    assert {n["id"] for n in doc["nodes"]} >= {
+        "calendar",
+        "mail",
+        "slack",
+        "join:sources",
+        "briefing",
+        "approve:post",
+        "post",
+    }
     assert res.err == ""
 
 
@@ -95,7 +103,9 @@ def test_compile_actions_json_reverifies_and_gives_the_same_bytes(cli):
     assert res.out == path.read_text()
 
 
-@pytest.mark.parametrize("command", [["compile"], ["plan", "--offline"], ["run", "--json"]], ids=["compile", "plan", "run"])
+@pytest.mark.parametrize(
+    "command", [["compile"], ["plan", "--offline"], ["run", "--json"]], ids=["compile", "plan", "run"]
+)
 def test_an_actions_json_without_the_posts_approval_is_refused(cli, command):
     path = edit(compiled(cli), drop_post_approval, refingerprint=True)
     res = cli(*command, path, expect=2)
@@ -172,7 +182,9 @@ def test_run_accepts_an_actions_json_and_parks_before_the_post(cli):
 BAD = 'a: slack.slack_search_messages {"query": "x"}\nb: write a thing from {c}\n'
 
 
-@pytest.mark.parametrize("command", [["compile"], ["plan", "--offline"], ["plan"], ["run"]], ids=["compile", "plan-offline", "plan", "run"])
+@pytest.mark.parametrize(
+    "command", [["compile"], ["plan", "--offline"], ["plan"], ["run"]], ids=["compile", "plan-offline", "plan", "run"]
+)
 def test_a_bad_recipe_is_exit_2_with_position_caret_and_hint(cli, command):
     path = cli.tmp / "bad.recipe"
     path.write_text(BAD)
@@ -203,7 +215,14 @@ def test_a_directory_is_exit_2(cli):
 
 @pytest.mark.parametrize(
     "argv",
-    [[], ["frobnicate"], ["plan", "--bogus", str(MORNING)], ["compile"], ["plan", "--format", "svg", str(MORNING)], ["reconcile", "r1", "post"]],
+    [
+        [],
+        ["frobnicate"],
+        ["plan", "--bogus", str(MORNING)],
+        ["compile"],
+        ["plan", "--format", "svg", str(MORNING)],
+        ["reconcile", "r1", "post"],
+    ],
     ids=["no-command", "unknown-command", "unknown-flag", "missing-file-arg", "bad-choice", "missing-required-group"],
 )
 def test_usage_errors_are_exit_2(cli, argv):
@@ -224,7 +243,9 @@ def test_an_unknown_format_string_is_refused_by_name(cli):
 
 def test_a_future_format_with_new_fields_is_refused_as_unsupported(cli):
     path = cli.tmp / "future.json"
-    path.write_text(json.dumps({"format": "vodou.actions/2", "recipe": {"name": "x", "source_sha256": ""}, "triggers": []}))
+    path.write_text(
+        json.dumps({"format": "vodou.actions/2", "recipe": {"name": "x", "source_sha256": ""}, "triggers": []})
+    )
     res = cli("plan", "--offline", path, expect=2)
     assert "unsupported format 'vodou.actions/2'" in res.err
 
@@ -340,7 +361,9 @@ def test_online_plan_shows_a_misspelled_tool_and_the_closest_name(cli):
 
 def test_online_plan_shows_an_unconfigured_server(cli):
     path = cli.tmp / "teams.recipe"
-    path.write_text('note: slack.slack_get_channel {"channel": "#daily"}\npost: teams.post_message {"text": "{note}"}\n')
+    path.write_text(
+        'note: slack.slack_get_channel {"channel": "#daily"}\npost: teams.post_message {"text": "{note}"}\n'
+    )
     res = cli("plan", path, expect=2)
     row = next(line for line in res.out.splitlines() if "✗" in line)
     assert "teams·post_message" in row and "not configured" in row

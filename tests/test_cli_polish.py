@@ -27,8 +27,8 @@ from pathlib import Path
 import msgspec
 import pytest
 import trio
-
 from conftest import RECIPES, ROOT, Cli, demo_calls
+
 from vodou_engine import cli as recipe_cli
 from vodou_engine.commands.common import _inputs
 from vodou_engine.commands.inspect import _since
@@ -49,7 +49,6 @@ from vodou_engine.runs import Runs, os_user
 from vodou_engine.runtime import faults
 from vodou_engine.servers import ServerConfig, ServerSet, demo_servers, load_servers, servers_needed
 from vodou_engine.views import report as views
-from vodou_engine.views import term
 
 MORNING = RECIPES / "morning-briefing.recipe"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
@@ -92,7 +91,11 @@ def local_runs(tmp: Path, servers: dict | None = None, **kw) -> Runs:
 
 
 def slack(tmp: Path) -> ServerConfig:
-    return ServerConfig(command=sys.executable, args=["-m", "vodou_engine.demo.chat_server"], env={"VODOU_DEMO_DB": str(tmp / "demo.db")})
+    return ServerConfig(
+        command=sys.executable,
+        args=["-m", "vodou_engine.demo.chat_server"],
+        env={"VODOU_DEMO_DB": str(tmp / "demo.db")},
+    )
 
 
 async def crashed(call) -> None:
@@ -145,7 +148,9 @@ def shown(capsys, fn, *args, **kwargs) -> str:
     return out + err
 
 
-def on_a_terminal(cli: Cli, *args, answers=(), cols: int = 200, env: dict | None = None, timeout: float = 90) -> tuple[int, str]:
+def on_a_terminal(
+    cli: Cli, *args, answers=(), cols: int = 200, env: dict | None = None, timeout: float = 90
+) -> tuple[int, str]:
     """Run the command on a pseudo-terminal of ``cols`` columns, giving ``answers`` at its
     prompts in turn (NO_ANSWER is Ctrl-D); (exit code, what the terminal showed, ANSI removed)."""
     master, slave = os.openpty()
@@ -227,7 +232,11 @@ def test_a_run_that_ends_in_a_write_prints_the_text(tmp_path, capsys, monkeypatc
 
 
 def naps(n: int, ms: int) -> str:
-    return 'recipe "naps"\ntogether naps:\n' + "".join(f'  b{i}: vodou.sleep {{"ms": {ms}}}\n' for i in range(n)) + 'then:\n  done: vodou.echo {"value": 1}\n'
+    return (
+        'recipe "naps"\ntogether naps:\n'
+        + "".join(f'  b{i}: vodou.sleep {{"ms": {ms}}}\n' for i in range(n))
+        + 'then:\n  done: vodou.echo {"value": 1}\n'
+    )
 
 
 def test_time_queued_for_a_thread_is_reported_apart_from_work(tmp_path, capsys):
@@ -337,13 +346,17 @@ def test_show_audit_piped_is_whole_local_iso_and_says_without_asking(cli):
     out = res.out
     topic = out[out.index("effect topic:") :]
     assert topic.splitlines()[1].startswith("ran without asking")
-    assert re.search(r"decided by ana at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+05:30: approved", out), out  # ISO 8601, local time
+    assert re.search(r"decided by ana at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+05:30: approved", out), (
+        out
+    )  # ISO 8601, local time
     assert re.search(r"started: \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+05:30", out)
     assert "None" not in out
     for e in view.effects:
         assert f"fingerprint: {e.fingerprint}\n" in out and len(e.fingerprint) == len("sha256:") + 64  # never cut
     payload = next(e.payload for e in view.effects if e.step == "post")
-    assert "payload: " + json.dumps(payload, sort_keys=True, ensure_ascii=False) + "\n" in out  # one line, not wrapped at 80
+    assert (
+        "payload: " + json.dumps(payload, sort_keys=True, ensure_ascii=False) + "\n" in out
+    )  # one line, not wrapped at 80
     assert max(len(line) for line in out.splitlines()) > 600
 
 
@@ -485,7 +498,9 @@ def test_every_option_and_argument_has_help():
             if not (action.help or "").strip():
                 missing.append(f"{' '.join(path)} {'/'.join(action.option_strings) or action.dest}")
     assert not missing, "no help text: " + ", ".join(missing)
-    prompts = recipe_cli._parser().format_help() + "".join(p.format_help() for path, p in walk(recipe_cli._parser()) if path[-1] in ("run", "approve", "resume"))
+    prompts = recipe_cli._parser().format_help() + "".join(
+        p.format_help() for path, p in walk(recipe_cli._parser()) if path[-1] in ("run", "approve", "resume")
+    )
     assert prompts.count("y approves, n rejects") >= 4  # the prompt answers, in the help of each command that asks
 
 
@@ -563,7 +578,9 @@ def test_a_settled_step_shows_as_settled_in_its_finished_run(tmp_path):
     trio.run(lambda: runs.resume(done))
     states = {run: ({n.node: n.state for n in runs.show(run).nodes}, runs.show(run).state) for run in (not_done, done)}
     assert states[not_done] == ({"approve:post": "succeeded", "post": "failed", "after": "skipped"}, "failed"), states
-    assert states[done] == ({"approve:post": "succeeded", "post": "succeeded", "after": "succeeded"}, "succeeded"), states
+    assert states[done] == ({"approve:post": "succeeded", "post": "succeeded", "after": "succeeded"}, "succeeded"), (
+        states
+    )
 
 
 def test_a_changed_check_is_said_with_old_and_new_values_before_the_new_card(recipe_cmd, tmp_path):
@@ -590,10 +607,45 @@ EVIL = "\x1b[2J\x1b[Hrun succeeded \x9b31m [/bold] [red]x\u202e"
 
 
 def test_text_from_servers_is_printed_escaped_and_never_as_markup(capsys):
-    node = NodeView(node="a", kind="tool", state="failed", error=EVIL, output=EVIL, has_output=True, started_at=1.0, ended_at=2.0)
-    approval = ApprovalView(id="ap1", step="a", state="rejected", fingerprint="sha256:f", asked_at=1.0, decided_by=EVIL, decided_at=2.0, reason=EVIL, card=EVIL)
-    effect = EffectView(step="a", state="failed", fingerprint="sha256:f", idempotency_key="k", payload={"t": EVIL}, result=EVIL, error=EVIL, approval="ap1", decided_by=EVIL, decided_at=2.0, card=EVIL, settled_by=EVIL)
-    view = RunView(run="r1", recipe=EVIL, state="failed", started_by=EVIL, created_at=1.0, error=EVIL, nodes=[node], approvals=[approval], effects=[effect])
+    node = NodeView(
+        node="a", kind="tool", state="failed", error=EVIL, output=EVIL, has_output=True, started_at=1.0, ended_at=2.0
+    )
+    approval = ApprovalView(
+        id="ap1",
+        step="a",
+        state="rejected",
+        fingerprint="sha256:f",
+        asked_at=1.0,
+        decided_by=EVIL,
+        decided_at=2.0,
+        reason=EVIL,
+        card=EVIL,
+    )
+    effect = EffectView(
+        step="a",
+        state="failed",
+        fingerprint="sha256:f",
+        idempotency_key="k",
+        payload={"t": EVIL},
+        result=EVIL,
+        error=EVIL,
+        approval="ap1",
+        decided_by=EVIL,
+        decided_at=2.0,
+        card=EVIL,
+        settled_by=EVIL,
+    )
+    view = RunView(
+        run="r1",
+        recipe=EVIL,
+        state="failed",
+        started_by=EVIL,
+        created_at=1.0,
+        error=EVIL,
+        nodes=[node],
+        approvals=[approval],
+        effects=[effect],
+    )
     rep = RunReport(
         run="r1", state="parked", pending=[PendingApproval(step="a", approval="ap1", fingerprint="sha256:f", card=EVIL)],
         errors={"a": EVIL}, unknown={"a": EVIL}, asked_again={"a": {"was": {"t": EVIL}, "now": {"t": "ok"}}},

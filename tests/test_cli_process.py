@@ -19,8 +19,6 @@ test_holes.py; `recipe mcp` from the documented command lines in test_agents.py;
 from __future__ import annotations
 
 import pytest
-import trio
-
 from conftest import rogue_calls, rogue_server
 
 POST = 'recipe "post"\npost: ops.post_message {"channel": "#ops", "text": "hi"}\n'
@@ -113,6 +111,8 @@ def test_approvers_policy_save_schedules_and_author(home):
     cli.proc("schedule", "remove", "post", expect=0)
     assert "removed 0 finished runs" in cli.proc("prune", "--older-than", "30d", expect=0).out
     # no model configured: said before any server starts
-    author = cli.proc("author", "brief me every morning", env={"LLM_USER_PATH": str(cli.tmp / "llm"), "OPENAI_API_KEY": ""}, expect=2)
+    author = cli.proc(
+        "author", "brief me every morning", env={"LLM_USER_PATH": str(cli.tmp / "llm"), "OPENAI_API_KEY": ""}, expect=2
+    )
     assert "no model is configured" in author.err
     assert rogue_calls(cli.tmp / "rogue.log") == []

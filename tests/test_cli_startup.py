@@ -14,8 +14,8 @@ import sys
 from importlib import import_module
 
 import pytest
-
 from conftest import RECIPES
+
 from vodou_engine import cli as recipe_cli
 
 HEAVY = ("trio", "mcp", "networkx", "starlette", "hypercorn", "psycopg", "procrastinate", "llm")
@@ -39,7 +39,13 @@ def loaded(cli, *args: str, expect: int = 0) -> set[str]:
     """The modules a new interpreter running ``recipe ARGS`` has imported when the command ends."""
     listing = cli.tmp / "modules.txt"
     proc = subprocess.run(
-        [sys.executable, "-c", RUN_AND_LIST, str(listing), *args], cwd=cli.tmp, env=cli.env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120
+        [sys.executable, "-c", RUN_AND_LIST, str(listing), *args],
+        cwd=cli.tmp,
+        env=cli.env,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
     )
     assert proc.returncode == expect, f"exit {proc.returncode}, expected {expect}\n{proc.stdout}\n{proc.stderr[-3000:]}"
     return set(listing.read_text().split("\n"))
@@ -57,14 +63,21 @@ def subcommands(parser) -> set[str]:
 def test_every_command_is_done_by_a_function_of_its_module():
     assert subcommands(recipe_cli._parser()) == set(recipe_cli.COMMANDS)
     for command, (module, function) in recipe_cli.COMMANDS.items():
-        assert callable(getattr(import_module(f"vodou_engine.commands.{module}"), function, None)), f"`recipe {command}`: commands/{module}.py has no {function}"
+        assert callable(getattr(import_module(f"vodou_engine.commands.{module}"), function, None)), (
+            f"`recipe {command}`: commands/{module}.py has no {function}"
+        )
 
 
 @pytest.mark.parametrize(
     ("args", "expect", "own", "absent"),
     [
         (("--help",), 0, set(), {"vodou_engine.runs", "vodou_engine.store"}),
-        (("compile", str(RECIPES / "morning-briefing.recipe")), 0, {"compile"}, {"vodou_engine.runs", "vodou_engine.store"}),
+        (
+            ("compile", str(RECIPES / "morning-briefing.recipe")),
+            0,
+            {"compile"},
+            {"vodou_engine.runs", "vodou_engine.store"},
+        ),
         (("runs",), 0, {"common", "inspect"}, set()),
         (("show", "no-such-run"), 6, {"common", "inspect"}, set()),  # no store yet: exit 6
         (("plan", "--offline", str(RECIPES / "morning-briefing.recipe")), 0, {"common", "compile", "run"}, set()),

@@ -14,8 +14,9 @@ def _memo_files(cli):
 
 
 def _drop_gate(path):
-    from vodou_engine.plan import decode_plan, encode_plan, with_fingerprint
     import msgspec
+
+    from vodou_engine.plan import decode_plan, encode_plan, with_fingerprint
 
     plan = decode_plan(path.read_bytes())
     nodes = [n for n in plan.nodes if n.id != "approve:post"]

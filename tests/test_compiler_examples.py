@@ -14,8 +14,7 @@ import jsonschema
 import pytest
 
 import vodou_engine
-from vodou_engine.compiler import compile_recipe, load_plan, load_source
-from vodou_engine.compiler import ast
+from vodou_engine.compiler import ast, compile_recipe, load_plan, load_source
 from vodou_engine.compiler.parser import parse
 from vodou_engine.compiler.source import Source
 from vodou_engine.errors import PlanError, UnguardedEffectError

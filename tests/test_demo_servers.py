@@ -68,10 +68,9 @@ async def demo_session(module: str, db_path: Path, log: Path, **env: str) -> Asy
         env={**get_default_environment(), db.DB_ENV: str(db_path), **env},
     )
     with log.open("a") as errlog:
-        async with stdio_client(params, errlog=errlog) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                yield session
+        async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            yield session
 
 
 def check_tool_listing(module: str, tools: list[Any]) -> None:

@@ -47,7 +47,13 @@ def test_the_python_api_example_runs(tmp_path):
         XDG_CACHE_HOME=str(tmp_path / "cache"),
     )
     proc = subprocess.run(
-        [sys.executable, "example.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL
+        [sys.executable, "example.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
     )
     assert proc.returncode == 0, f"the example in docs/python-api.md failed:\n{proc.stdout}\n{proc.stderr}"
 
@@ -102,11 +108,19 @@ CITED = re.compile(r"\b(test_\w+\.py)::(test_\w+)")
 
 def functions_named_test(path: Path) -> set[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    return {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name.startswith("test_")}
+    return {
+        n.name
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name.startswith("test_")
+    }
 
 
 def test_every_test_the_docs_name_exists():
-    cited = {(page.name, f, t) for page in sorted(DOCS.glob("*.md")) for f, t in CITED.findall(page.read_text(encoding="utf-8"))}
+    cited = {
+        (page.name, f, t)
+        for page in sorted(DOCS.glob("*.md"))
+        for f, t in CITED.findall(page.read_text(encoding="utf-8"))
+    }
     assert len(cited) > 30, "safety.md should name the tests that prove each promise"
     missing = []
     for page, file, name in sorted(cited):
@@ -165,7 +179,11 @@ def test_every_command_and_flag_is_in_cli_md():
         if row is None:
             problems.append(f"`{command}` has no row")
             continue
-        problems += [f"`{command}` row lacks {flag}" for flag in flags if not re.search(rf"`{re.escape(flag)}\b", row) and f"/{flag}" not in row]
+        problems += [
+            f"`{command}` row lacks {flag}"
+            for flag in flags
+            if not re.search(rf"`{re.escape(flag)}\b", row) and f"/{flag}" not in row
+        ]
     assert "--version" in (DOCS / "cli.md").read_text(encoding="utf-8")
     assert not problems, "docs/cli.md is behind `recipe --help`:\n" + "\n".join(problems)
 

@@ -30,7 +30,12 @@ class Rogue:
         self.modes = tmp / "modes"
         self.tools = tmp / "tools"
         self.code = tmp / "code"
-        env = {"ROGUE_LOG": str(self.log), "ROGUE_MODES_FILE": str(self.modes), "ROGUE_TOOLS_FILE": str(self.tools), "ROGUE_RPC_CODE_FILE": str(self.code)}
+        env = {
+            "ROGUE_LOG": str(self.log),
+            "ROGUE_MODES_FILE": str(self.modes),
+            "ROGUE_TOOLS_FILE": str(self.tools),
+            "ROGUE_RPC_CODE_FILE": str(self.code),
+        }
         config = ServerConfig(command=sys.executable, args=["-I", "-S", ROGUE], env=env)
         if call_timeout is not None:
             config.call_timeout = call_timeout
@@ -132,7 +137,11 @@ def test_a_tool_renamed_since_the_question_fails_cleanly_as_not_executed(rogue):
     parked = rogue.start(POST)
     rogue.set(tools="post_message2,get_status")
     after = rogue.approve(parked.run)
-    assert after.state == "failed" and "nothing was executed" in after.errors["post"] and "post_message" in after.errors["post"]
+    assert (
+        after.state == "failed"
+        and "nothing was executed" in after.errors["post"]
+        and "post_message" in after.errors["post"]
+    )
     assert rogue.runs.show(parked.run).effects == []  # never claimed: nothing is left `executing`
     assert rogue.calls("post_message") == rogue.calls("post_message2") == []
 

@@ -21,8 +21,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from http_server import HttpServer
+
 from vodou_engine.errors import ServerConfigError
 from vodou_engine.servers import parse_servers
 
@@ -56,12 +56,18 @@ def write(path: Path, data: dict) -> Path:
 @pytest.mark.both_stores
 def test_a_disabled_server_is_never_started_and_a_recipe_naming_it_is_refused(cli, tmp_path):
     off_log, on_log = tmp_path / "off.log", tmp_path / "on.log"
-    write(tmp_path / "mcp.json", {"mcpServers": {"notes": sdk_server(off_log, disabled=True), "Everything": sdk_server(on_log, disabled=False)}})
+    write(
+        tmp_path / "mcp.json",
+        {"mcpServers": {"notes": sdk_server(off_log, disabled=True), "Everything": sdk_server(on_log, disabled=False)}},
+    )
     (tmp_path / "off.recipe").write_text('recipe "off"\nenv: notes.get-env {"name": "HOME"}\n')
     (tmp_path / "on.recipe").write_text('recipe "on"\nenv: Everything.get-env {"name": "HOME"}\n')
 
     plan = cli("plan", "off.recipe", "--json", expect=2)
-    assert plan.json()["tools"]["env"] == {"exists": False, "note": 'server `notes` is disabled ("disabled": true in the server file), so it is never started'}
+    assert plan.json()["tools"]["env"] == {
+        "exists": False,
+        "note": 'server `notes` is disabled ("disabled": true in the server file), so it is never started',
+    }
     card = cli("plan", "off.recipe", expect=2)
     assert "✗ notes·get-env" in card.out and "disabled" in card.out
 
@@ -81,7 +87,16 @@ def test_a_disabled_entry_is_not_checked_and_disabled_must_be_a_boolean(tmp_path
 
     path = str(tmp_path / "mcp.json")
     servers, disabled = parse_server_file(
-        json.dumps({"mcpServers": {"half": {"disabled": True, "type": "sse"}, "other": {"disabled": True}, "time": {"command": "uvx"}}}), path
+        json.dumps(
+            {
+                "mcpServers": {
+                    "half": {"disabled": True, "type": "sse"},
+                    "other": {"disabled": True},
+                    "time": {"command": "uvx"},
+                }
+            }
+        ),
+        path,
     )
     assert list(servers) == ["time"] and disabled == ["half", "other"]
     with pytest.raises(ServerConfigError) as err:
@@ -105,7 +120,9 @@ def test_a_vs_code_file_with_stdio_and_http_servers_runs(cli, tmp_path):
                 },
             },
         )
-        (tmp_path / "both.recipe").write_text('recipe "both"\ntogether:\n  env: notes.get-env {"name": "HOME"}\n  status: web.get_status\n')
+        (tmp_path / "both.recipe").write_text(
+            'recipe "both"\ntogether:\n  env: notes.get-env {"name": "HOME"}\n  status: web.get_status\n'
+        )
         card = cli("plan", "both.recipe", expect=0)
         assert "notes·get-env" in card.out and "web·get_status" in card.out and "✗" not in card.out
         cli("run", "both.recipe", expect=0)
@@ -141,11 +158,18 @@ def test_a_capitalised_server_and_dotted_tools_are_called_by_their_real_names(cl
     (tmp_path / "notes.recipe").write_text(CAPITAL)
 
     card = cli("plan", "notes.recipe", expect=0).out
-    assert "Everything·get-env" in card and "Everything·notes.add" in card and "Everything·notes.list" in card and "✗" not in card
+    assert (
+        "Everything·get-env" in card
+        and "Everything·notes.add" in card
+        and "Everything·notes.list" in card
+        and "✗" not in card
+    )
     assert "⚠ add" in card  # a dotted name is read by its words like any other: `add` is an effect
     plan = cli("plan", "notes.recipe", "--json", expect=0).json()["plan"]
     assert [(n["server"], n["tool"], n["risk"]) for n in plan["nodes"] if n["kind"] == "tool"] == [
-        ("Everything", "get-env", "read"), ("Everything", "notes.add", "write"), ("Everything", "notes.list", "read")
+        ("Everything", "get-env", "read"),
+        ("Everything", "notes.add", "write"),
+        ("Everything", "notes.list", "read"),
     ]
 
     parked = json.loads(cli("run", "notes.recipe", "--json", expect=3).out)
@@ -178,15 +202,26 @@ def everything_cached() -> bool:
     with nothing on its stdin, it exits at once, with 0 only if npx found it."""
     if shutil.which("npx") is None:
         return False
-    probe = subprocess.run(["npx", "--offline", "-y", EVERYTHING], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    probe = subprocess.run(
+        ["npx", "--offline", "-y", EVERYTHING], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL
+    )
     return probe.returncode == 0
 
 
 def test_the_published_everything_server_under_its_capitalised_key(cli, tmp_path):
     if not everything_cached():
         pytest.skip(f"npm's cache has no {EVERYTHING} (npx -y {EVERYTHING} puts it there)")
-    write(tmp_path / "mcp.json", {"mcpServers": {"Everything": {"command": "npx", "args": ["--offline", "-y", EVERYTHING], "startTimeout": 120}}})
-    (tmp_path / "e.recipe").write_text('recipe "everything"\nenv: "Everything".get-env\nsum: Everything.get-sum {"a": 2, "b": 3}\n')
+    write(
+        tmp_path / "mcp.json",
+        {
+            "mcpServers": {
+                "Everything": {"command": "npx", "args": ["--offline", "-y", EVERYTHING], "startTimeout": 120}
+            }
+        },
+    )
+    (tmp_path / "e.recipe").write_text(
+        'recipe "everything"\nenv: "Everything".get-env\nsum: Everything.get-sum {"a": 2, "b": 3}\n'
+    )
     card = cli("plan", "e.recipe", expect=0).out
     assert "Everything·get-env" in card and "Everything·get-sum" in card and "✗" not in card
     parked = json.loads(cli("run", "e.recipe", "--json", expect=3).out)  # get-sum: `sum` is no known word, so it asks

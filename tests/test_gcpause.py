@@ -18,7 +18,9 @@ CHECK = (
 
 
 def _run(mode: str) -> str:
-    return subprocess.run([sys.executable, "-c", CHECK, mode], capture_output=True, text=True, check=True, timeout=60).stdout.split()
+    return subprocess.run(
+        [sys.executable, "-c", CHECK, mode], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.split()
 
 
 def test_the_cli_process_pauses_the_collector_for_the_import_then_freezes_what_it_built():

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 import trio
-
 from conftest import rogue_calls, rogue_server
+
 from vodou_engine.runs import Runs
 from vodou_engine.servers import ServerConfig
 
@@ -96,7 +96,9 @@ def test_a_signal_stops_the_run_resumably_and_leaves_no_server_behind(cli, tmp_p
     rogue_file(cli, tmp_path, modes)
     recipe = write(tmp_path, "wait.recipe", 'status: ops.get_status {}\nnote: vodou.echo {"value": "{status.ok}"}\n')
     proc = cli.popen("run", recipe, "--json")
-    wait_for(lambda: any(r.get("tool") == "get_status" for r in rogue_records(tmp_path)), "the read to reach the server")
+    wait_for(
+        lambda: any(r.get("tool") == "get_status" for r in rogue_records(tmp_path)), "the read to reach the server"
+    )
     (server_pid,) = {r["pid"] for r in rogue_records(tmp_path) if r.get("tool")}
     proc.send_signal(sig)
     code = proc.wait(timeout=60)
@@ -146,7 +148,9 @@ def test_a_live_driver_is_left_alone_and_picks_up_the_decision(store_location):
     from vodou_engine.owners import _me
 
     runs = Runs(store=store_location, servers={}, workers=False)  # approve drives here on either store
-    parked = trio.run(lambda: runs.start("q.recipe", text='ask me:\n- go on?\nnote: vodou.echo {"value": "on"}\n', actor="ana"))
+    parked = trio.run(
+        lambda: runs.start("q.recipe", text='ask me:\n- go on?\nnote: vodou.echo {"value": "on"}\n', actor="ana")
+    )
     store = runs.store()
     other = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     try:
@@ -171,7 +175,9 @@ def test_a_driver_that_lost_its_run_writes_nothing_more(store_location):
     from vodou_engine.store import NodeRecord
 
     runs = Runs(store=store_location, servers={}, workers=False)
-    parked = trio.run(lambda: runs.start("q.recipe", text='ask me:\n- go on?\nnote: vodou.echo {"value": "on"}\n', actor="ana"))
+    parked = trio.run(
+        lambda: runs.start("q.recipe", text='ask me:\n- go on?\nnote: vodou.echo {"value": "on"}\n', actor="ana")
+    )
     store = runs.store()
     assert store.take_run(parked.run, "me", lease_s=60)
     assert not store.take_run(parked.run, "someone-else", lease_s=60)  # exclusive while the lease holds
@@ -202,7 +208,10 @@ together:
 
 def _rogue_runs(tmp_path: Path) -> Runs:
     env = {"ROGUE_LOG": str(tmp_path / "rogue.log")}
-    return Runs(store=tmp_path / "runs.db", servers={"ops": ServerConfig(command=sys.executable, args=["-I", "-S", ROGUE], env=env)})
+    return Runs(
+        store=tmp_path / "runs.db",
+        servers={"ops": ServerConfig(command=sys.executable, args=["-I", "-S", ROGUE], env=env)},
+    )
 
 
 def _posted(tmp_path: Path) -> int:
@@ -298,7 +307,10 @@ def test_deep_nesting_in_every_input_is_a_clear_error(cli, tmp_path):
 
 def test_a_tool_result_nested_too_deep_fails_the_read(tmp_path):
     env = {"ROGUE_LOG": str(tmp_path / "rogue.log"), "ROGUE_MODES": "get_status=deep"}
-    runs = Runs(store=tmp_path / "runs.db", servers={"ops": ServerConfig(command=sys.executable, args=["-I", "-S", ROGUE], env=env)})
+    runs = Runs(
+        store=tmp_path / "runs.db",
+        servers={"ops": ServerConfig(command=sys.executable, args=["-I", "-S", ROGUE], env=env)},
+    )
     report = trio.run(lambda: runs.start("r.recipe", text="s: ops.get_status {}\n", actor="ana"))
     assert report.state == "failed" and "deep" in report.errors["s"]
     runs.close()
@@ -335,7 +347,10 @@ def test_server_text_cannot_drive_the_terminal(cli, tmp_path):
 
 def test_a_live_servers_own_minus_32000_is_its_error_not_a_dead_connection(tmp_path):
     env = {"ROGUE_LOG": str(tmp_path / "rogue.log"), "ROGUE_MODES": "get_status=rpc_error"}
-    runs = Runs(store=tmp_path / "runs.db", servers={"ops": ServerConfig(command=sys.executable, args=["-I", "-S", ROGUE], env=env)})
+    runs = Runs(
+        store=tmp_path / "runs.db",
+        servers={"ops": ServerConfig(command=sys.executable, args=["-I", "-S", ROGUE], env=env)},
+    )
     report = trio.run(lambda: runs.start("r.recipe", text="s: ops.get_status {}\n", actor="ana"))
     assert report.state == "failed" and "rogue failure" in report.errors["s"] and "closed" not in report.errors["s"]
     runs.close()
@@ -349,7 +364,14 @@ def _closed_to_other_users(env: dict) -> str | None:
     sits in a directory closed to them), or None when they can: tried, not guessed."""
     if os.geteuid() != 0:
         return "switching to another user needs root"
-    probe = subprocess.run([*AS_NOBODY, sys.executable, "-c", "import vodou_engine"], cwd="/", env=env, capture_output=True, text=True, timeout=60)
+    probe = subprocess.run(
+        [*AS_NOBODY, sys.executable, "-c", "import vodou_engine"],
+        cwd="/",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return None if probe.returncode == 0 else (probe.stderr.strip().splitlines() or ["exit %d" % probe.returncode])[-1]
 
 
@@ -375,7 +397,14 @@ def test_a_read_only_store_can_still_be_read(cli, tmp_path):
     os.chmod(sealed, 0o555)
     before = store.read_bytes()
     for args in (["runs", "--json"], ["show", run, "--json"]):
-        proc = subprocess.run([*AS_NOBODY, *cli.argv(*args, "--store", str(store))], cwd="/", env=cli.env, capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [*AS_NOBODY, *cli.argv(*args, "--store", str(store))],
+            cwd="/",
+            env=cli.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert proc.returncode == 0, proc.stderr
     assert store.read_bytes() == before
     os.chmod(sealed, 0o755)
@@ -417,10 +446,17 @@ def test_a_policy_entry_for_a_tool_that_does_not_exist_is_reported(cli, tmp_path
 
     slack = demo_servers(cli.demo_db)["slack"]
     cli.servers_file({"slack": {"command": slack.command, "args": slack.args, "env": slack.env}})
-    policy = write(tmp_path, "vodou-policy.toml", '[tools."slack.slack_delete_messages"]\nallow_without_asking = true\n')
+    policy = write(
+        tmp_path, "vodou-policy.toml", '[tools."slack.slack_delete_messages"]\nallow_without_asking = true\n'
+    )
     recipe = write(tmp_path, "post.recipe", 'post: slack.slack_post_message {"channel": "#daily", "text": "hi"}\n')
     plan = cli("plan", recipe, "--policy", policy)
-    assert plan.code == 0 and "warning" in plan.err and "slack_delete_messages" in plan.err and "slack_delete_message" in plan.err
+    assert (
+        plan.code == 0
+        and "warning" in plan.err
+        and "slack_delete_messages" in plan.err
+        and "slack_delete_message" in plan.err
+    )
     check = cli("policy", "check", "--policy", policy)
     assert check.code == 2 and "slack.slack_delete_messages" in check.out
     write(tmp_path, "vodou-policy.toml", '[tools."slack.slack_delete_message"]\nallow_without_asking = true\n')

@@ -427,7 +427,7 @@ def test_start_timeout(servers):
     message, left = trio.run(main)
     assert "'mute' failed to start" in message
     assert "did not finish initializing within 0.5 s" in message
-    assert '"startTimeout" for server \'mute\'' in message  # the hint names the real setting
+    assert "\"startTimeout\" for server 'mute'" in message  # the hint names the real setting
     assert not left
 
 

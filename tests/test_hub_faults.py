@@ -244,7 +244,7 @@ def test_call_timeout_from_the_server_file(logs, tmp_path):
     result = outcome(servers, "get_status", {})  # no per-call timeout
     assert type(result) is NoReplyError
     assert "did not answer within 0.5 s" in str(result)
-    assert result.hint.startswith('raise "callTimeout" for server \'rogue\' in the server file')
+    assert result.hint.startswith("raise \"callTimeout\" for server 'rogue' in the server file")
     assert len(calls(logs())) == 1
 
 
@@ -311,7 +311,7 @@ def test_start_timeout_from_the_server_file(tmp_path):
     with pytest.raises(ServerStartError) as info:
         run(servers, lambda hub: None)
     assert "did not finish initializing within 0.5 s" in str(info.value)
-    assert '"startTimeout" for server \'mute\'' in info.value.hint
+    assert "\"startTimeout\" for server 'mute'" in info.value.hint
 
 
 # -- shutdown ---------------------------------------------------------------------

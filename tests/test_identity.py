@@ -16,7 +16,6 @@ import pwd
 from pathlib import Path
 
 import pytest
-
 from conftest import rogue_calls, rogue_server
 
 pytestmark = pytest.mark.both_stores
@@ -43,7 +42,12 @@ def posts(cli) -> list[dict]:
 
 
 def refused_claims(cli) -> list[tuple[str, str | None, dict]]:
-    return [(actor, run, json.loads(data)) for actor, run, data in cli.sql("SELECT actor, run_id, data_json FROM audit WHERE kind = 'identity.refused' ORDER BY seq")]
+    return [
+        (actor, run, json.loads(data))
+        for actor, run, data in cli.sql(
+            "SELECT actor, run_id, data_json FROM audit WHERE kind = 'identity.refused' ORDER BY seq"
+        )
+    ]
 
 
 def test_the_environment_cannot_approve_as_someone_else(cli):
@@ -73,7 +77,18 @@ def test_a_run_started_under_another_name_is_started_by_the_real_user(cli):
     assert pending["approvers"] == [REAL]  # the starter is the default approver: the real one
     assert cli.sql("SELECT started_by FROM runs WHERE id = ?", (started["run"],)) == [(REAL,)]
     assert cli.sql("SELECT actor FROM events WHERE run_id = ? AND kind = 'started'", (started["run"],)) == [(REAL,)]
-    assert cli("approve", started["run"], "post", "--yes", "--as", "ana", env={**ANA, "VODOU_APPROVER_TOKEN": "vodou_guess"}).code == 5
+    assert (
+        cli(
+            "approve",
+            started["run"],
+            "post",
+            "--yes",
+            "--as",
+            "ana",
+            env={**ANA, "VODOU_APPROVER_TOKEN": "vodou_guess"},
+        ).code
+        == 5
+    )
     assert posts(cli) == []
 
 
@@ -96,7 +111,6 @@ def test_without_a_passwd_entry_the_user_is_uid_n_never_the_environment(monkeypa
 def test_an_agent_server_started_under_another_name_asks_the_real_user(cli):
     """`recipe mcp` adds the person running it as the approver of an agent's recipe: the real one."""
     import anyio
-
     from test_agents import POST as SLACK_POST
     from test_agents import Agent
 

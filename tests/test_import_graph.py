@@ -102,7 +102,9 @@ def targets(module: str, is_package: bool, node: ast.Import | ast.ImportFrom) ->
     out = []
     for alias in node.names:
         sub = f"{full}.{alias.name}"
-        out.append(sub if sub in MODULES else full)  # `from . import ast` imports a module; `from .x import y` a name of x
+        out.append(
+            sub if sub in MODULES else full
+        )  # `from . import ast` imports a module; `from .x import y` a name of x
     return out
 
 
@@ -155,7 +157,9 @@ def graphs() -> tuple[dict[str, set[str]], dict[str, set[str]], dict[str, set[st
             if t != name
         }
         now[name] = {t for n in import_time_imports(tree) for t in targets(name, is_package, n) if t != name}
-        run[name] = {t for n in import_time_imports(tree, functions=True) for t in targets(name, is_package, n) if t != name}
+        run[name] = {
+            t for n in import_time_imports(tree, functions=True) for t in targets(name, is_package, n) if t != name
+        }
     return now, run, anywhere, trees
 
 
@@ -233,13 +237,19 @@ def test_the_graph_is_read_as_the_code_says():
     assert f"{PACKAGE}.reports" in NOW[f"{PACKAGE}.runs.views"]
     assert f"{PACKAGE}.runtime.scheduler" in NOW[f"{PACKAGE}.runtime.driver"]
     assert f"{PACKAGE}.store" in NOW[f"{PACKAGE}.runtime.journal"]  # `from ..store import NodeRecord`
-    assert f"{PACKAGE}.runtime.driver" in ANYWHERE[f"{PACKAGE}.runs.lifecycle"] - NOW[f"{PACKAGE}.runs.lifecycle"]  # in a function
+    assert (
+        f"{PACKAGE}.runtime.driver" in ANYWHERE[f"{PACKAGE}.runs.lifecycle"] - NOW[f"{PACKAGE}.runs.lifecycle"]
+    )  # in a function
     assert f"{PACKAGE}.views.report" in NOW[f"{PACKAGE}.commands.run"]
     assert f"{PACKAGE}.commands.exits" in NOW[f"{PACKAGE}.cli"]
     assert f"{PACKAGE}.tools.process" not in NOW[f"{PACKAGE}.tools.hub"]  # only under TYPE_CHECKING there
     assert f"{PACKAGE}.runtime.driver" in RUN[f"{PACKAGE}.runs.lifecycle"]  # an import in a function runs
-    assert f"{PACKAGE}.tools.process" in ANYWHERE[f"{PACKAGE}.tools.hub"] - RUN[f"{PACKAGE}.tools.hub"]  # TYPE_CHECKING never does
-    assert unit_of(f"{PACKAGE}.runs.queue") == "runs" and unit_of(PACKAGE) == "" and unit_of(f"{PACKAGE}.jobs") == "jobs"
+    assert (
+        f"{PACKAGE}.tools.process" in ANYWHERE[f"{PACKAGE}.tools.hub"] - RUN[f"{PACKAGE}.tools.hub"]
+    )  # TYPE_CHECKING never does
+    assert (
+        unit_of(f"{PACKAGE}.runs.queue") == "runs" and unit_of(PACKAGE) == "" and unit_of(f"{PACKAGE}.jobs") == "jobs"
+    )
     assert f"{PACKAGE}.runs" in ANYWHERE[f"{PACKAGE}.workers.engine"]  # the workers stand on the run API
     assert LAYER_OF["workers"] < LAYER_OF["runs"] < LAYER_OF["runtime"] < LAYER_OF["store"]  # higher layers come first
 
@@ -287,13 +297,17 @@ def test_the_cli_layers_import_one_way():
 
 def test_cli_names_no_command_module_but_exits():
     named = {t for t in ANYWHERE[f"{PACKAGE}.cli"] if _in(t, f"{PACKAGE}.commands")}
-    assert named == {f"{PACKAGE}.commands.exits"}, f"cli.py imports {sorted(named)}: a command's module is imported by name, when it runs"
+    assert named == {f"{PACKAGE}.commands.exits"}, (
+        f"cli.py imports {sorted(named)}: a command's module is imported by name, when it runs"
+    )
 
 
 def test_every_module_has_a_layer():
     units = {unit_of(name) for name in MODULES}
     missing = sorted(u or "__init__" for u in units if u not in LAYER_OF)
-    assert not missing, "give each a place in LAYERS (tests/test_import_graph.py) and docs/architecture.md: " + ", ".join(missing)
+    assert not missing, (
+        "give each a place in LAYERS (tests/test_import_graph.py) and docs/architecture.md: " + ", ".join(missing)
+    )
     twice = sorted(u for u in LAYER_OF if sum(u in units_ for _, units_ in LAYERS) > 1)
     assert not twice, "in more than one layer: " + ", ".join(twice)
 
@@ -306,7 +320,10 @@ def test_no_import_goes_up_a_layer():
             there = LAYER_OF.get(unit_of(target))
             if here is not None and there is not None and there < here:
                 offenders.append(f"{name} ({layer_name(name)}) imports {target} ({layer_name(target)})")
-    assert not offenders, "imports from a lower layer to a higher one (docs/architecture.md, Rules of the import graph):\n" + "\n".join(offenders)
+    assert not offenders, (
+        "imports from a lower layer to a higher one (docs/architecture.md, Rules of the import graph):\n"
+        + "\n".join(offenders)
+    )
 
 
 def test_the_layers_are_the_ones_docs_architecture_describes():

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 import trio
-
 from conftest import rogue_calls, store_sql
 from http_server import HttpServer
+
 from vodou_engine.masking import Mask
 from vodou_engine.servers import ServerConfig, parse_servers
 
@@ -94,8 +94,16 @@ def test_a_message_is_masked_in_every_string_key_and_number_and_across_text_bloc
         "jsonrpc": "2.0",
         "id": 7,
         "result": {
-            "content": [{"type": "text", "text": f"first half {value[:9]}"}, {"type": "text", "text": f"{value[9:]} second half"}],
-            "structuredContent": {"token": value, value: "a key", "pin": 987654321, "deep": [[{"x": json.dumps({"t": value})}]]},
+            "content": [
+                {"type": "text", "text": f"first half {value[:9]}"},
+                {"type": "text", "text": f"{value[9:]} second half"},
+            ],
+            "structuredContent": {
+                "token": value,
+                value: "a key",
+                "pin": 987654321,
+                "deep": [[{"x": json.dumps({"t": value})}]],
+            },
         },
     }
     masked = json.loads(mask.message(json.dumps(message).encode()))
@@ -104,7 +112,9 @@ def test_a_message_is_masked_in_every_string_key_and_number_and_across_text_bloc
     structured = masked["result"]["structuredContent"]
     assert structured["token"] == "${TOKEN}" and structured["${TOKEN}"] == "a key" and structured["pin"] == "${PIN}"
     assert value not in json.dumps(masked) and "987654321" not in json.dumps(masked)
-    untouched = json.dumps({"jsonrpc": "2.0", "id": 1, "result": {"content": [{"type": "text", "text": "ok"}]}}).encode()
+    untouched = json.dumps(
+        {"jsonrpc": "2.0", "id": 1, "result": {"content": [{"type": "text", "text": "ok"}]}}
+    ).encode()
     assert mask.message(untouched) is untouched  # nothing to mask: the same bytes, not decoded
 
 
@@ -192,6 +202,7 @@ def test_a_secret_a_server_echoes_is_masked_in_every_output_and_in_the_store(cli
 
     # the run page of `recipe serve`, from the same store
     from starlette.testclient import TestClient
+    from web_helpers import sign_in
 
     from vodou_engine.policy import Policy
     from vodou_engine.servers import ServerSet
@@ -199,13 +210,14 @@ def test_a_secret_a_server_echoes_is_masked_in_every_output_and_in_the_store(cli
     from vodou_engine.web.app import create_app
     from vodou_engine.web.config import WebConfig
     from vodou_engine.web.identity import add_approver
-    from web_helpers import sign_in
 
     servers = parse_servers((cli.tmp / "mcp.json").read_text(), str(cli.tmp / "mcp.json"))
     svc = Service(store=cli.location, servers=ServerSet(servers, str(cli.tmp / "mcp.json")), policy=Policy())
     runs = svc.runs()
     try:
-        with TestClient(create_app(svc, WebConfig(allowed_hosts=["testserver"])), backend="trio", base_url="http://testserver") as client:
+        with TestClient(
+            create_app(svc, WebConfig(allowed_hosts=["testserver"])), backend="trio", base_url="http://testserver"
+        ) as client:
             ana = sign_in(client, add_approver(runs, "ana", by="test", base_url="http://testserver")[1], "ana")
             page = ana.get(f"/runs/{run}").text
             assert f"${{{SECRET_VAR}}}" in page, page  # what the step read, as the page shows it
@@ -230,7 +242,9 @@ def test_a_secret_an_http_server_echoes_from_its_headers_is_masked(tmp_path, mon
 
     web = HttpServer(tmp_path, "web").start()
     web.set("get_status=echo_auth")
-    config = ServerConfig(url=web.url + f"?key=${{{SECRET_VAR}}}", headers={"Authorization": f"Bearer ${{{SECRET_VAR}}}"})
+    config = ServerConfig(
+        url=web.url + f"?key=${{{SECRET_VAR}}}", headers={"Authorization": f"Bearer ${{{SECRET_VAR}}}"}
+    )
     runs = Runs(store=tmp_path / "runs.db", servers={"web": config})
     try:
         report = trio.run(lambda: runs.start("r.recipe", text='recipe "r"\nseen: web.get_status {}\n', actor="ana"))

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 import trio
-
 from conftest import rogue_calls, rogue_server
 from http_server import HttpServer
+
 from vodou_engine.errors import NoReplyError, NotSentError, ServerConfigError
 from vodou_engine.runs import Runs
 from vodou_engine.servers import ServerConfig, parse_servers
@@ -39,7 +39,9 @@ SAFETY = 60.0
 
 def rogue_runs(tmp: Path, modes: str, **config) -> Runs:
     env = {"ROGUE_LOG": str(tmp / "rogue.log"), "ROGUE_MODES": modes}
-    server = ServerConfig(command=sys.executable, args=["-I", "-S", ROGUE], env=env, **{"call_timeout": SAFETY, **config})
+    server = ServerConfig(
+        command=sys.executable, args=["-I", "-S", ROGUE], env=env, **{"call_timeout": SAFETY, **config}
+    )
     return Runs(store=tmp / "runs.db", servers={"ops": server})
 
 
@@ -69,8 +71,14 @@ def test_a_read_over_the_size_limit_fails_naming_the_server_the_size_and_the_set
 
 def test_after_a_message_over_the_limit_the_session_is_closed(tmp_path):
     """Two reads of one run on one server: the second is not sent, and says why."""
+
     async def main():
-        config = ServerConfig(command=sys.executable, args=["-I", "-S", ROGUE], env={"ROGUE_LOG": str(tmp_path / "rogue.log"), "ROGUE_MODES": f"get_status=huge_result:{OVER}"}, call_timeout=SAFETY)
+        config = ServerConfig(
+            command=sys.executable,
+            args=["-I", "-S", ROGUE],
+            env={"ROGUE_LOG": str(tmp_path / "rogue.log"), "ROGUE_MODES": f"get_status=huge_result:{OVER}"},
+            call_timeout=SAFETY,
+        )
         async with open_hub({"ops": config}, ["ops"]) as hub:
             with pytest.raises(NoReplyError) as first:
                 await hub.call("ops", "get_status", {})
@@ -88,8 +96,12 @@ def test_the_limit_is_the_servers_own_setting(tmp_path):
     """``maxMessageBytes`` lowers the limit for one server, or raises it (a 20 MB reply is then
     read whole; its masking and parsing run on a worker thread)."""
     entries = {
-        "small": rogue_server(tmp_path / "small.log", ROGUE_MODES="get_status=huge_result:100000,get_next_job=huge_result:50000") | {"maxMessageBytes": 65536},
-        "large": rogue_server(tmp_path / "large.log", ROGUE_MODES=f"get_status=huge_result:{OVER}") | {"maxMessageBytes": 32 * 1024 * 1024},
+        "small": rogue_server(
+            tmp_path / "small.log", ROGUE_MODES="get_status=huge_result:100000,get_next_job=huge_result:50000"
+        )
+        | {"maxMessageBytes": 65536},
+        "large": rogue_server(tmp_path / "large.log", ROGUE_MODES=f"get_status=huge_result:{OVER}")
+        | {"maxMessageBytes": 32 * 1024 * 1024},
     }
     servers = parse_servers(json.dumps({"mcpServers": entries}), str(tmp_path / "mcp.json"))
     assert servers["small"].max_message_bytes == 65536
@@ -108,13 +120,21 @@ def test_the_limit_is_the_servers_own_setting(tmp_path):
     assert "MCP server 'small'" in str(over) and "larger than 64 KiB" in str(over) and "(now 65536 bytes)" in over.hint
 
 
-@pytest.mark.parametrize(("value", "words"), [(0, "greater than 0"), (-5, "greater than 0"), ("16MB", "Expected `int"), (1.5, "Expected `int")])
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [(0, "greater than 0"), (-5, "greater than 0"), ("16MB", "Expected `int"), (1.5, "Expected `int")],
+)
 def test_a_bad_max_message_bytes_is_an_error_naming_the_file_the_server_and_the_key(tmp_path, value, words):
     entry = {"command": "x", "maxMessageBytes": value}
     with pytest.raises(ServerConfigError) as info:
         parse_servers(json.dumps({"mcpServers": {"srv": entry}}), str(tmp_path / "mcp.json"))
     message = str(info.value)
-    assert str(tmp_path / "mcp.json") in message and "server 'srv'" in message and "maxMessageBytes" in message and words in message
+    assert (
+        str(tmp_path / "mcp.json") in message
+        and "server 'srv'" in message
+        and "maxMessageBytes" in message
+        and words in message
+    )
     assert info.value.exit_code == 2
 
 
@@ -147,7 +167,11 @@ def test_a_server_that_floods_its_output_still_meets_the_calls_timeout(tmp_path,
         report = start(runs, READ)
     finally:
         runs.close()
-    assert report.state == "failed" and "did not answer within 1 s" in report.errors["status"] and "callTimeout" in report.errors["status"]
+    assert (
+        report.state == "failed"
+        and "did not answer within 1 s" in report.errors["status"]
+        and "callTimeout" in report.errors["status"]
+    )
 
 
 # -- memory ------------------------------------------------------------------------
@@ -167,8 +191,15 @@ sys.exit(code)
 
 def peak_kib(cli, *args: str) -> tuple[object, int]:
     argv = [sys.executable, "-c", PEAK, *args]
-    env = {**cli.env, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]))}
-    proc = subprocess.run(argv, cwd=cli.tmp, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    env = {
+        **cli.env,
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")])
+        ),
+    }
+    proc = subprocess.run(
+        argv, cwd=cli.tmp, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL
+    )
     line = next(line for line in proc.stderr.splitlines() if line.startswith("peak-kib "))
     return proc, int(line.split()[1])
 
@@ -182,7 +213,12 @@ def test_memory_stays_far_below_what_the_server_sends(cli, tmp_path, sent):
     interpreter, the SDK and about one limit's worth)."""
     web = None
     if sent == "stdio":
-        cli.servers_file({"ops": rogue_server(tmp_path / "rogue.log", ROGUE_MODES="get_status=huge_result:300000000") | {"callTimeout": SAFETY}})
+        cli.servers_file(
+            {
+                "ops": rogue_server(tmp_path / "rogue.log", ROGUE_MODES="get_status=huge_result:300000000")
+                | {"callTimeout": SAFETY}
+            }
+        )
     else:
         web = HttpServer(tmp_path, "web").start()
         web.set("get_status=huge_sse:300000000" if sent == "http" else "get_status=sse_lines")

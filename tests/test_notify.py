@@ -41,7 +41,7 @@ DOCS = Path(__file__).resolve().parent.parent / "docs" / "notifications.md"
 VERIFY_MARKER = "<!-- tested: tests/test_notify.py verifies a real request with the next block -->"
 SECRET = "whsec-test-3b7f1c"
 PASSWORD = "smtp-pass-91d2e"
-CARD = "⚠ post: slack·slack_post_message  (write: verb 'post')\npayload (frozen; exactly this runs if approved):\n  {\"text\": \"hello\"}"
+CARD = '⚠ post: slack·slack_post_message  (write: verb \'post\')\npayload (frozen; exactly this runs if approved):\n  {"text": "hello"}'
 
 
 @pytest.fixture(autouse=True)
@@ -79,7 +79,9 @@ class Receiver:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):  # noqa: N802 - http.server's name
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                outer.requests.append({"path": self.path, "headers": dict(self.headers.items()), "body": body, "at": time.time()})
+                outer.requests.append(
+                    {"path": self.path, "headers": dict(self.headers.items()), "body": body, "at": time.time()}
+                )
                 status = outer.statuses.pop(0) if outer.statuses else 200
                 self.send_response(status)
                 self.send_header("Content-Length", "2")
@@ -117,7 +119,11 @@ class Mailbox:
             self.refuse -= 1
             return "451 4.3.0 try again later"
         self.messages.append(
-            {"from": envelope.mail_from, "to": list(envelope.rcpt_tos), "message": email.message_from_bytes(envelope.content, policy=email.policy.default)}
+            {
+                "from": envelope.mail_from,
+                "to": list(envelope.rcpt_tos),
+                "message": email.message_from_bytes(envelope.content, policy=email.policy.default),
+            }
         )
         return "250 OK"
 
@@ -144,8 +150,12 @@ def report(approvers=("ana",), run="r-test-1", expires_in: float | None = 3600) 
         recipe="post",
         pending=[
             PendingApproval(
-                step="post", approval="a-1", fingerprint="sha256:abc123", expires_at=None if expires_in is None else time.time() + expires_in,
-                card=CARD, approvers=list(approvers),
+                step="post",
+                approval="a-1",
+                fingerprint="sha256:abc123",
+                expires_at=None if expires_in is None else time.time() + expires_in,
+                card=CARD,
+                approvers=list(approvers),
             )  # fmt: skip
         ],
     )
@@ -194,9 +204,13 @@ def test_webhook_is_signed_and_the_documented_snippet_verifies_it(tmp_path):
     # the receiver's check, as documented, on the request that really arrived
     assert verify(SECRET.encode(), h["X-Vodou-Timestamp"], h["X-Vodou-Signature"], body)
     assert not verify(b"another secret", h["X-Vodou-Timestamp"], h["X-Vodou-Signature"], body)
-    assert not verify(SECRET.encode(), h["X-Vodou-Timestamp"], h["X-Vodou-Signature"], body.replace(b"r-test-1", b"r-test-2"))
+    assert not verify(
+        SECRET.encode(), h["X-Vodou-Timestamp"], h["X-Vodou-Signature"], body.replace(b"r-test-1", b"r-test-2")
+    )
     assert not verify(SECRET.encode(), str(int(h["X-Vodou-Timestamp"]) + 1), h["X-Vodou-Signature"], body)
-    assert not verify(SECRET.encode(), h["X-Vodou-Timestamp"], h["X-Vodou-Signature"], body, now=time.time() + 600)  # replayed later
+    assert not verify(
+        SECRET.encode(), h["X-Vodou-Timestamp"], h["X-Vodou-Signature"], body, now=time.time() + 600
+    )  # replayed later
     assert not verify(SECRET.encode(), "yesterday", h["X-Vodou-Signature"], body)
     assert h["X-Vodou-Signature"] == sign(SECRET, h["X-Vodou-Timestamp"], body)
 
@@ -227,7 +241,10 @@ def test_webhook_retries_5xx_with_backoff_then_delivers(tmp_path):
     assert len({r["body"] for r in rx.requests}) == 1  # the same document each time...
     assert len({r["headers"]["X-Vodou-Delivery"] for r in rx.requests}) == 1  # ...under one delivery id to dedupe on
     verify = verify_snippet()
-    assert all(verify(SECRET.encode(), r["headers"]["X-Vodou-Timestamp"], r["headers"]["X-Vodou-Signature"], r["body"]) for r in rx.requests)
+    assert all(
+        verify(SECRET.encode(), r["headers"]["X-Vodou-Timestamp"], r["headers"]["X-Vodou-Signature"], r["body"])
+        for r in rx.requests
+    )
 
 
 def test_a_webhook_that_stays_down_is_a_failed_delivery_not_an_error(tmp_path, caplog):
@@ -244,7 +261,9 @@ def test_a_webhook_that_stays_down_is_a_failed_delivery_not_an_error(tmp_path, c
             f'[[webhooks]]\nname = "wrong"\nurl = "{wrong.url}/in/${{TOKEN}}"\nsecret_env = "S"\n',
             S=SECRET, TOKEN=token,
         )  # fmt: skip
-        five, refused, client = trio.run(lambda: notify_parked(cfg, report(), "http://127.0.0.1:8400/runs/r-test-1", sleep=sleeps))
+        five, refused, client = trio.run(
+            lambda: notify_parked(cfg, report(), "http://127.0.0.1:8400/runs/r-test-1", sleep=sleeps)
+        )
 
     assert (five.status, five.tries, five.http_status) == ("failed", 3, 503) and "503" in five.error
     assert five.target == down.url  # named by scheme, host and port: never the path, where the token is
@@ -266,9 +285,19 @@ def test_each_pending_approval_goes_to_each_webhook(tmp_path):
             f'[inbox]\nbase_url = "http://h"\n[[webhooks]]\nname = "a"\nurl = "{a.url}"\nsecret = "x"\n[[webhooks]]\nname = "b"\nurl = "{b.url}"\nsecret = "y"\n',
         )
         rep = report()
-        two = RunReport(run=rep.run, state="parked", recipe="post", pending=[rep.pending[0], PendingApproval(step="mail", approval="a-2", fingerprint="sha256:def")])
+        two = RunReport(
+            run=rep.run,
+            state="parked",
+            recipe="post",
+            pending=[rep.pending[0], PendingApproval(step="mail", approval="a-2", fingerprint="sha256:def")],
+        )
         out = trio.run(notify_parked, cfg, two, "http://h/runs/r-test-1")
-    assert [(d.target, d.step, d.status) for d in out] == [("a", "post", "sent"), ("b", "post", "sent"), ("a", "mail", "sent"), ("b", "mail", "sent")]
+    assert [(d.target, d.step, d.status) for d in out] == [
+        ("a", "post", "sent"),
+        ("b", "post", "sent"),
+        ("a", "mail", "sent"),
+        ("b", "mail", "sent"),
+    ]
     assert sorted(json.loads(r["body"])["step"] for r in a.requests) == ["mail", "post"]
     assert len(b.requests) == 2
 
@@ -284,7 +313,12 @@ def test_a_question_edited_in_the_store_is_notified_to_nobody(tmp_path, smtp, ca
             step="mail", approval="a-2", fingerprint="sha256:def", approvers=["bob"], tampered=True,
             refusal="✗ refused: the stored payload of `mail` … no longer matches the fingerprint it was asked with",
         )  # fmt: skip
-        out = trio.run(notify_parked, cfg, RunReport(run=rep.run, state="parked", recipe="post", pending=[rep.pending[0], edited]), cfg.run_url(rep.run))
+        out = trio.run(
+            notify_parked,
+            cfg,
+            RunReport(run=rep.run, state="parked", recipe="post", pending=[rep.pending[0], edited]),
+            cfg.run_url(rep.run),
+        )
     assert [(d.kind, d.step, d.status) for d in out] == [("webhook", "post", "sent"), ("email", "post", "sent")]
     assert [json.loads(r["body"])["step"] for r in hook.requests] == ["post"]
     assert [m["to"] for m in box.messages] == [["ana@example.org"]]
@@ -305,7 +339,7 @@ def email_config(tmp_path, port: int, **extra: str) -> ServeConfig:
         tmp_path,
         '[inbox]\nbase_url = "https://vodou.example.org"\n'
         f'[email]\nhost = "127.0.0.1"\nport = {port}\nsecurity = "none"\nfrom = "Vodou <vodou@example.org>"\n'
-        f'tries = 3\nbackoff_s = 0.25\n{extra.pop("more", "")}'
+        f"tries = 3\nbackoff_s = 0.25\n{extra.pop('more', '')}"
         '[email.approvers]\nana = "ana@example.org"\nbob = "Bob Lopes <bob@example.org>"\n',
         **extra,
     )
@@ -340,7 +374,11 @@ def test_email_reaches_each_approver_with_the_link(tmp_path, smtp):
 def test_email_retries_a_transient_refusal(tmp_path, smtp):
     box, port = smtp(refuse=1)  # 451 to the first message
     sleeps = Sleeps()
-    (d,) = trio.run(lambda: notify_parked(email_config(tmp_path, port), report(), "https://vodou.example.org/runs/r-test-1", sleep=sleeps))
+    (d,) = trio.run(
+        lambda: notify_parked(
+            email_config(tmp_path, port), report(), "https://vodou.example.org/runs/r-test-1", sleep=sleeps
+        )
+    )
     assert (d.status, d.tries) == ("sent", 2)
     assert sleeps.waits == [0.25]
     assert [m["to"] for m in box.messages] == [["ana@example.org"]]
@@ -359,7 +397,9 @@ def test_a_mail_server_that_is_down_is_a_failed_delivery(tmp_path, caplog):
 
 def test_a_card_with_no_approvers_named_goes_to_everyone_listed(tmp_path, smtp):
     box, port = smtp()
-    out = trio.run(notify_parked, email_config(tmp_path, port), report(approvers=()), "https://vodou.example.org/runs/r-test-1")
+    out = trio.run(
+        notify_parked, email_config(tmp_path, port), report(approvers=()), "https://vodou.example.org/runs/r-test-1"
+    )
     assert [d.status for d in out] == ["sent", "sent"]
     assert sorted(m["to"][0] for m in box.messages) == ["ana@example.org", "bob@example.org"]
 
@@ -386,9 +426,16 @@ def test_webhooks_and_email_together_from_a_parked_run_of_the_service(tmp_path, 
             got.extend(await notify_parked(cfg, rep, cfg.run_url(rep.run)))
             done.set()
 
-        svc = Service(store=str(tmp_path / "runs.db"), servers=ServerSet(demo_servers(tmp_path / "demo.db"), "demo"), on_parked=on_parked, schedule=False)
+        svc = Service(
+            store=str(tmp_path / "runs.db"),
+            servers=ServerSet(demo_servers(tmp_path / "demo.db"), "demo"),
+            on_parked=on_parked,
+            schedule=False,
+        )
         runs = svc.runs()
-        runs.save("ask.recipe", text='recipe "ask"\nask me:\n- go on with it?\nsay: vodou.echo {"value": "done"}\n', by="ana")
+        runs.save(
+            "ask.recipe", text='recipe "ask"\nask me:\n- go on with it?\nsay: vodou.echo {"value": "done"}\n', by="ana"
+        )
 
         async def main():
             async with trio.open_nursery() as nursery:
@@ -408,9 +455,21 @@ def test_webhooks_and_email_together_from_a_parked_run_of_the_service(tmp_path, 
     assert [(d.kind, d.status) for d in got] == [("webhook", "sent"), ("email", "sent")]
     (req,) = rx.requests
     doc = json.loads(req["body"])
-    assert (doc["run"], doc["recipe"], doc["step"], doc["fingerprint"], doc["approvers"]) == (run_id, "ask", card.step, card.fingerprint, ["ana"])
-    assert doc["url"] == f"http://127.0.0.1:8400/runs/{run_id}" and "go on with it?" in doc["card"] and doc["card"] == card.card
-    assert verify_snippet()(SECRET.encode(), req["headers"]["X-Vodou-Timestamp"], req["headers"]["X-Vodou-Signature"], req["body"])
+    assert (doc["run"], doc["recipe"], doc["step"], doc["fingerprint"], doc["approvers"]) == (
+        run_id,
+        "ask",
+        card.step,
+        card.fingerprint,
+        ["ana"],
+    )
+    assert (
+        doc["url"] == f"http://127.0.0.1:8400/runs/{run_id}"
+        and "go on with it?" in doc["card"]
+        and doc["card"] == card.card
+    )
+    assert verify_snippet()(
+        SECRET.encode(), req["headers"]["X-Vodou-Timestamp"], req["headers"]["X-Vodou-Signature"], req["body"]
+    )
     (m,) = box.messages
     assert m["to"] == ["ana@example.org"] and m["message"]["Subject"] == f"Approval needed: ask · {card.step}"
     assert doc["url"] in m["message"].get_content() and "go on with it?" in m["message"].get_content()
@@ -418,20 +477,64 @@ def test_webhooks_and_email_together_from_a_parked_run_of_the_service(tmp_path, 
 
 # --- the configuration file -------------------------------------------------------------------
 BAD = [
-    ("[inbox]\nbase_url = 'http://h'\n[[webhooks]]\nurl = 'http://h'\nsecret = 'x'\nretries = 3\n", "[[webhooks]] entry 1: unknown key `retries`", "webhooks.retries"),
+    (
+        "[inbox]\nbase_url = 'http://h'\n[[webhooks]]\nurl = 'http://h'\nsecret = 'x'\nretries = 3\n",
+        "[[webhooks]] entry 1: unknown key `retries`",
+        "webhooks.retries",
+    ),
     ("[inbox]\nbase_url = 'http://h'\n[webhook]\nurl = 'http://h'\n", "unknown key `webhook`", "webhook"),
-    ("[inbox]\nbase_url = 'http://h'\n[[webhooks]]\nurl = 'http://h'\nsecret_env = 'NOT_SET_HERE'\n", "`secret_env` names $NOT_SET_HERE, which is not set", "webhooks.secret_env"),
-    ("[inbox]\nbase_url = 'http://h'\n[[webhooks]]\nurl = 'http://h'\nsecret = 'a-${NOT_SET_HERE}'\n", "refers to ${NOT_SET_HERE}", "webhooks.secret"),
+    (
+        "[inbox]\nbase_url = 'http://h'\n[[webhooks]]\nurl = 'http://h'\nsecret_env = 'NOT_SET_HERE'\n",
+        "`secret_env` names $NOT_SET_HERE, which is not set",
+        "webhooks.secret_env",
+    ),
+    (
+        "[inbox]\nbase_url = 'http://h'\n[[webhooks]]\nurl = 'http://h'\nsecret = 'a-${NOT_SET_HERE}'\n",
+        "refers to ${NOT_SET_HERE}",
+        "webhooks.secret",
+    ),
     ("[inbox]\nbase_url = 'http://h'\n[[webhooks]]\nurl = 'http://h'\n", "a `secret` is needed", "webhooks.secret"),
-    ("[inbox]\nbase_url = 'http://h'\n[[webhooks]]\nurl = 'http://h'\nsecret = 'x'\nsecret_env = 'Y'\n", "not both", "webhooks.secret"),
-    ("[inbox]\nbase_url = 'http://h'\n[[webhooks]]\nurl = 'ftp://h'\nsecret = 'x'\n", "`url` must be an http:// or https:// URL", "webhooks.url"),
-    ("[inbox]\nbase_url = 'http://h'\n[[webhooks]]\nurl = 'http://h'\nsecret = 'x'\ntries = 0\n", "[[webhooks]] entry 1, key `tries`: expected `int` >= 1", "webhooks.tries"),
+    (
+        "[inbox]\nbase_url = 'http://h'\n[[webhooks]]\nurl = 'http://h'\nsecret = 'x'\nsecret_env = 'Y'\n",
+        "not both",
+        "webhooks.secret",
+    ),
+    (
+        "[inbox]\nbase_url = 'http://h'\n[[webhooks]]\nurl = 'ftp://h'\nsecret = 'x'\n",
+        "`url` must be an http:// or https:// URL",
+        "webhooks.url",
+    ),
+    (
+        "[inbox]\nbase_url = 'http://h'\n[[webhooks]]\nurl = 'http://h'\nsecret = 'x'\ntries = 0\n",
+        "[[webhooks]] entry 1, key `tries`: expected `int` >= 1",
+        "webhooks.tries",
+    ),
     ("[[webhooks]]\nurl = 'http://h'\nsecret = 'x'\n", "[inbox] base_url is needed", "inbox.base_url"),
-    ("[inbox]\nbase_url = 'http://h'\n[email]\nhost = 'h'\nfrom = 'v@example.org'\nport = 'x'\n[email.approvers]\nana = 'a@example.org'\n", "[email] key `port`: expected `int`", "email.port"),
-    ("[inbox]\nbase_url = 'http://h'\n[email]\nhost = 'h'\nfrom = 'v@example.org'\n", "[email]: missing key `approvers`", "email.approvers"),
-    ("[inbox]\nbase_url = 'http://h'\n[email]\nhost = 'h'\nfrom = 'v@example.org'\n[email.approvers]\nana = 'nobody'\n", "`ana` is not an email address", "email.approvers.ana"),
-    ("[inbox]\nbase_url = 'http://h'\n[email]\nhost = 'smtp.example.org'\nfrom = 'v@example.org'\nsecurity = 'none'\nusername = 'u'\npassword_env = 'PW'\n[email.approvers]\nana = 'a@example.org'\n", "sent unencrypted", "email.security"),
-    ("[inbox]\nbase_url = 'http://h'\n[email]\nhost = 'h'\nfrom = 'v@example.org'\nusername = 'u'\n[email.approvers]\nana = 'a@example.org'\n", "no `password_env`", "email.password_env"),
+    (
+        "[inbox]\nbase_url = 'http://h'\n[email]\nhost = 'h'\nfrom = 'v@example.org'\nport = 'x'\n[email.approvers]\nana = 'a@example.org'\n",
+        "[email] key `port`: expected `int`",
+        "email.port",
+    ),
+    (
+        "[inbox]\nbase_url = 'http://h'\n[email]\nhost = 'h'\nfrom = 'v@example.org'\n",
+        "[email]: missing key `approvers`",
+        "email.approvers",
+    ),
+    (
+        "[inbox]\nbase_url = 'http://h'\n[email]\nhost = 'h'\nfrom = 'v@example.org'\n[email.approvers]\nana = 'nobody'\n",
+        "`ana` is not an email address",
+        "email.approvers.ana",
+    ),
+    (
+        "[inbox]\nbase_url = 'http://h'\n[email]\nhost = 'smtp.example.org'\nfrom = 'v@example.org'\nsecurity = 'none'\nusername = 'u'\npassword_env = 'PW'\n[email.approvers]\nana = 'a@example.org'\n",
+        "sent unencrypted",
+        "email.security",
+    ),
+    (
+        "[inbox]\nbase_url = 'http://h'\n[email]\nhost = 'h'\nfrom = 'v@example.org'\nusername = 'u'\n[email.approvers]\nana = 'a@example.org'\n",
+        "no `password_env`",
+        "email.password_env",
+    ),
     ("[inbox]\nbase_url = \n", "not valid TOML", None),
 ]
 
@@ -453,7 +556,11 @@ def test_bad_config_files_give_clear_errors(tmp_path, text, says, key):
 def test_a_file_that_cannot_be_a_config_is_refused_at_once(tmp_path):
     fifo = tmp_path / "fifo.toml"
     os.mkfifo(fifo)
-    for path, says in ((fifo, "not a regular file"), (tmp_path, "directory"), (tmp_path / "missing.toml", "No such file")):
+    for path, says in (
+        (fifo, "not a regular file"),
+        (tmp_path, "directory"),
+        (tmp_path / "missing.toml", "No such file"),
+    ):
         with pytest.raises(ServeConfigError, match=re.escape(says)) as err:
             load_serve_config(path, environ={})
         assert str(path) in str(err.value) and err.value.exit_code == 2
@@ -488,16 +595,32 @@ def test_config_is_found_in_the_documented_places(tmp_path):
 def test_the_documented_example_file_loads_and_hides_its_secrets(tmp_path):
     text = DOCS.read_text(encoding="utf-8")
     example = re.search(r"## The file \(TOML\)\n\n```toml\n(.*?)\n```", text, re.S).group(1)
-    env = {"VODOU_WEBHOOK_SECRET": SECRET, "RELAY_TOKEN": "relaytok", "RELAY_SECRET": "relaysecret", "VODOU_SMTP_PASSWORD": PASSWORD}
+    env = {
+        "VODOU_WEBHOOK_SECRET": SECRET,
+        "RELAY_TOKEN": "relaytok",
+        "RELAY_SECRET": "relaysecret",
+        "VODOU_SMTP_PASSWORD": PASSWORD,
+    }
     cfg = config(tmp_path, example, **env)
     assert cfg.base_url == "https://vodou.example.org" and cfg.notifies
     first, relay = cfg.webhooks
-    assert (first.name, first.secret.reveal(), first.tries, first.backoff_s) == ("https://hooks.example.org", SECRET, 4, 1.0)
+    assert (first.name, first.secret.reveal(), first.tries, first.backoff_s) == (
+        "https://hooks.example.org",
+        SECRET,
+        4,
+        1.0,
+    )
     assert (relay.name, relay.url, relay.secret.reveal(), relay.tries, relay.backoff_s) == (
         "chat relay", "https://relay.example.org/in/relaytok", "relaysecret", 6, 2.0,
     )  # fmt: skip
     e = cfg.email
-    assert (e.host, e.port, e.security, e.username, e.password.reveal()) == ("smtp.example.org", 587, "starttls", "vodou@example.org", PASSWORD)
+    assert (e.host, e.port, e.security, e.username, e.password.reveal()) == (
+        "smtp.example.org",
+        587,
+        "starttls",
+        "vodou@example.org",
+        PASSWORD,
+    )
     assert dict(e.approvers) == {"ana": "ana@example.org", "bob": "Bob Lopes <bob@example.org>"}
     shown = repr(cfg) + str(cfg)
     for secret in env.values():

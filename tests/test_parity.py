@@ -105,7 +105,9 @@ def test_errors_carry_a_code_and_facts_not_cli_words(tmp_path):
 
 
 def test_a_server_mapping_works_as_well_as_a_server_set(tmp_path):
-    servers = {"ops": ServerConfig(command=sys.executable, args=["-I", "-S", ROGUE], env={"ROGUE_LOG": str(tmp_path / "log")})}
+    servers = {
+        "ops": ServerConfig(command=sys.executable, args=["-I", "-S", ROGUE], env={"ROGUE_LOG": str(tmp_path / "log")})
+    }
     runs = vodou_engine.Runs(store=tmp_path / "runs.db", servers=servers)
     report = trio.run(lambda: runs.start("s.recipe", text="s: ops.get_status {}\n", actor="ana"))
     assert report.state == "succeeded" and report.servers["ops"].start_s > 0

@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 
 import pytest
-
 from conftest import RECIPES
+
 from vodou_engine.cards import ToolStatus, mermaid, plan_card, plan_rows
 from vodou_engine.compiler import compile_recipe
 from vodou_engine.plan import ApprovalNode, JoinNode, QuestionNode, ToolNode
@@ -200,7 +200,10 @@ def test_questions_before_an_effect_are_its_approval_and_others_are_ask_rows():
 def test_critical_and_write_notes_differ():
     text = render(compile_name("reschedule"))
     assert "google-calendar·delete-event cannot be undone, so the run will stop and ask before `drop` runs." in text
-    assert "google-calendar·create-event changes something outside vodou, so the run will stop and ask before `moved` runs." in text
+    assert (
+        "google-calendar·create-event changes something outside vodou, so the run will stop and ask before `moved` runs."
+        in text
+    )
 
 
 def test_a_critical_steps_note_does_not_suggest_an_opt_out_the_compiler_refuses():
@@ -221,7 +224,9 @@ def test_a_missing_tool_shows_a_cross_and_the_note():
     }
     rows = plan_rows(plan, status)
     post = next(r for r in rows if r[2] == "post")
-    assert post[3] == "✗ slack·slack_post_message  no tool `slack_post_mesage` on slack; closest: slack.slack_post_message"
+    assert (
+        post[3] == "✗ slack·slack_post_message  no tool `slack_post_mesage` on slack; closest: slack.slack_post_message"
+    )
     preview = next(r for r in rows if r[2] == "↳ preview")
     assert preview[3].startswith("✗ ") and "not configured" in preview[3]
     current = next(r for r in rows if r[2] == "current")
@@ -254,7 +259,9 @@ def test_mermaid_has_every_node_and_edge_and_one_shape_per_approval(path):
     edges = [line for line in lines if "-->" in line]
     assert len(edges) == sum(len(n.needs) for n in plan.nodes)
     gates = [line for line in lines if "⚠ approve " in line]
-    assert sorted(re.search(r"⚠ approve ([^\"]+)", g).group(1) for g in gates) == sorted(a.step for a in approvals(plan))
+    assert sorted(re.search(r"⚠ approve ([^\"]+)", g).group(1) for g in gates) == sorted(
+        a.step for a in approvals(plan)
+    )
     assert len([line for line in lines if line.endswith("fill:#ffe08a")]) == len(gates)
     effectful = [n for n in plan.nodes if isinstance(n, ToolNode) and n.risk != "read"]
     assert len([line for line in lines if "stroke:#d33" in line]) == len(effectful)
@@ -263,5 +270,5 @@ def test_mermaid_has_every_node_and_edge_and_one_shape_per_approval(path):
 def test_mermaid_escapes_quotes():
     plan = compile_recipe('ask me:\n- say "hi"?\nx: slack.slack_search_messages {}\n', "q.recipe")
     chart = mermaid(plan)
-    assert 'ask: say #quot;hi#quot;?' in chart
+    assert "ask: say #quot;hi#quot;?" in chart
     assert '"hi"' not in chart

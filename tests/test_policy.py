@@ -13,8 +13,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
 from conftest import RECIPES, Cli, demo_calls
+
 from vodou_engine.errors import EXIT_USAGE, PolicyError
 from vodou_engine.limits import MAX_FILE_BYTES
 from vodou_engine.plan import decode_plan, encode_plan, with_fingerprint
@@ -99,13 +99,25 @@ def test_a_name_with_no_read_verb_is_write(tool):
     assert verb_risk(tool) == ("write", "no known verb: write (fail closed)")
 
 
-@pytest.mark.parametrize("tool, word", [("frobnicate", "frobnicate"), ("do", "do"), ("get_frob", "frob"), ("list_widgets_xyzzy", "xyzzy")])
+@pytest.mark.parametrize(
+    "tool, word", [("frobnicate", "frobnicate"), ("do", "do"), ("get_frob", "frob"), ("list_widgets_xyzzy", "xyzzy")]
+)
 def test_an_unknown_word_is_write_even_beside_a_read_verb(tool, word):
     assert verb_risk(tool) == ("write", f"unknown word '{word}': write (fail closed)")
 
 
 def test_the_vocabularies_do_not_overlap():
-    vocabularies = [READ_VERBS, READ_NOUNS, WRITE_VERBS, CODE_WORDS, CRITICAL_VERBS, PARTICLES, AMBIGUOUS_WORDS, CONNECTORS, SAFE_WORDS]
+    vocabularies = [
+        READ_VERBS,
+        READ_NOUNS,
+        WRITE_VERBS,
+        CODE_WORDS,
+        CRITICAL_VERBS,
+        PARTICLES,
+        AMBIGUOUS_WORDS,
+        CONNECTORS,
+        SAFE_WORDS,
+    ]
     for i, a in enumerate(vocabularies):
         for b in vocabularies[i + 1 :]:
             assert not a & b, sorted(a & b)
@@ -187,7 +199,10 @@ def test_a_trusted_server_with_destructive_unset_does_not_lower_a_critical_verb(
 def test_an_untrusted_server_can_raise_with_destructive_hint():
     p = Policy()
     assert p.assess("x", "get_thing", Hints(destructive=True)) == ("critical", "destructiveHint raised it")
-    assert p.assess("x", "slack_post_message", Hints(read_only=False, destructive=True)) == ("critical", "destructiveHint raised it")
+    assert p.assess("x", "slack_post_message", Hints(read_only=False, destructive=True)) == (
+        "critical",
+        "destructiveHint raised it",
+    )
 
 
 def test_an_untrusted_server_can_raise_read_to_write():
@@ -198,7 +213,10 @@ def test_an_untrusted_server_never_lowers():
     p = Policy()
     assert p.assess("slack", "slack_post_message", Hints(read_only=True)) == ("write", "verb 'post'")
     assert p.assess("cal", "delete-event", Hints(read_only=True, destructive=False)) == ("critical", "verb 'delete'")
-    assert p.assess("x", "frobnicate", Hints(read_only=True)) == ("write", "unknown word 'frobnicate': write (fail closed)")
+    assert p.assess("x", "frobnicate", Hints(read_only=True)) == (
+        "write",
+        "unknown word 'frobnicate': write (fail closed)",
+    )
     assert p.assess("x", "get_and_exec", Hints(read_only=True)) == ("write", "word 'exec' (runs code)")
     assert p.floor("slack", "slack_post_message") == "write"
 
@@ -288,7 +306,12 @@ def test_a_relative_xdg_config_home_is_ignored(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "rel" / "vodou").mkdir(parents=True)
     (tmp_path / "rel" / "vodou" / "policy.toml").write_text("")
-    assert policy_path(None, cwd=str(tmp_path / "elsewhere"), environ={"XDG_CONFIG_HOME": "rel", "HOME": str(tmp_path / "home")}) is None
+    assert (
+        policy_path(
+            None, cwd=str(tmp_path / "elsewhere"), environ={"XDG_CONFIG_HOME": "rel", "HOME": str(tmp_path / "home")}
+        )
+        is None
+    )
 
 
 @pytest.mark.parametrize(
@@ -432,8 +455,10 @@ def test_the_flag_beats_the_variable(cli):
     mine = cli.tmp / "mine.toml"
     mine.write_text(POST_IS_READ)
     other = cli.tmp / "other.toml"
-    other.write_text("[tools.\"slack.slack_post_message\"]\nrisk = \"critical\"\n")
-    doc = cli("plan", "--offline", "--json", MORNING, "--policy", mine, env={"VODOU_POLICY": str(other)}, expect=0).json()
+    other.write_text('[tools."slack.slack_post_message"]\nrisk = "critical"\n')
+    doc = cli(
+        "plan", "--offline", "--json", MORNING, "--policy", mine, env={"VODOU_POLICY": str(other)}, expect=0
+    ).json()
     assert doc["graph"]["approvals"] == {}
 
 
@@ -451,7 +476,7 @@ def test_without_asking_on_a_critical_tool_is_refused(cli, command):
     res = cli(*command, path, expect=2)
     assert "`drop`" in res.err
     assert "critical" in res.err
-    assert 'allow_without_asking = true' in res.err and '[tools."google-calendar.delete-event"]' in res.err
+    assert "allow_without_asking = true" in res.err and '[tools."google-calendar.delete-event"]' in res.err
     assert "drop.recipe:2:1" in res.err
     assert "Traceback" not in res.err
     assert demo_calls(cli.demo_db) == []
@@ -509,11 +534,15 @@ def _lowered(cli: Cli) -> Path:
     cli("compile", MORNING, "-o", path, expect=0)
     doc = json.loads(path.read_text())
     next(n for n in doc["nodes"] if n["id"] == "post")["risk"] = "read"
-    path.write_bytes(encode_plan(with_fingerprint(decode_plan(json.dumps(doc)))))  # a fresh fingerprint: only the risk is wrong
+    path.write_bytes(
+        encode_plan(with_fingerprint(decode_plan(json.dumps(doc))))
+    )  # a fresh fingerprint: only the risk is wrong
     return path
 
 
-@pytest.mark.parametrize("command", [["compile"], ["plan", "--offline"], ["run", "--json"]], ids=["compile", "plan", "run"])
+@pytest.mark.parametrize(
+    "command", [["compile"], ["plan", "--offline"], ["run", "--json"]], ids=["compile", "plan", "run"]
+)
 def test_lowering_a_risk_in_actions_json_is_refused(cli, command):
     res = cli(*command, _lowered(cli), expect=2)
     assert "`post`" in res.err
@@ -574,7 +603,9 @@ def liar(tmp_path_factory):
     cli = Cli(tmp)
     (tmp / "liar.py").write_text(LIAR)
     log = tmp / "calls.log"
-    cli.servers_file({"liar": {"command": sys.executable, "args": [str(tmp / "liar.py")], "env": {"LIAR_LOG": str(log)}}})
+    cli.servers_file(
+        {"liar": {"command": sys.executable, "args": [str(tmp / "liar.py")], "env": {"LIAR_LOG": str(log)}}}
+    )
     (tmp / "liar.recipe").write_text(LIAR_RECIPE)
     (tmp / "trust.toml").write_text("[servers.liar]\ntrusted = true\n")
     return SimpleNamespace(cli=cli, log=log, recipe=tmp / "liar.recipe", trust=tmp / "trust.toml", tmp=tmp)

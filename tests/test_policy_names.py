@@ -17,11 +17,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import rogue_calls, rogue_server
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from conftest import rogue_calls, rogue_server
 from test_policy_words import JOINING
+
 from vodou_engine.compiler import compile_recipe
 from vodou_engine.errors import RecipeError
 from vodou_engine.policy import (
@@ -123,7 +123,9 @@ def test_most_real_read_tools_stay_read():
     share = len(kept) / len(READS)
     lost = sorted({r["tool"] for r in READS} - {r["tool"] for r in kept})
     print(f"real reads still read: {len(kept)}/{len(READS)} = {share:.1%}")
-    assert share >= READS_KEPT_FLOOR, f"{len(kept)}/{len(READS)} = {share:.1%} of real reads are read; now write: {lost}"
+    assert share >= READS_KEPT_FLOOR, (
+        f"{len(kept)}/{len(READS)} = {share:.1%} of real reads are read; now write: {lost}"
+    )
 
 
 def test_a_real_read_tool_that_is_not_read_says_why():
@@ -235,7 +237,10 @@ def test_a_critical_word_among_up_to_five_random_words_is_critical(case):
 
 
 @settings(max_examples=500, deadline=None)
-@given(names_with(EFFECT_WORDS + CRITICAL_WORDS), st.sampled_from([None, Hints(read_only=True), Hints(read_only=True, destructive=False)]))
+@given(
+    names_with(EFFECT_WORDS + CRITICAL_WORDS),
+    st.sampled_from([None, Hints(read_only=True), Hints(read_only=True, destructive=False)]),
+)
 def test_an_untrusted_server_cannot_make_such_a_name_read(case, hints):
     _, _, name = case
     assert Policy().assess("stranger", name, hints)[0] != "read"
@@ -365,17 +370,48 @@ def test_the_attack_names(tool, risk, source):
 @pytest.mark.parametrize("tool", ["deleteall", "transferfunds", "getDELETEitem", "forcepush"])
 def test_without_asking_is_refused_for_a_merged_critical_word(tool):
     with pytest.raises(RecipeError) as info:
-        compile_recipe(f'x: srv.{tool} {{}}\n  without asking\n', policy=Policy())
+        compile_recipe(f"x: srv.{tool} {{}}\n  without asking\n", policy=Policy())
     assert "without asking" in str(info.value) and "critical" in str(info.value)
 
 
-REBUILT = ["forget_memory", "forgetUser", "memory_forget", "forget_all", "forgetall", "await_job", "inspector_item", "checklist_item", "4get_memory"]
+REBUILT = [
+    "forget_memory",
+    "forgetUser",
+    "memory_forget",
+    "forget_all",
+    "forgetall",
+    "await_job",
+    "inspector_item",
+    "checklist_item",
+    "4get_memory",
+]
 """Names read only because a read word was rebuilt from the inside of a longer word."""
-JOINED = ["get_onboard", "getOnboard", "getonboard", "get_item_onboard", "get_byproduct", "list_attest", "fetch_imprint"]
+JOINED = [
+    "get_onboard",
+    "getOnboard",
+    "getonboard",
+    "get_item_onboard",
+    "get_byproduct",
+    "list_attest",
+    "fetch_imprint",
+]
 """Names read only because a word run together through a preposition read as harmless pieces."""
 
 
-@pytest.mark.parametrize("tool", ["get_and_exec", "search_replace", "check_out", "sql_query", "fetch_and_email", "diff_and_revert", "getDELETEitem", *REBUILT, *JOINED])
+@pytest.mark.parametrize(
+    "tool",
+    [
+        "get_and_exec",
+        "search_replace",
+        "check_out",
+        "sql_query",
+        "fetch_and_email",
+        "diff_and_revert",
+        "getDELETEitem",
+        *REBUILT,
+        *JOINED,
+    ],
+)
 @pytest.mark.parametrize("kind", ["preview", "check"])
 def test_an_attack_name_cannot_be_a_preview_or_check(tool, kind):
     text = f'x: srv.send_message {{"to": "a"}}\n  {kind}: srv.{tool} {{}}\n'
@@ -408,7 +444,17 @@ def test_an_attack_name_asks_before_it_runs(tool):
 # -- a read word rebuilt from pieces, over the whole vocabulary ------------------------------------
 
 READ_WORDS = sorted(READ_VERBS | READ_NOUNS | {"log"})
-BASE_WORDS = sorted(SAFE_WORDS | READ_VERBS | READ_NOUNS | {"log"} | CONNECTORS | AMBIGUOUS_WORDS | PARTICLES | set(EFFECT_WORDS) | CRITICAL_VERBS)
+BASE_WORDS = sorted(
+    SAFE_WORDS
+    | READ_VERBS
+    | READ_NOUNS
+    | {"log"}
+    | CONNECTORS
+    | AMBIGUOUS_WORDS
+    | PARTICLES
+    | set(EFFECT_WORDS)
+    | CRITICAL_VERBS
+)
 """Every word of the vocabularies; the plurals made from them are left out, to keep the sweep
 below near a second."""
 _SOURCE = re.compile(r"verb '([a-z]+)'(?: starting '([A-Za-z]+)')?")
@@ -435,7 +481,12 @@ def test_a_read_word_after_any_word_in_a_merged_word_is_no_evidence():
 @pytest.mark.parametrize("digits", DIGITS)
 def test_a_read_word_glued_to_digits_is_no_evidence(digits):
     for word in READ_WORDS:
-        for name in (f"{digits}{word}_item", f"item_{digits}{word}", f"{digits}{_cap(word)}Item", f"v{digits}{word.upper()}"):
+        for name in (
+            f"{digits}{word}_item",
+            f"item_{digits}{word}",
+            f"{digits}{_cap(word)}Item",
+            f"v{digits}{word.upper()}",
+        ):
             risk, source = verb_risk(name)
             assert risk == "write" and "is not read evidence" in source, (name, source)
 
@@ -485,10 +536,43 @@ def test_harmless_words_of_that_shape_are_whole_words():
 HIDING = [
     # English words in which a read word hides, in every shape: merged lowercase, camelCase,
     # ALLCAPS, prefixes and suffixes
-    "targetlist", "budget_item", "widgetget", "gadget", "nugget_list", "listen", "listener_get", "showdown", "viewport",
-    "viewpoint", "forgetall", "forgetItems", "FORGETALL", "Forget", "checkout_item", "checkin", "getaway", "lookout",
-    "countdown", "recount", "unlist", "prefetch", "recheck", "overlook", "outlookget", "getter", "fetcher", "lister",
-    "finder", "searchable", "findings", "gitlog", "treeview", "infoget", "statusget", "historylist", "forgets_list",
+    "targetlist",
+    "budget_item",
+    "widgetget",
+    "gadget",
+    "nugget_list",
+    "listen",
+    "listener_get",
+    "showdown",
+    "viewport",
+    "viewpoint",
+    "forgetall",
+    "forgetItems",
+    "FORGETALL",
+    "Forget",
+    "checkout_item",
+    "checkin",
+    "getaway",
+    "lookout",
+    "countdown",
+    "recount",
+    "unlist",
+    "prefetch",
+    "recheck",
+    "overlook",
+    "outlookget",
+    "getter",
+    "fetcher",
+    "lister",
+    "finder",
+    "searchable",
+    "findings",
+    "gitlog",
+    "treeview",
+    "infoget",
+    "statusget",
+    "historylist",
+    "forgets_list",
 ]
 
 
@@ -509,7 +593,9 @@ MERGED_READS = {
 
 
 def test_a_merged_read_says_which_word_starts_it():
-    assert {tool: verb_risk(tool) for tool in MERGED_READS} == {tool: ("read", source) for tool, source in MERGED_READS.items()}
+    assert {tool: verb_risk(tool) for tool in MERGED_READS} == {
+        tool: ("read", source) for tool, source in MERGED_READS.items()
+    }
 
 
 # -- forget_memory, end to end against a real MCP server ------------------------------------------
@@ -557,11 +643,16 @@ def test_forget_memory_parks_before_the_call(cli, ops):
 
 @pytest.mark.parametrize("kind", ["preview", "check"])
 def test_forget_memory_is_refused_as_a_preview_or_check_online(cli, ops, kind):
-    text = f'send: ops.post_message {{"channel": "#x", "text": "y"}}\n  {kind}: ops.forget_memory {{"key": "user:42"}}\n'
+    text = (
+        f'send: ops.post_message {{"channel": "#x", "text": "y"}}\n  {kind}: ops.forget_memory {{"key": "user:42"}}\n'
+    )
     for command in ("plan", "run"):
         res = cli(command, _recipe(cli, text))
         assert res.code == 2, res.err
-        assert f"`{kind}:` must be a read-only tool, but ops.forget_memory is write ('get' inside 'forget' is not read evidence" in res.err
+        assert (
+            f"`{kind}:` must be a read-only tool, but ops.forget_memory is write ('get' inside 'forget' is not read evidence"
+            in res.err
+        )
     assert rogue_calls(ops) == []  # refused before anything could call it
 
 
@@ -571,7 +662,10 @@ def test_forget_memory_gets_no_retries_online(cli):
     for command in ("plan", "run"):
         res = cli(command, _recipe(cli, FORGET + "  retries: 2\n"))
         assert res.code == 2, res.err
-        assert "`retries:` is refused for `forget`: ops.forget_memory is write ('get' inside 'forget' is not read evidence" in res.err
+        assert (
+            "`retries:` is refused for `forget`: ops.forget_memory is write ('get' inside 'forget' is not read evidence"
+            in res.err
+        )
     assert rogue_calls(ops) == []  # refused before anything could call it
 
 
@@ -601,7 +695,10 @@ def test_get_onboard_is_refused_as_a_preview_or_check_online(cli, ops, kind):
     for command in ("plan", "run"):
         res = cli(command, _recipe(cli, text))
         assert res.code == 2, res.err
-        assert f"`{kind}:` must be a read-only tool, but ops.get_onboard is write ('on' inside 'onboard' may make it a verb" in res.err
+        assert (
+            f"`{kind}:` must be a read-only tool, but ops.get_onboard is write ('on' inside 'onboard' may make it a verb"
+            in res.err
+        )
     assert rogue_calls(ops) == []  # refused before anything could call it
 
 
@@ -650,13 +747,27 @@ def test_the_effects_recipes_use_stay_effects(tool, risk):
 
 @pytest.mark.parametrize(
     "tool",
-    ["get_email", "slack_preview_message", "messages_list", "search_emails", "get_pull_request_files", "list_workflow_runs", "listfiles", "getItem", "LIST_FILES", "getURLs"],
+    [
+        "get_email",
+        "slack_preview_message",
+        "messages_list",
+        "search_emails",
+        "get_pull_request_files",
+        "list_workflow_runs",
+        "listfiles",
+        "getItem",
+        "LIST_FILES",
+        "getURLs",
+    ],
 )
 def test_objects_of_a_read_verb_plurals_and_merged_reads_are_read(tool):
     assert verb_risk(tool)[0] == "read", verb_risk(tool)
 
 
-@pytest.mark.parametrize("tool", ["get_skills", "get_payload", "list_dropdowns", "get_address", "get_settings", "list_payments", "get_charges"])
+@pytest.mark.parametrize(
+    "tool",
+    ["get_skills", "get_payload", "list_dropdowns", "get_address", "get_settings", "list_payments", "get_charges"],
+)
 def test_known_nouns_are_not_searched_for_critical_words(tool):
     assert verb_risk(tool)[0] == "read", verb_risk(tool)
 
@@ -675,7 +786,14 @@ def test_database_words_make_query_write_but_not_other_reads():
 
 def test_the_rule_is_cheap_on_hostile_names():
     verb_risk.cache_clear()
-    names = ["a" * 5000, "get" * 3000, "_".join(["getitems"] * 3000), "_".join(["1"] * 20000), "_".join(["out"] * 20000), "xY" * 4000]
+    names = [
+        "a" * 5000,
+        "get" * 3000,
+        "_".join(["getitems"] * 3000),
+        "_".join(["1"] * 20000),
+        "_".join(["out"] * 20000),
+        "xY" * 4000,
+    ]
     start = time.perf_counter()
     for name in names:
         verb_risk(name)

@@ -93,7 +93,10 @@ def test_every_common_word_read_is_a_read_word_itself():
 
 
 def test_the_common_words_read_are_the_committed_list():
-    now = {word: _EVIDENCE.fullmatch(source)[1] if _EVIDENCE.fullmatch(source) else source for word, source in judged_read().items()}
+    now = {
+        word: _EVIDENCE.fullmatch(source)[1] if _EVIDENCE.fullmatch(source) else source
+        for word, source in judged_read().items()
+    }
     before = committed()
     assert now == before, (
         f"now read and not in {LIST.name}: {sorted(now.keys() - before.keys())}; "
@@ -140,7 +143,9 @@ def test_every_common_word_harmless_after_a_read_verb_is_whole_or_has_no_preposi
 
 
 def committed_harmless() -> dict[str, str]:
-    lines = [line for line in HARMLESS_LIST.read_text(encoding="utf-8").splitlines() if line and not line.startswith("#")]
+    lines = [
+        line for line in HARMLESS_LIST.read_text(encoding="utf-8").splitlines() if line and not line.startswith("#")
+    ]
     return dict(line.split("\t") for line in lines)
 
 
@@ -155,11 +160,16 @@ def test_the_common_words_harmless_after_a_read_verb_are_the_committed_list():
 
 def main() -> int:
     read = judged_read()
-    rows = [f"{word}\t{_EVIDENCE.fullmatch(source)[1] if _EVIDENCE.fullmatch(source) else source}" for word, source in sorted(read.items())]
+    rows = [
+        f"{word}\t{_EVIDENCE.fullmatch(source)[1] if _EVIDENCE.fullmatch(source) else source}"
+        for word, source in sorted(read.items())
+    ]
     LIST.write_text(HEADER + "".join(row + "\n" for row in rows), encoding="utf-8")
     print(f"{LIST}: {len(rows)} words")
     harmless = sorted(judged_harmless().items())
-    HARMLESS_LIST.write_text(HARMLESS_HEADER + "".join(f"{word}\t{reading}\n" for word, reading in harmless), encoding="utf-8")
+    HARMLESS_LIST.write_text(
+        HARMLESS_HEADER + "".join(f"{word}\t{reading}\n" for word, reading in harmless), encoding="utf-8"
+    )
     print(f"{HARMLESS_LIST}: {len(harmless)} words")
     return 0
 

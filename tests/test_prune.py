@@ -21,8 +21,12 @@ def test_finished_runs_go_parked_and_doubtful_ones_stay_and_the_file_shrinks(tmp
     config.call_timeout = 0.5
     runs = Runs(store=tmp_path / "runs.db", servers={"ops": config})
     done = [trio.run(lambda: runs.start("big.recipe", text=BIG, actor="ana")).run for _ in range(30)]
-    parked = trio.run(lambda: runs.start("ask.recipe", text='ask me:\n- go?\nx: vodou.echo {"value": 1}\n', actor="ana")).run
-    doubtful = trio.run(lambda: runs.start("post.recipe", text='post: ops.post_message {"channel": "#x", "text": "y"}\n', actor="ana")).run
+    parked = trio.run(
+        lambda: runs.start("ask.recipe", text='ask me:\n- go?\nx: vodou.echo {"value": 1}\n', actor="ana")
+    ).run
+    doubtful = trio.run(
+        lambda: runs.start("post.recipe", text='post: ops.post_message {"channel": "#x", "text": "y"}\n', actor="ana")
+    ).run
     assert trio.run(lambda: runs.approve(doubtful, "post", actor="ana")).unknown  # timed out: unknown
     trio.run(lambda: runs.cancel(doubtful, actor="ana"))  # ended, but its effect's fate is still open
     assert runs.prune(older_than_s=3600, by="ana").runs == 0  # nothing is that old yet

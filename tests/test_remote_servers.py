@@ -21,8 +21,8 @@ import msgspec
 import pytest
 import trio
 import trio.testing
-
 from http_server import HttpServer
+
 from vodou_engine.errors import NoReplyError, NotSentError, ServerConfigError, ServerMismatchError, ServerStartError
 from vodou_engine.servers import ServerConfig, parse_servers
 from vodou_engine.tools.hub import ToolResult, open_hub
@@ -102,7 +102,9 @@ def test_a_url_entry_is_an_http_server(tmp_path):
         }
     }
     servers = parse_servers(json.dumps(doc), str(tmp_path / "mcp.json"))
-    assert servers["a"] == ServerConfig(url="https://example.com/mcp", headers={"Authorization": "Bearer ${TOKEN}"}, call_timeout=5)
+    assert servers["a"] == ServerConfig(
+        url="https://example.com/mcp", headers={"Authorization": "Bearer ${TOKEN}"}, call_timeout=5
+    )
     assert [servers[n].transport for n in "abcde"] == ["http", "http", "http", "stdio", "http"]
     assert servers["a"].command_line() == "https://example.com/mcp"  # what a card or an error shows
     assert servers["d"] == ServerConfig(command="uvx", args=["x"])
@@ -115,9 +117,12 @@ def test_a_url_entry_is_an_http_server(tmp_path):
     ("entry", "words"),
     [
         ({"type": "sse", "url": "https://x.example.com/sse"}, ["'web'", "sse", "not supported", '"type": "http"']),
-        ({"type": "websocket", "url": "wss://x.example.com"}, ["'web'", "unknown \"type\" 'websocket'", "streamable-http"]),
+        (
+            {"type": "websocket", "url": "wss://x.example.com"},
+            ["'web'", "unknown \"type\" 'websocket'", "streamable-http"],
+        ),
         ({"type": 3, "url": "https://x.example.com"}, ["'web'", "type"]),
-        ({"type": "http", "command": "x"}, ["'web'", "needs \"url\""]),
+        ({"type": "http", "command": "x"}, ["'web'", 'needs "url"']),
         ({"type": "stdio", "url": "https://x.example.com"}, ["'web'", "command"]),
         ({"url": "https://x.example.com", "command": "x"}, ["'web'", "both", '"type": "stdio"', '"type": "http"']),
         ({"url": "https://x.example.com", "env": {"K": "v"}}, ["'web'", '"env"', "headers"]),
@@ -341,7 +346,10 @@ def test_a_json_rpc_error_in_an_http_error_body_is_the_servers_refusal(web):
 def test_other_server_flavours_end_the_same_ways(tmp_path, flavour):
     """One JSON body per request instead of an event stream, and servers that keep no session:
     the same outcomes, judged from the same facts."""
-    env = {"HTTP_JSON_RESPONSE": "1" if "json" in flavour else "0", "HTTP_STATELESS": "1" if "stateless" in flavour else "0"}
+    env = {
+        "HTTP_JSON_RESPONSE": "1" if "json" in flavour else "0",
+        "HTTP_STATELESS": "1" if "stateless" in flavour else "0",
+    }
     server = HttpServer(tmp_path, flavour, **env).start()
     try:
         server.set("post_message=drop")
@@ -373,7 +381,9 @@ def test_other_server_flavours_end_the_same_ways(tmp_path, flavour):
 
 def test_call_timeout_from_the_server_file_cancels_on_the_server(own_web, tmp_path):
     web = own_web
-    servers = parse_servers(json.dumps({"mcpServers": {"web": {"url": web.url, "callTimeout": 0.5}}}), str(tmp_path / "mcp.json"))
+    servers = parse_servers(
+        json.dumps({"mcpServers": {"web": {"url": web.url, "callTimeout": 0.5}}}), str(tmp_path / "mcp.json")
+    )
 
     async def body(hub):
         with pytest.raises(NoReplyError) as timed_out:
@@ -382,7 +392,7 @@ def test_call_timeout_from_the_server_file_cancels_on_the_server(own_web, tmp_pa
 
     error, after = run(servers, body)
     assert "web.block did not answer within 0.5 s" in str(error)
-    assert error.hint.startswith('raise "callTimeout" for server \'web\' in the server file')
+    assert error.hint.startswith("raise \"callTimeout\" for server 'web' in the server file")
     assert after.text == "still here"
     assert web.wait_for("cancelled")  # notifications/cancelled reached the server
 
@@ -393,13 +403,15 @@ def test_start_timeout_from_the_server_file(tmp_path):
         listener.bind(("127.0.0.1", 0))
         listener.listen(16)
         url = f"http://127.0.0.1:{listener.getsockname()[1]}/mcp"
-        servers = parse_servers(json.dumps({"mcpServers": {"mute": {"url": url, "startTimeout": 0.5}}}), str(tmp_path / "mcp.json"))
+        servers = parse_servers(
+            json.dumps({"mcpServers": {"mute": {"url": url, "startTimeout": 0.5}}}), str(tmp_path / "mcp.json")
+        )
         started = time.monotonic()
         with pytest.raises(ServerStartError) as info:
             run(servers, lambda hub: None)
         took = time.monotonic() - started
     assert "MCP server 'mute' failed to start: it did not finish initializing within 0.5 s" in str(info.value)
-    assert '"startTimeout" for server \'mute\'' in info.value.hint
+    assert "\"startTimeout\" for server 'mute'" in info.value.hint
     assert took < 10  # closing the session does not wait for the mute server either
 
 
@@ -507,7 +519,10 @@ def test_a_run_parked_against_one_url_is_refused_against_another(web, tmp_path):
 
     same_server_other_url = web.url.replace("127.0.0.1", "localhost")
     for config, words in (
-        ({"url": same_server_other_url, "headers": {"X-Tenant": "sandbox"}}, ["url: the run has", same_server_other_url]),
+        (
+            {"url": same_server_other_url, "headers": {"X-Tenant": "sandbox"}},
+            ["url: the run has", same_server_other_url],
+        ),
         ({"url": web.url, "headers": {"X-Tenant": "production"}}, ["header X-Tenant: a different value here"]),
         ({"url": web.url}, ["header X-Tenant: set for the run, not set here"]),
     ):
@@ -542,4 +557,6 @@ def test_a_stdio_binding_stored_before_http_existed_keeps_its_digest():
     assert decoded["slack"].transport == "stdio"
     assert encode_bindings(decoded) == old
     assert digest(decoded["slack"]) == "sha256:fde30b9de20cf0896456a347544883008501ceeee3e03cd2b66226acd286a2bf"
-    assert digest(ServerBinding(command="python", args=["-m", "x"], env={"A": "sha256:00"}, executable="/usr/bin/python")) == digest(decoded["slack"])
+    assert digest(
+        ServerBinding(command="python", args=["-m", "x"], env={"A": "sha256:00"}, executable="/usr/bin/python")
+    ) == digest(decoded["slack"])

@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import RECIPES, demo_calls, rogue_calls, rogue_server
 
 MORNING = RECIPES / "morning-briefing.recipe"
@@ -226,7 +225,11 @@ def test_an_executing_effect_is_not_cancelled_by_the_quorum(cli, tmp_path):
                 "command": sys.executable,
                 "args": ["-m", "vodou_engine.demo.chat_server"],
                 # arrival reported first, then a slow body: the drop lands mid-call
-                "env": {"VODOU_DEMO_DB": str(cli.demo_db), "VODOU_DEMO_ARRIVALS": str(arrivals), "VODOU_DEMO_LATENCY": "slack_post_message=1500"},
+                "env": {
+                    "VODOU_DEMO_DB": str(cli.demo_db),
+                    "VODOU_DEMO_ARRIVALS": str(arrivals),
+                    "VODOU_DEMO_LATENCY": "slack_post_message=1500",
+                },
             },
             "lab": {
                 "command": sys.executable,
@@ -242,7 +245,7 @@ def test_an_executing_effect_is_not_cancelled_by_the_quorum(cli, tmp_path):
         '  post: slack.slack_post_message {"channel": "#daily", "text": "in flight"}\n'
         "    without asking\n"
         "  need: 1 of 2\n"
-        'after: vodou.noop {}\n'
+        "after: vodou.noop {}\n"
     )
     res = cli("run", recipe, "--servers", servers, "--json")
     assert res.code == 0, res.err
@@ -280,7 +283,9 @@ def test_time_and_git_reads_together_commit_gated_once(cli, git_repo):
     )
     count = lambda: int(_git(git_repo, "rev-list", "--count", "HEAD"))
     assert count() == 1
-    first = cli("run", RECIPES / "time-and-git.recipe", "--servers", servers, "--set", f"repo={git_repo}", "--json", expect=3).json()
+    first = cli(
+        "run", RECIPES / "time-and-git.recipe", "--servers", servers, "--set", f"repo={git_repo}", "--json", expect=3
+    ).json()
     assert [p["step"] for p in first["pending"]] == ["commit"]
     assert count() == 1  # staged (`don't ask`), not committed: the commit waits
     assert "a.txt" in _git(git_repo, "diff", "--cached", "--name-only")
@@ -290,7 +295,9 @@ def test_time_and_git_reads_together_commit_gated_once(cli, git_repo):
     assert "checkpoint at" in _git(git_repo, "log", "-1", "--format=%s")
     show = cli("show", first["run"], "--json", expect=0).json()
     nodes = {n["node"]: n for n in show["nodes"]}
-    assert max(nodes["now"]["started_at"], nodes["status"]["started_at"]) < min(nodes["now"]["ended_at"], nodes["status"]["ended_at"])
+    assert max(nodes["now"]["started_at"], nodes["status"]["started_at"]) < min(
+        nodes["now"]["ended_at"], nodes["status"]["ended_at"]
+    )
 
 
 def test_a_quorum_cancels_a_read_in_flight_that_followed_another_read_in_its_item(tmp_path):
@@ -309,7 +316,11 @@ def test_a_quorum_cancels_a_read_in_flight_that_followed_another_read_in_its_ite
         "ROGUE_MODES": "get_status_now=hang,get_statuses=held",
         "ROGUE_RELEASE": str(tmp_path / "release"),
     }
-    servers = {"ops": ServerConfig(command=sys.executable, args=["-I", "-S", str(Path(__file__).with_name("rogue_server.py"))], env=env)}
+    servers = {
+        "ops": ServerConfig(
+            command=sys.executable, args=["-I", "-S", str(Path(__file__).with_name("rogue_server.py"))], env=env
+        )
+    }
     recipe = (
         'recipe "a chain dropped mid-call"\n'
         "together:\n"
@@ -343,6 +354,8 @@ def test_a_quorum_cancels_a_read_in_flight_that_followed_another_read_in_its_ite
     assert nodes["first"].state == "succeeded" and nodes["quick"].state == "succeeded"
     assert nodes["stuck"].state == "cancelled" and "quorum" in (nodes["stuck"].error or "")
     (stuck_call,) = rogue_calls(log, "get_status_now")
-    cancelled = [json.loads(line) for line in log.read_text().splitlines() if json.loads(line).get("event") == "cancelled"]
+    cancelled = [
+        json.loads(line) for line in log.read_text().splitlines() if json.loads(line).get("event") == "cancelled"
+    ]
     assert [c["request_id"] for c in cancelled] == [stuck_call["id"]]  # the server was told the call is dropped
     runs.close()

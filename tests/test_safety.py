@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import demo_calls, rogue_calls, rogue_server, store_digest, store_sql
+
 from vodou_engine.demo import db as demo
 
 pytestmark = pytest.mark.both_stores
@@ -136,7 +136,10 @@ def test_preview_is_on_the_card_and_a_changed_check_asks_again(cli, tmp_path):
     assert "preview:" in shown.out and '"after"' in shown.out and "hello team" in shown.out
     # previews and checks are reads: nothing was posted by asking
     assert demo_posts(cli) == []
-    assert {c["tool"] for c in demo_calls(cli.demo_db, server="slack")} == {"slack_preview_message", "slack_get_channel"}
+    assert {c["tool"] for c in demo_calls(cli.demo_db, server="slack")} == {
+        "slack_preview_message",
+        "slack_get_channel",
+    }
 
     demo.set_channel_topic(cli.demo_db, "#daily", "the world moved")  # changed between question and yes
     res = cli("approve", first["run"], "post", "--yes", "--fingerprint", p1["fingerprint"], "--json")
@@ -156,7 +159,9 @@ def test_preview_is_on_the_card_and_a_changed_check_asks_again(cli, tmp_path):
 
 # --- 5: expiry ------------------------------------------------------------------------
 def test_an_expired_approval_is_refused_recorded_and_can_be_asked_again(cli, tmp_path):
-    recipe = write(tmp_path, "expiring.recipe", 'post: ops.post_message {"channel": "#daily", "text": "late"}\n  expires: 1s\n')
+    recipe = write(
+        tmp_path, "expiring.recipe", 'post: ops.post_message {"channel": "#daily", "text": "late"}\n  expires: 1s\n'
+    )
     first = park(cli, recipe)
     (pending,) = first["pending"]
     time.sleep(max(0.0, pending["expires_at"] - time.time()) + 0.05)  # let the clock pass the deadline
@@ -207,7 +212,9 @@ def test_an_edited_list_of_approvers_lets_nobody_decide(cli, tmp_path):
     recipe = write(tmp_path, "team.recipe", "approvers: ana\n" + POST)
     ana, mallory = cli.approver("ana"), cli.approver("mallory")
     run = park(cli, recipe, "--as", "ana", env=ana)["run"]
-    cli.sql("UPDATE approvals SET approvers_json = ? WHERE run_id = ?", ('["ana", "mallory"]', run))  # the store decides by it
+    cli.sql(
+        "UPDATE approvals SET approvers_json = ? WHERE run_id = ?", ('["ana", "mallory"]', run)
+    )  # the store decides by it
     res = cli("approve", run, "post", "--yes", "--as", "mallory", env=mallory)
     assert res.code == 5 and "no longer matches the fingerprint" in res.err
     assert posts(cli) == []
@@ -219,7 +226,9 @@ def test_an_edited_list_of_approvers_lets_nobody_decide(cli, tmp_path):
 
 
 def test_an_edited_expiry_is_refused_and_the_one_asked_still_holds(cli, tmp_path):
-    recipe = write(tmp_path, "soon.recipe", 'post: ops.post_message {"channel": "#daily", "text": "soon"}\n  expires: 1m\n')
+    recipe = write(
+        tmp_path, "soon.recipe", 'post: ops.post_message {"channel": "#daily", "text": "soon"}\n  expires: 1m\n'
+    )
     run = park(cli, recipe)["run"]
     ((asked, expires),) = cli.sql("SELECT asked_at, expires_at FROM approvals WHERE run_id = ?", (run,))
     assert expires == asked + 60
@@ -240,16 +249,23 @@ def test_the_checks_arguments_are_in_the_fingerprint(cli, tmp_path):
     check = json.loads(check)
     assert check["args"] == {"channel": "#daily"}
     # read again before the effect with other arguments that read the same: only the fingerprint can tell
-    cli.sql("UPDATE approvals SET check_json = ? WHERE run_id = ?", (json.dumps({**check, "args": {"channel": "daily"}}), run))
+    cli.sql(
+        "UPDATE approvals SET check_json = ? WHERE run_id = ?",
+        (json.dumps({**check, "args": {"channel": "daily"}}), run),
+    )
     res = cli("approve", run, "post", "--yes")
     assert res.code == 5 and "no longer matches the fingerprint" in res.err
     assert demo_posts(cli) == [] and approvals(cli, run)[0]["tampered"]
-    assert [c["arguments"] for c in demo_calls(cli.demo_db, tool="slack_get_channel")] == [{"channel": "#daily"}]  # asked once, not read again
+    assert [c["arguments"] for c in demo_calls(cli.demo_db, tool="slack_get_channel")] == [
+        {"channel": "#daily"}
+    ]  # asked once, not read again
 
 
 def test_a_question_stored_under_another_step_is_refused(cli, tmp_path):
     run = park(cli, write(tmp_path, "plain.recipe", POST))["run"]
-    cli.sql("UPDATE approvals SET step = ? WHERE run_id = ?", ("cleanup", run))  # `approve RUN cleanup` would run `post`
+    cli.sql(
+        "UPDATE approvals SET step = ? WHERE run_id = ?", ("cleanup", run)
+    )  # `approve RUN cleanup` would run `post`
     res = cli("approve", run, "cleanup", "--yes")
     assert res.code == 5 and "no longer matches the fingerprint" in res.err
     assert posts(cli) == [] and approvals(cli, run)[0]["tampered"]
@@ -274,11 +290,18 @@ def test_an_edit_after_the_decision_stops_the_effect(cli, tmp_path):
     assert [a["state"] for a in approvals(cli, run)] == ["approved"]
     ((check,),) = cli.sql("SELECT check_json FROM approvals WHERE run_id = ?", (run,))
     check = json.loads(check)
-    cli.sql("UPDATE approvals SET check_json = ? WHERE run_id = ?", (json.dumps({**check, "args": {"channel": "daily"}}), run))
+    cli.sql(
+        "UPDATE approvals SET check_json = ? WHERE run_id = ?",
+        (json.dumps({**check, "args": {"channel": "daily"}}), run),
+    )
     res = cli("resume", run, "--json")
-    assert res.code == 1 and "no longer matches the fingerprint" in res.json()["errors"]["post"]  # the step fails, nothing was executed
+    assert (
+        res.code == 1 and "no longer matches the fingerprint" in res.json()["errors"]["post"]
+    )  # the step fails, nothing was executed
     assert demo_posts(cli) == []
-    assert [c["arguments"] for c in demo_calls(cli.demo_db, tool="slack_get_channel")] == [{"channel": "#daily"}]  # not read again
+    assert [c["arguments"] for c in demo_calls(cli.demo_db, tool="slack_get_channel")] == [
+        {"channel": "#daily"}
+    ]  # not read again
 
 
 # --- 7: idempotency key ------------------------------------------------------------------
@@ -290,13 +313,20 @@ def test_idempotency_key_is_derived_passed_and_recorded(cli, brief):
     cli("approve", first["run"], "post", "--yes", expect=0)
     (call,) = posts(cli)
     (effect,) = cli("show", first["run"], "--json", expect=0).json()["effects"]
-    assert call["arguments"]["idempotency_key"] == effect["idempotency_key"] == idempotency_key(first["run"], "post", p["fingerprint"])
+    assert (
+        call["arguments"]["idempotency_key"]
+        == effect["idempotency_key"]
+        == idempotency_key(first["run"], "post", p["fingerprint"])
+    )
 
 
 # --- 3: tampering is refused ----------------------------------------------------------------
 def test_an_edited_stored_payload_refuses_to_run(cli, brief):
     first = park(cli, brief)
-    cli.sql("UPDATE approvals SET payload_json = ? WHERE run_id = ?", (json.dumps({"channel": "#general", "text": "pwned"}), first["run"]))
+    cli.sql(
+        "UPDATE approvals SET payload_json = ? WHERE run_id = ?",
+        (json.dumps({"channel": "#general", "text": "pwned"}), first["run"]),
+    )
     res = cli("approve", first["run"], "post", "--yes")
     assert res.code == 5 and "stored payload" in res.err  # refused before the card is shown or a decision recorded
     assert "pwned" not in res.out
@@ -331,7 +361,9 @@ def test_drive_run_refuses_an_edited_plan_before_it_claims_the_run(store_locatio
     assert parked.state == "parked"
     store = runs.store()
     run = store.get_run(parked.run)
-    store_sql(store_location, "UPDATE runs SET plan_json = ? WHERE id = ?", (run.plan_json.replace('"on"', '"off"'), run.id))
+    store_sql(
+        store_location, "UPDATE runs SET plan_json = ? WHERE id = ?", (run.plan_json.replace('"on"', '"off"'), run.id)
+    )
     with pytest.raises(TamperedError):
         trio.run(lambda: runs.resume(parked.run))
     with pytest.raises(TamperedError):
@@ -360,7 +392,9 @@ def test_a_cosmetic_edit_of_a_parked_runs_recipe_changes_nothing(cli, tmp_path):
     recipe = write(tmp_path, "mine.recipe", BRIEF)
     first = park(cli, recipe)
     # comments, blank lines and spacing move every line, and mean the same
-    recipe.write_text("# the morning briefing, tidied up\n\n" + BRIEF.replace("calendar: ", "calendar:   ") + "\n# end\n")
+    recipe.write_text(
+        "# the morning briefing, tidied up\n\n" + BRIEF.replace("calendar: ", "calendar:   ") + "\n# end\n"
+    )
     res = cli("approve", first["run"], "post", "--yes", "--json", expect=0)
     assert res.json()["state"] == "succeeded"
     assert len(posts(cli)) == 1

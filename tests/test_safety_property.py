@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 from vodou_engine.compiler import compile_recipe
 from vodou_engine.demo import db as demo
 from vodou_engine.errors import VodouError
-from vodou_engine.runtime import faults
 from vodou_engine.owners import HOST
 from vodou_engine.runs import Prepared, Runs
+from vodou_engine.runtime import faults
 from vodou_engine.servers import ServerConfig, ServerSet
 from vodou_engine.store import open_store
 
@@ -56,7 +56,11 @@ def recipe_for(guards: list[bool], together: bool) -> str:
 def test_servers_see_only_approved_fresh_unexpired_effects_once(tmp_path_factory, guards, together, actions):
     tmp = tmp_path_factory.mktemp("prop")
     demo_db, store_path = tmp / "demo.db", tmp / "runs.db"
-    servers = {"slack": ServerConfig(command=sys.executable, args=["-m", "vodou_engine.demo.chat_server"], env={"VODOU_DEMO_DB": str(demo_db)})}
+    servers = {
+        "slack": ServerConfig(
+            command=sys.executable, args=["-m", "vodou_engine.demo.chat_server"], env={"VODOU_DEMO_DB": str(demo_db)}
+        )
+    }
     plan = compile_recipe(recipe_for(guards, together), "prop.recipe")
     store = open_store(str(store_path))
     edits = 0
@@ -72,7 +76,9 @@ def test_servers_see_only_approved_fresh_unexpired_effects_once(tmp_path_factory
         """A new 'process' after each drive: the one before it is gone (its pid names no process)."""
         nonlocal incarnation
         incarnation += 1
-        return Runs(store=store, servers=ServerSet(servers, "test"), owner=f"{HOST}:{2**22 + incarnation}:{incarnation}")
+        return Runs(
+            store=store, servers=ServerSet(servers, "test"), owner=f"{HOST}:{2**22 + incarnation}:{incarnation}"
+        )
 
     async def drive_run():
         return await driver().resume("r1", hub=hub)
@@ -146,7 +152,9 @@ def test_servers_see_only_approved_fresh_unexpired_effects_once(tmp_path_factory
                     pass  # e.g. a declined run refuses to be driven; the oracle below still holds
 
     trio.run(scenario)
-    calls = [c for c in demo.calls(demo_db, tool="slack_post_message") if c["outcome"] == "ok"] if demo_db.exists() else []
+    calls = (
+        [c for c in demo.calls(demo_db, tool="slack_post_message") if c["outcome"] == "ok"] if demo_db.exists() else []
+    )
     posted = [c["arguments"]["text"].split()[-1] for c in calls]
     # never more than once per effect
     assert len(posted) == len(set(posted)), posted

@@ -49,7 +49,9 @@ def test_saving_again_keeps_every_version_and_a_run_records_which_it_ran(runs):
 
 def test_a_schedule_fires_each_due_time_once_across_two_schedulers(runs, tmp_path):
     runs.save("hello.recipe", text=RECIPE, by="ana")
-    s = runs.add_schedule("weekday-hello", recipe="hello", cron="0 8 * * 1-5", tz="Europe/Lisbon", inputs={"who": "team"}, by="ana")
+    s = runs.add_schedule(
+        "weekday-hello", recipe="hello", cron="0 8 * * 1-5", tz="Europe/Lisbon", inputs={"who": "team"}, by="ana"
+    )
     assert s.state == "active" and s.next_due == ts(2026, 3, 2, 8, 0)
     other = Runs(store=tmp_path / "runs.db", servers={}, clock=runs.clock)
     assert runs.due(now=ts(2026, 3, 2, 7, 59)) == []
@@ -130,7 +132,12 @@ def test_an_agents_schedule_starts_paused_and_its_recipe_cannot_opt_out(runs):
     resumed = runs.resume_schedule("proposed", by="ana")
     assert resumed.state == "active" and resumed.next_due is not None
     with pytest.raises(RecipeError, match="may not opt out"):
-        runs.save("x.recipe", text='post: slack.slack_post_message {"channel": "#x", "text": "y"}\n  without asking\n', by="agent:claude", origin="agent")
+        runs.save(
+            "x.recipe",
+            text='post: slack.slack_post_message {"channel": "#x", "text": "y"}\n  without asking\n',
+            by="agent:claude",
+            origin="agent",
+        )
 
 
 def test_save_and_schedule_on_the_command_line(cli, tmp_path):
@@ -138,12 +145,18 @@ def test_save_and_schedule_on_the_command_line(cli, tmp_path):
     recipe.write_text(RECIPE)
     assert "version 1" in cli("save", recipe, expect=0).out
     assert "version 2" in cli("save", recipe, expect=0).out
-    added = cli("schedule", "add", "hello", "--cron", "0 8 * * 1-5", "--tz", "Europe/Lisbon", "--set", "who=team", expect=0)
+    added = cli(
+        "schedule", "add", "hello", "--cron", "0 8 * * 1-5", "--tz", "Europe/Lisbon", "--set", "who=team", expect=0
+    )
     assert "next due" in added.out
     assert cli("schedule", "add", "hello", "--cron", "0 8 * *").code == 2  # four fields
     assert cli("schedule", "add", "nope", "--cron", "0 8 * * *").code == 5  # no such saved recipe
     (listed,) = cli("schedule", "list", "--json", expect=0).json()
-    assert listed["state"] == "active" and listed["tz"] == "Europe/Lisbon" and json.loads(listed["inputs_json"]) == {"who": "team"}
+    assert (
+        listed["state"] == "active"
+        and listed["tz"] == "Europe/Lisbon"
+        and json.loads(listed["inputs_json"]) == {"who": "team"}
+    )
     cli("schedule", "pause", "hello", expect=0)
     assert cli("schedule", "pause", "hello").code == 5  # already paused: says so
     cli("schedule", "resume", "hello", expect=0)
@@ -161,6 +174,7 @@ UNASKED = 'recipe "poster"\napprovers: ana\npost: ops.post_message {"channel": "
 def poster(tmp_path):
     """Runs on a fake clock whose `ops` server is the rogue one (its own log counts posts)."""
     from conftest import rogue_server
+
     from vodou_engine.servers import ServerConfig
 
     clock = {"now": ts(2026, 3, 2, 7, 0)}
@@ -236,10 +250,17 @@ def test_an_agent_cannot_pin_a_version_that_opts_out_of_asking(poster):
         runs.add_schedule("daily", recipe="poster", cron="0 8 * * *", by="agent:claude", origin="agent")  # the latest
     with pytest.raises(RecipeError, match="opts out of asking"):
         runs.add_schedule("daily", recipe="poster", cron="0 8 * * *", by="agent:claude", origin="agent", version=2)
-    assert runs.add_schedule("daily", recipe="poster", cron="0 8 * * *", by="agent:claude", origin="agent", version=1).recipe_version == 1
+    assert (
+        runs.add_schedule(
+            "daily", recipe="poster", cron="0 8 * * *", by="agent:claude", origin="agent", version=1
+        ).recipe_version
+        == 1
+    )
 
 
-def test_an_agents_schedule_stored_before_versions_were_named_is_pinned_when_the_store_is_upgraded(tmp_path, monkeypatch):
+def test_an_agents_schedule_stored_before_versions_were_named_is_pinned_when_the_store_is_upgraded(
+    tmp_path, monkeypatch
+):
     import sqlite3
 
     from vodou_engine.store import open_store
@@ -250,9 +271,14 @@ def test_an_agents_schedule_stored_before_versions_were_named_is_pinned_when_the
     open_store(str(tmp_path / "runs.db")).close()
     conn = sqlite3.connect(tmp_path / "runs.db")
     for version in (1, 2):
-        conn.execute("INSERT INTO recipes VALUES ('poster', ?, 'x', '{}', 'fp', 0, 'agent:claude', 'agent')", (version,))
+        conn.execute(
+            "INSERT INTO recipes VALUES ('poster', ?, 'x', '{}', 'fp', 0, 'agent:claude', 'agent')", (version,)
+        )
     for name, origin in (("theirs", "agent"), ("mine", "person")):
-        conn.execute("INSERT INTO schedules VALUES (?, 'poster', '0 8 * * *', 'UTC', '{}', 'active', 3600, 0, 0, 'x', ?, 0)", (name, origin))
+        conn.execute(
+            "INSERT INTO schedules VALUES (?, 'poster', '0 8 * * *', 'UTC', '{}', 'active', 3600, 0, 0, 'x', ?, 0)",
+            (name, origin),
+        )
     conn.commit()
     conn.close()
     monkeypatch.undo()

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 import trio
-
 from http_server import HttpServer
+
 from vodou_engine.binding import bind, differences, encode_bindings
 from vodou_engine.errors import ServerConfigError, ServerMismatchError, ServerStartError
 from vodou_engine.servers import ServerConfig, parse_servers, parse_template
@@ -98,7 +98,10 @@ def test_template_syntax():
         ({"command": "x", "env": {"K": "${1TOKEN}"}}, ["env K", "${1TOKEN} is not a variable reference"]),
         ({"command": "x", "args": ["${TOKEN-default}"]}, ["${TOKEN-default}", "${NAME:-default}"]),
         ({"url": "https://x.example.com/${}"}, ['"url"', "${}"]),
-        ({"url": "https://x.example.com", "headers": {"Authorization": "Bearer ${input:token}"}}, ["header Authorization"]),
+        (
+            {"url": "https://x.example.com", "headers": {"Authorization": "Bearer ${input:token}"}},
+            ["header Authorization"],
+        ),
         ({"command": "x", "cwd": "${HOME}/repo"}, ['"cwd" does not take ${VAR}']),
         ({"command": "x", "inherit": ["GITHUB-TOKEN"]}, ['"inherit"', "GITHUB-TOKEN"]),
     ],
@@ -129,7 +132,9 @@ def test_a_missing_variable_names_the_server_and_the_variable_and_starts_nothing
         trio.run(main)
     assert not started
     message = str(info.value)
-    assert "server 'web'" in message and "header Authorization" in message and "VODOU_TEST_MISSING is not set" in message
+    assert (
+        "server 'web'" in message and "header Authorization" in message and "VODOU_TEST_MISSING is not set" in message
+    )
     assert "${VODOU_TEST_MISSING:-" in info.value.hint
     assert info.value.exit_code == 2
     assert (info.value.facts["server"], info.value.facts["variable"]) == ("web", "VODOU_TEST_MISSING")
@@ -189,7 +194,9 @@ async def _open(servers, names):
 
 
 def test_masking_rule():
-    config = ServerConfig(command="x", args=["${LONG}", "${SHORT}", "${DEFAULTED:-defaultvalue}"], inherit=["INHERITED"])
+    config = ServerConfig(
+        command="x", args=["${LONG}", "${SHORT}", "${DEFAULTED:-defaultvalue}"], inherit=["INHERITED"]
+    )
     resolved = config.resolve("x", {"LONG": "abc/def+ghi", "SHORT": "abc", "INHERITED": "inherited-value"})
     text = "got abc/def+ghi, abc%2Fdef%2Bghi, abc, inherited-value and defaultvalue"
     # every value from the environment at least 4 characters long, also URL-quoted; not a default from the file
@@ -216,7 +223,9 @@ def test_a_binding_keeps_what_was_written_and_digests_of_the_values():
     assert differences(bound, rotated) == ["env API_TOKEN: a different value here", "${TOKEN}: a different value here"]
     moved = bind(config, source="f", salt="run1", name="srv", environ={**environ, "REPO": "/srv/other"})
     assert differences(bound, moved) == ["${REPO}: a different value here"]
-    gone = bind(config, source="f", salt="run1", name="srv", environ={k: v for k, v in environ.items() if k != "GITHUB_TOKEN"})
+    gone = bind(
+        config, source="f", salt="run1", name="srv", environ={k: v for k, v in environ.items() if k != "GITHUB_TOKEN"}
+    )
     assert differences(bound, gone) == ["env GITHUB_TOKEN: set for the run, not set here"]
 
     # a command taken from the environment: the path it resolves to is kept as a digest too
@@ -224,11 +233,19 @@ def test_a_binding_keeps_what_was_written_and_digests_of_the_values():
     here = bind(tool, source="f", salt="run1", name="py", environ={"PYTHON_BIN": sys.executable})
     assert here.executable.startswith("sha256:") and sys.executable not in encode_bindings({"py": here})
     there = bind(tool, source="f", salt="run1", name="py", environ={"PYTHON_BIN": "/bin/sh"})
-    assert differences(here, there) == ["executable: the command resolves to another file here", "${PYTHON_BIN}: a different value here"]
+    assert differences(here, there) == [
+        "executable: the command resolves to another file here",
+        "${PYTHON_BIN}: a different value here",
+    ]
 
     web = ServerConfig(url="https://${HOST:-mcp.example.com}/mcp", headers={"Authorization": "Bearer ${TOKEN}"})
     a = bind(web, source="f", salt="run1", name="web", environ={"TOKEN": "tok-1111"})
-    assert (a.transport, a.url, set(a.headers), set(a.vars)) == ("http", "https://${HOST:-mcp.example.com}/mcp", {"Authorization"}, {"HOST"})
+    assert (a.transport, a.url, set(a.headers), set(a.vars)) == (
+        "http",
+        "https://${HOST:-mcp.example.com}/mcp",
+        {"Authorization"},
+        {"HOST"},
+    )
     assert a.command_line() == "https://${HOST:-mcp.example.com}/mcp"
     b = bind(web, source="f", salt="run1", name="web", environ={"TOKEN": "tok-1111", "HOST": "evil.example.com"})
     assert differences(a, b) == ["${HOST}: a different value here"]
@@ -248,7 +265,10 @@ def test_a_run_parked_with_one_token_is_refused_with_another(tmp_path, planted, 
         with pytest.raises(ServerMismatchError) as info:
             trio.run(lambda: runs.approve(parked.run, "post", actor="ana"))
         message = str(info.value)
-        assert f"${{{SECRET_VAR}}}: a different value here" in message and "header Authorization: a different value here" in message
+        assert (
+            f"${{{SECRET_VAR}}}: a different value here" in message
+            and "header Authorization: a different value here" in message
+        )
         assert "rotated-" not in message
         monkeypatch.setenv(SECRET_VAR, planted[SECRET_VAR])
         assert trio.run(lambda: runs.approve(parked.run, "post", actor="ana")).state == "succeeded"
@@ -281,7 +301,13 @@ def test_a_secret_never_appears_in_the_store_or_any_output(cli, planted, guarded
     entries["leaky"] = {
         # A server that prints the secret on stderr and exits: its start error shows both.
         "command": sys.executable,
-        "args": ["-I", "-S", "-c", "import sys; print('bad token', sys.argv[1], file=sys.stderr); sys.exit(3)", f"${{{SECRET_VAR}}}"],
+        "args": [
+            "-I",
+            "-S",
+            "-c",
+            "import sys; print('bad token', sys.argv[1], file=sys.stderr); sys.exit(3)",
+            f"${{{SECRET_VAR}}}",
+        ],
     }
     cli.servers_file(entries)
     (cli.tmp / "secrets.recipe").write_text(RECIPE)
@@ -333,7 +359,9 @@ def test_a_secret_never_appears_in_the_store_or_any_output(cli, planted, guarded
         for value in (secret, inherited):
             assert value.encode() not in wal.read_bytes()
         with pytest.raises(ServerStartError) as leaky:
-            trio.run(lambda: runs.start("leaky.recipe", text='recipe "leaky"\nstatus: leaky.get_status {}\n', actor="ana"))
+            trio.run(
+                lambda: runs.start("leaky.recipe", text='recipe "leaky"\nstatus: leaky.get_status {}\n', actor="ana")
+            )
         outputs.append(("api error", str(leaky.value)))
         assert f"bad token ${{{SECRET_VAR}}}" in str(leaky.value)
     finally:

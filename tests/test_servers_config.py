@@ -243,15 +243,21 @@ def test_import_does_not_pull_in_the_sdk():
 
 
 def test_a_resume_starts_no_server_for_a_step_a_quorum_dropped():
+    from pathlib import Path
     from types import SimpleNamespace
 
     from vodou_engine.compiler import compile_recipe
     from vodou_engine.servers import servers_to_finish
 
-    from pathlib import Path
-
     plan = compile_recipe((Path(__file__).parent.parent / "recipes" / "morning-briefing.recipe").read_text())
-    at_park = {"calendar": "cancelled", "mail": "succeeded", "slack": "succeeded", "join:sources": "succeeded", "briefing": "succeeded", "approve:post": "waiting"}
+    at_park = {
+        "calendar": "cancelled",
+        "mail": "succeeded",
+        "slack": "succeeded",
+        "join:sources": "succeeded",
+        "briefing": "succeeded",
+        "approve:post": "waiting",
+    }
     nodes = {nid: SimpleNamespace(state=st) for nid, st in at_park.items()}
     assert servers_to_finish(plan, nodes) == ["slack"]  # the post; not google-calendar
     nodes["calendar"] = SimpleNamespace(state="running")  # a crash mid-read: it runs again

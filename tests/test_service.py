@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import os
 import signal
+from datetime import UTC
 
 import pytest
 import trio
-
 from conftest import demo_calls
+
 from vodou_engine.errors import UnknownRunError
 from vodou_engine.servers import ServerSet, demo_servers
 from vodou_engine.service import Service
@@ -41,6 +42,7 @@ def test_runs_park_and_go_on_in_the_background_on_warm_servers(tmp_path):
     svc = service(tmp_path)
     runs = svc.runs()
     runs.save("post.recipe", text=POST, by="ana")
+
     async def main():
         async with trio.open_nursery() as nursery:
             await nursery.start(svc.serve)
@@ -71,7 +73,9 @@ def test_runs_park_and_go_on_in_the_background_on_warm_servers(tmp_path):
 
     trio.run(main)
     assert len(posts(tmp_path)) == 2
-    assert len({c["pid"] for c in demo_calls(tmp_path / "demo.db", server="slack")}) == 1  # one warm process served both runs
+    assert (
+        len({c["pid"] for c in demo_calls(tmp_path / "demo.db", server="slack")}) == 1
+    )  # one warm process served both runs
     assert svc.pool.restarts == {}
     runs.close()
 
@@ -79,7 +83,11 @@ def test_runs_park_and_go_on_in_the_background_on_warm_servers(tmp_path):
 def test_a_server_that_died_is_started_again_when_next_needed(tmp_path):
     svc = service(tmp_path)
     runs = svc.runs()
-    runs.save("post.recipe", text=POST.replace("post:", "read: slack.slack_get_channel {\"channel\": \"#daily\"}\npost:"), by="ana")
+    runs.save(
+        "post.recipe",
+        text=POST.replace("post:", 'read: slack.slack_get_channel {"channel": "#daily"}\npost:'),
+        by="ana",
+    )
 
     async def main():
         async with trio.open_nursery() as nursery:
@@ -131,9 +139,9 @@ def test_stopping_leaves_a_run_mid_step_interrupted_and_resumable(tmp_path):
 
 
 def test_two_serving_processes_fire_each_due_time_once(tmp_path):
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    clock = {"now": datetime(2026, 3, 2, 8, 0, 30, tzinfo=timezone.utc).timestamp()}
+    clock = {"now": datetime(2026, 3, 2, 8, 0, 30, tzinfo=UTC).timestamp()}
     now = lambda: clock["now"]  # noqa: E731
     first, second = service(tmp_path, clock=now, tick_s=0.01), service(tmp_path, clock=now, tick_s=0.01)
     runs = first.runs()
@@ -145,7 +153,7 @@ def test_two_serving_processes_fire_each_due_time_once(tmp_path):
             await nursery.start(first.serve)
             await nursery.start(second.serve)
             for minute in (1, 2, 3):
-                clock["now"] = datetime(2026, 3, 2, 8, minute, 5, tzinfo=timezone.utc).timestamp()
+                clock["now"] = datetime(2026, 3, 2, 8, minute, 5, tzinfo=UTC).timestamp()
 
                 async def fired():
                     done = [r for r in runs.list(limit=100) if r.state == "succeeded"]

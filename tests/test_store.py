@@ -21,12 +21,11 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from pathlib import Path
 
 import pytest
-
 from conftest import store_digest, store_sql
+
 from vodou_engine.errors import (
     EXIT_REFUSED,
     EXIT_STORE,
@@ -326,11 +325,10 @@ def test_transaction_groups_writes(store):
     with store.transaction():
         store.save_nodes("r1", [NodeRecord("ask", "waiting")])
         assert store.set_run_state("r1", "parked", expected="running")
-    with pytest.raises(RuntimeError):
-        with store.transaction():
-            store.save_nodes("r1", [NodeRecord("ask", "succeeded")])
-            store.set_run_state("r1", "running", expected="parked")
-            raise RuntimeError("crash before commit")
+    with pytest.raises(RuntimeError), store.transaction():
+        store.save_nodes("r1", [NodeRecord("ask", "succeeded")])
+        store.set_run_state("r1", "running", expected="parked")
+        raise RuntimeError("crash before commit")
     assert store.get_nodes("r1")["ask"].state == "waiting"
     assert store.get_run("r1").state == "parked"
 
@@ -825,7 +823,9 @@ def test_a_postgres_url_naming_no_schema_is_a_store_error_that_creates_nothing()
 
     url = f"{PG}{'&' if '?' in PG else '?'}options=-csearch_path%3Dvodou_no_such_schema"
     for create in (True, False):
-        with pytest.raises(StoreError, match="no schema for the store at .*vodou_no_such_schema.*nothing was created") as info:
+        with pytest.raises(
+            StoreError, match="no schema for the store at .*vodou_no_such_schema.*nothing was created"
+        ) as info:
             open_store(url, create=create)
         assert info.value.exit_code == EXIT_STORE and "CREATE SCHEMA" in info.value.hint
     with pg_or_fail() as conn:
@@ -836,7 +836,11 @@ def test_without_postgresql_the_postgresql_tests_fail_saying_so(monkeypatch):
     import pg_helpers
 
     monkeypatch.setattr(pg_helpers, "PG", "postgresql://postgres@127.0.0.1:1/test")
-    with pytest.raises(pytest.fail.Exception, match=r"not reachable at postgresql://postgres@127.0.0.1:1/test(.|\n)*VODOU_TEST_PG=") as info:
-        with pg_helpers.fresh_schema():
-            raise AssertionError("no schema can be made without the server")
+    with (
+        pytest.raises(
+            pytest.fail.Exception, match=r"not reachable at postgresql://postgres@127.0.0.1:1/test(.|\n)*VODOU_TEST_PG="
+        ) as info,
+        pg_helpers.fresh_schema(),
+    ):
+        raise AssertionError("no schema can be made without the server")
     assert "VODOU_TEST_STORE=sqlite" in str(info.value)  # and how to run without it

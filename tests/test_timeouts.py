@@ -24,12 +24,17 @@ ROGUE = str(Path(__file__).with_name("rogue_server.py"))
 
 def rogue_runs(tmp_path: Path, modes: str) -> Runs:
     env = {"ROGUE_LOG": str(tmp_path / "rogue.log"), "ROGUE_MODES": modes}
-    return Runs(store=tmp_path / "runs.db", servers={"ops": ServerConfig(command=sys.executable, args=["-I", "-S", ROGUE], env=env)})
+    return Runs(
+        store=tmp_path / "runs.db",
+        servers={"ops": ServerConfig(command=sys.executable, args=["-I", "-S", ROGUE], env=env)},
+    )
 
 
 def calls(tmp_path: Path, tool: str) -> int:
     log = tmp_path / "rogue.log"
-    return sum(1 for line in log.read_text().splitlines() if json.loads(line).get("tool") == tool) if log.exists() else 0
+    return (
+        sum(1 for line in log.read_text().splitlines() if json.loads(line).get("tool") == tool) if log.exists() else 0
+    )
 
 
 def run(runs: Runs, text: str):
@@ -38,7 +43,9 @@ def run(runs: Runs, text: str):
 
 def test_a_read_past_its_timeout_fails_and_counts_against_the_quorum(tmp_path):
     runs = rogue_runs(tmp_path, "get_status=hang")
-    report = run(runs, "together:\n  a: ops.get_status {}\n    timeout: 1s\n  b: vodou.echo {\"value\": 1}\n  need: 2 of 2\n")
+    report = run(
+        runs, 'together:\n  a: ops.get_status {}\n    timeout: 1s\n  b: vodou.echo {"value": 1}\n  need: 2 of 2\n'
+    )
     assert report.state == "failed" and "1 s" in report.errors["a"]
     assert "join:1" in report.errors  # the quorum failed because of it
     runs.close()

@@ -16,16 +16,16 @@ import uuid
 from pathlib import Path
 
 import pytest
-from starlette.testclient import TestClient
-
 from conftest import demo_calls
+from starlette.testclient import TestClient
+from web_helpers import POST, Person, Serving, form, path_of, problem, sign_in, wait_for
+
 from vodou_engine.policy import Policy
 from vodou_engine.servers import ServerSet, demo_servers
 from vodou_engine.service import Service
 from vodou_engine.web.app import create_app
 from vodou_engine.web.config import WebConfig
 from vodou_engine.web.identity import add_approver, sha256, sign_in_link
-from web_helpers import POST, Person, Serving, form, path_of, problem, sign_in, wait_for
 
 CHECKED = (
     'recipe "checked"\napprovers: ana\ninputs:\n  text = "x"\n'
@@ -63,7 +63,10 @@ class Inbox:
         res = who.post(f"/recipes/{recipe}/run", fields, follow=False)
         assert res.status_code == 303, res.text
         run_id = res.headers["location"].split("/runs/")[1].split("?")[0]
-        wait_for(lambda: self.runs.store().pending_approvals(run_id) if self._exists(run_id) else None, f"run {run_id} to park")
+        wait_for(
+            lambda: self.runs.store().pending_approvals(run_id) if self._exists(run_id) else None,
+            f"run {run_id} to park",
+        )
         return run_id, text
 
     def _exists(self, run_id: str) -> bool:
@@ -74,7 +77,11 @@ class Inbox:
             return False
 
     def posts(self, text: str) -> list[dict]:
-        return [c for c in demo_calls(self.tmp / "demo.db", tool="slack_post_message") if c["arguments"].get("text") == text and c["outcome"] == "ok"]
+        return [
+            c
+            for c in demo_calls(self.tmp / "demo.db", tool="slack_post_message")
+            if c["arguments"].get("text") == text and c["outcome"] == "ok"
+        ]
 
     def audit(self, kind: str = "web.refused") -> list:
         return [a for a in self.runs.store().audit_log() if a.kind == kind]
@@ -98,7 +105,12 @@ class Clock:
 def inbox(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("inbox")
     clock = Clock()
-    svc = Service(store=str(tmp / "runs.db"), servers=ServerSet(demo_servers(tmp / "demo.db"), "demo"), policy=Policy(), clock=clock)
+    svc = Service(
+        store=str(tmp / "runs.db"),
+        servers=ServerSet(demo_servers(tmp / "demo.db"), "demo"),
+        policy=Policy(),
+        clock=clock,
+    )
     runs = svc.runs()
     for text in (POST, CHECKED, QUICK):
         runs.save("x.recipe", text=text, by="ana")
@@ -187,7 +199,10 @@ def test_replaying_an_old_form_after_the_question_was_asked_again_is_refused(inb
     inbox.clock.advance(1.5)  # the question lapses; asking again makes a new card with the same payload
     resume = form(ana.get(f"/runs/{run_id}").text, f"/runs/{run_id}/resume")
     assert ana.post(f"/runs/{run_id}/resume", resume).status_code == 200
-    wait_for(lambda: [a for a in inbox.runs.store().pending_approvals(run_id) if a.id != old["approval"]], "the question to be asked again")
+    wait_for(
+        lambda: [a for a in inbox.runs.store().pending_approvals(run_id) if a.id != old["approval"]],
+        "the question to be asked again",
+    )
     res = ana.post(f"/runs/{run_id}/approve", old)
     assert res.status_code == 409 and "was asked again since the card you read" in problem(res.text)
     # the world the check reads changes: the next card has another fingerprint, and a form
@@ -196,7 +211,10 @@ def test_replaying_an_old_form_after_the_question_was_asked_again_is_refused(inb
     inbox.clock.advance(1.5)
     second = card_form(ana.get(f"/runs/{run_id}").text, run_id)
     assert ana.post(f"/runs/{run_id}/resume", resume).status_code == 200
-    wait_for(lambda: [a for a in inbox.runs.store().pending_approvals(run_id) if a.id != second["approval"]], "the question to be asked once more")
+    wait_for(
+        lambda: [a for a in inbox.runs.store().pending_approvals(run_id) if a.id != second["approval"]],
+        "the question to be asked once more",
+    )
     current = inbox.runs.pending(run_id)
     assert current.fingerprint != old["fingerprint"]
     res = ana.post(f"/runs/{run_id}/approve", {**old, "approval": ""})
@@ -249,7 +267,9 @@ def test_a_sign_in_link_works_once_and_sessions_end(inbox):
     assert "already used" in again and "Sign in as" not in again
     # replaying the spent link's token in a good sign-in form (a fresh link's cookie and token)
     inbox.client.cookies.clear()
-    fields = form(inbox.client.get(path_of(sign_in_link(runs, "carol", by="test", base_url="http://testserver"))).text, "/signin")
+    fields = form(
+        inbox.client.get(path_of(sign_in_link(runs, "carol", by="test", base_url="http://testserver"))).text, "/signin"
+    )
     fields["token"] = link.split("token=")[1]
     res = inbox.client.post("/signin", data=fields)
     assert res.status_code == 403 and "already used" in problem(res.text)
@@ -274,9 +294,18 @@ def test_a_sign_in_link_works_once_and_sessions_end(inbox):
 
 def test_every_response_carries_the_security_headers(inbox):
     ana = inbox.person("ana")
-    for res in (ana.get("/"), inbox.nobody().get("/", follow=False), ana.get("/runs/nope"), inbox.client.get("/static/app.css"), ana.post("/runs/x/approve", {})):
+    for res in (
+        ana.get("/"),
+        inbox.nobody().get("/", follow=False),
+        ana.get("/runs/nope"),
+        inbox.client.get("/static/app.css"),
+        ana.post("/runs/x/approve", {}),
+    ):
         h = res.headers
-        assert "frame-ancestors 'none'" in h["content-security-policy"] and "default-src 'none'" in h["content-security-policy"]
+        assert (
+            "frame-ancestors 'none'" in h["content-security-policy"]
+            and "default-src 'none'" in h["content-security-policy"]
+        )
         assert h["x-frame-options"] == "DENY" and h["x-content-type-options"] == "nosniff"
         assert h["referrer-policy"] == "same-origin"
     assert ana.get("/runs/nope").status_code == 404
@@ -323,11 +352,39 @@ def test_approve_and_reject_on_the_page_and_approve_from_a_shell(inbox, tmp_path
     # approved with `recipe approve` from a shell: the page shows the result
     run_id, text = inbox.park(ana)
     secret, _ = add_approver(inbox.runs, "ana", by="test")
-    ana = inbox.people["ana"] = sign_in(inbox.client, sign_in_link(inbox.runs, "ana", by="test", base_url="http://testserver"), "ana")
+    ana = inbox.people["ana"] = sign_in(
+        inbox.client, sign_in_link(inbox.runs, "ana", by="test", base_url="http://testserver"), "ana"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("VODOU_") and not k.startswith("XDG_")}
-    env.update(VODOU_STORE=str(inbox.tmp / "runs.db"), VODOU_DEMO_DB=str(inbox.tmp / "demo.db"), VODOU_APPROVER_TOKEN=secret, XDG_CONFIG_HOME=str(tmp_path / "config"), XDG_DATA_HOME=str(tmp_path / "data"))
+    env.update(
+        VODOU_STORE=str(inbox.tmp / "runs.db"),
+        VODOU_DEMO_DB=str(inbox.tmp / "demo.db"),
+        VODOU_APPROVER_TOKEN=secret,
+        XDG_CONFIG_HOME=str(tmp_path / "config"),
+        XDG_DATA_HOME=str(tmp_path / "data"),
+    )
     fingerprint = inbox.runs.pending(run_id).fingerprint
-    shell = subprocess.run([sys.executable, "-m", "vodou_engine", "approve", run_id, "post", "--yes", "--fingerprint", fingerprint, "--as", "ana"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    shell = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vodou_engine",
+            "approve",
+            run_id,
+            "post",
+            "--yes",
+            "--fingerprint",
+            fingerprint,
+            "--as",
+            "ana",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     assert shell.returncode == 0, shell.stdout + shell.stderr
     assert len(inbox.posts(text)) == 1
     page = ana.get(f"/runs/{run_id}").text
@@ -349,11 +406,29 @@ def test_the_inbox_lists_what_waits_for_me_and_for_others(inbox):
 def test_schedules_on_the_page_and_an_agents_proposal_waits_for_a_person(inbox):
     ana = inbox.person("ana")
     token = ana.csrf()
-    res = ana.post("/schedules", {"csrf": token, "name": "morning", "recipe": "post", "cron": "0 8 * * 1-5", "tz": "Europe/Lisbon", "inputs": "text=good morning"})
-    assert res.status_code == 200 and "Schedule added." in res.text and "morning" in res.text and "Europe/Lisbon" in res.text
+    res = ana.post(
+        "/schedules",
+        {
+            "csrf": token,
+            "name": "morning",
+            "recipe": "post",
+            "cron": "0 8 * * 1-5",
+            "tz": "Europe/Lisbon",
+            "inputs": "text=good morning",
+        },
+    )
+    assert (
+        res.status_code == 200
+        and "Schedule added." in res.text
+        and "morning" in res.text
+        and "Europe/Lisbon" in res.text
+    )
     assert inbox.runs.store().get_schedule("morning").state == "active"
     assert ana.post("/schedules/morning/pause", {"csrf": token}).status_code == 200
-    assert inbox.runs.store().get_schedule("morning").state == "paused" and inbox.runs.store().get_schedule("morning").next_due is None
+    assert (
+        inbox.runs.store().get_schedule("morning").state == "paused"
+        and inbox.runs.store().get_schedule("morning").next_due is None
+    )
     assert ana.post("/schedules/morning/resume", {"csrf": token}).status_code == 200
     assert inbox.runs.store().get_schedule("morning").state == "active"
     bad = ana.post("/schedules", {"csrf": token, "name": "bad", "recipe": "post", "cron": "61 * * * *"})
@@ -407,7 +482,9 @@ def test_opening_the_store_again_keeps_the_locks_of_connections_already_open(tmp
     path = tmp_path / "runs.db"
 
     def probe() -> str:
-        return subprocess.run([sys.executable, "-c", LOCK_PROBE, str(path)], capture_output=True, text=True, timeout=60).stdout.strip()
+        return subprocess.run(
+            [sys.executable, "-c", LOCK_PROBE, str(path)], capture_output=True, text=True, timeout=60
+        ).stdout.strip()
 
     first = open_store(path)
     first.list_runs()
@@ -441,10 +518,18 @@ def test_the_configuration_file_and_the_notification_hook(tmp_path, monkeypatch)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     flags = dict(host=None, port=None, store=None, servers=None, policy=None, grace=None, config=None)
     cfg = web_config.from_flags(types.SimpleNamespace(**flags))
-    assert (cfg.host, cfg.port, cfg.base_url(), cfg.secure, cfg.grace_s) == ("127.0.0.1", 8400, "http://127.0.0.1:8400", False, 30.0)
+    assert (cfg.host, cfg.port, cfg.base_url(), cfg.secure, cfg.grace_s) == (
+        "127.0.0.1",
+        8400,
+        "http://127.0.0.1:8400",
+        False,
+        30.0,
+    )
     assert serve.parked_hook(cfg, lambda: None) is None  # nothing configured: nothing sent
     path = tmp_path / "serve.toml"
-    path.write_text('[inbox]\nbase_url = "https://inbox.example.org/"\n[[webhooks]]\nurl = "http://127.0.0.1:9/hook"\nsecret = "s3cret"\n')
+    path.write_text(
+        '[inbox]\nbase_url = "https://inbox.example.org/"\n[[webhooks]]\nurl = "http://127.0.0.1:9/hook"\nsecret = "s3cret"\n'
+    )
     cfg = web_config.from_flags(types.SimpleNamespace(**{**flags, "config": str(path), "port": 0, "grace": 2}))
     assert (cfg.port, cfg.base_url(), cfg.secure, cfg.grace_s) == (0, "https://inbox.example.org", True, 2.0)
     assert "inbox.example.org" in cfg.hosts()
@@ -458,7 +543,9 @@ def test_the_configuration_file_and_the_notification_hook(tmp_path, monkeypatch)
         got.append((config, report.run, run_url))
 
     monkeypatch.setattr(notify, "notify_parked", notify_parked)
-    path.write_text('[[webhooks]]\nurl = "http://127.0.0.1:9/hook"\nsecret = "s3cret"\n[inbox]\nbase_url = "http://127.0.0.1:8400"\n')
+    path.write_text(
+        '[[webhooks]]\nurl = "http://127.0.0.1:9/hook"\nsecret = "s3cret"\n[inbox]\nbase_url = "http://127.0.0.1:8400"\n'
+    )
     cfg = web_config.from_flags(types.SimpleNamespace(**{**flags, "config": str(path)}))
     hook = serve.parked_hook(cfg, lambda: types.SimpleNamespace(port=8400))
     trio.run(hook, RunReport(run="r1", state="parked"))
@@ -472,7 +559,11 @@ def test_serve_stops_on_sigterm_leaving_a_run_mid_step_interrupted(tmp_path):
 
     serving = Serving(tmp_path, "--grace", "0.5")
     runs = Runs(store=serving.store, policy=Policy())
-    runs.save("slow.recipe", text='recipe "slow"\nwait: board.query {"ms": 600000}\nafter: vodou.echo {"value": "done"}\n', by="ana")
+    runs.save(
+        "slow.recipe",
+        text='recipe "slow"\nwait: board.query {"ms": 600000}\nafter: vodou.echo {"value": "done"}\n',
+        by="ana",
+    )
     _, link = add_approver(runs, "ana", by="test")
     serving.start()
     try:

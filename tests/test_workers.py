@@ -21,14 +21,15 @@ import os
 import signal
 import time
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 import trio
-
+import trio.lowlevel
 from conftest import rogue_calls, rogue_server
-from vodou_engine.workers import Queue
 from workers_helpers import Workers, fresh_schema, pg_or_fail, queue_counts, run_states, wait_for
+
+from vodou_engine.workers import Queue
 
 RUNS = int(os.environ.get("VODOU_TEST_WORKER_RUNS", "200"))
 """Runs in each of the two bulk tests (the issue's figure; lower it locally to go faster)."""
@@ -88,7 +89,9 @@ def queue_runs(url: str, recipe, n: int, lanes: int = 4) -> list[str]:
             runs.close()
 
     with ThreadPoolExecutor(lanes) as pool:
-        return [run_id for part in pool.map(lane, [n // lanes + (i < n % lanes) for i in range(lanes)]) for run_id in part]
+        return [
+            run_id for part in pool.map(lane, [n // lanes + (i < n % lanes) for i in range(lanes)]) for run_id in part
+        ]
 
 
 def effects(url: str) -> dict[str, tuple[str, str]]:
@@ -110,7 +113,9 @@ def leftover_jobs(url: str) -> list[dict]:
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
-        jobs = conn.execute("SELECT id, task_name, status::text, lock, attempts, worker_id, args::text FROM procrastinate_jobs ORDER BY id").fetchall()
+        jobs = conn.execute(
+            "SELECT id, task_name, status::text, lock, attempts, worker_id, args::text FROM procrastinate_jobs ORDER BY id"
+        ).fetchall()
         events = conn.execute("SELECT job_id, type::text, at FROM procrastinate_events ORDER BY id").fetchall()
     return [{"job": j, "events": [e for e in events if e[0] == j[0]]} for j in jobs]
 
@@ -127,12 +132,22 @@ def test_four_workers_drive_runs_and_run_every_effect_exactly_once(tmp_path):
         workers.start(4, concurrency=4, recipe=True)
         ids = queue_runs(url, recipe, RUNS)  # while the workers boot
         workers.wait_ready(4)
-        wait_for(lambda: set(run_states(url, ids).values()) == {"parked"}, "every run to park at its approval", timeout=120, every=0.2)
+        wait_for(
+            lambda: set(run_states(url, ids).values()) == {"parked"},
+            "every run to park at its approval",
+            timeout=120,
+            every=0.2,
+        )
         assert rogue_calls(log, "post_message") == []  # nothing before a person's yes
         approve_all(url, servers, ids)
-        wait_for(lambda: set(run_states(url, ids).values()) == {"succeeded"}, "every run to succeed", timeout=120, every=0.2)
+        wait_for(
+            lambda: set(run_states(url, ids).values()) == {"succeeded"}, "every run to succeed", timeout=120, every=0.2
+        )
         wait_for(lambda: queue_empty(url), "the queue to empty")
-        assert queue_counts(url) == {}, (leftover_jobs(url), workers.logs())  # every drive succeeded (and was deleted), none failed
+        assert queue_counts(url) == {}, (
+            leftover_jobs(url),
+            workers.logs(),
+        )  # every drive succeeded (and was deleted), none failed
         done = effects(url)
         assert workers.stop() == [0, 0, 0, 0]
 
@@ -156,13 +171,23 @@ def test_a_worker_killed_midway_doubles_no_effect_and_leaves_nothing_stuck(tmp_p
         workers.start(4, concurrency=4, recipe=True)
         ids = queue_runs(url, recipe, RUNS)
         workers.wait_ready(4)
-        wait_for(lambda: set(run_states(url, ids).values()) == {"parked"}, "every run to park at its approval", timeout=120, every=0.2)
+        wait_for(
+            lambda: set(run_states(url, ids).values()) == {"parked"},
+            "every run to park at its approval",
+            timeout=120,
+            every=0.2,
+        )
         approving = threading.Thread(target=approve_all, args=(url, servers, ids))
         approving.start()
-        victim = wait_for(lambda: len(rogue_calls(log, "post_message")) >= RUNS // 4 and executing_worker(url), "a quarter of the effects, and a worker with an effect executing")
+        victim = wait_for(
+            lambda: len(rogue_calls(log, "post_message")) >= RUNS // 4 and executing_worker(url),
+            "a quarter of the effects, and a worker with an effect executing",
+        )
         os.kill(victim, signal.SIGKILL)
         killed_at = time.monotonic()
-        next(p for p in workers.procs if p.pid == victim).wait()  # reaped, as a supervisor would (a zombie still looks alive)
+        next(
+            p for p in workers.procs if p.pid == victim
+        ).wait()  # reaped, as a supervisor would (a zombie still looks alive)
         approving.join()
 
         def settled() -> bool:
@@ -191,9 +216,14 @@ def test_a_worker_killed_midway_doubles_no_effect_and_leaves_nothing_stuck(tmp_p
         assert taken_over, "no run of the dead worker was taken over"
         for run_id in unknown[:3]:
             shown = cli("show", run_id, "--store", url, expect=None).out
-            assert f"recipe reconcile {run_id} post --executed" in shown and f"recipe reconcile {run_id} post --not-executed" in shown
+            assert (
+                f"recipe reconcile {run_id} post --executed" in shown
+                and f"recipe reconcile {run_id} post --not-executed" in shown
+            )
         assert all(states[r] == "succeeded" for r in ids if r not in unknown)
-    print(f"\nkilled worker {victim}: {len(taken_over)} runs taken over, {len(unknown)} effects unknown, settled {recovered_in:.1f} s after the kill")
+    print(
+        f"\nkilled worker {victim}: {len(taken_over)} runs taken over, {len(unknown)} effects unknown, settled {recovered_in:.1f} s after the kill"
+    )
 
 
 def executing_worker(url: str) -> int | None:
@@ -224,25 +254,33 @@ def test_two_serving_schedulers_and_four_workers_fire_each_due_time_once(tmp_pat
     from vodou_engine.runs import Runs
 
     log, servers, _ = setup_files(tmp_path)
-    t0 = datetime(2026, 3, 2, 8, 0, 0, tzinfo=timezone.utc).timestamp()
+    t0 = datetime(2026, 3, 2, 8, 0, 0, tzinfo=UTC).timestamp()
     start, speed = time.time(), 40.0
     fast = {"VODOU_TEST_CLOCK_T0": str(t0), "VODOU_TEST_CLOCK_START": str(start), "VODOU_TEST_CLOCK_SPEED": str(speed)}
     clock = lambda: t0 + (time.time() - start) * speed  # noqa: E731
     wanted = 3
     with fresh_schema() as url, Workers(url, servers, tmp_path, env=fast) as procs:
         runs = Runs(store=url, servers=servers, clock=clock)
-        runs.save("tick.recipe", text='recipe "tick"\npost: rogue.post_message {"channel": "#tick", "text": "tick"}\n  without asking\n', by="ana")
+        runs.save(
+            "tick.recipe",
+            text='recipe "tick"\npost: rogue.post_message {"channel": "#tick", "text": "tick"}\n  without asking\n',
+            by="ana",
+        )
         serving = procs.serve(2)
         procs.start(4, concurrency=2)
         procs.wait_ready(4)
         procs.wait_serving()
-        schedule = runs.add_schedule("every-minute", recipe="tick", cron="* * * * *", tz="UTC", by="ana")  # first due in under 1.5 s
+        schedule = runs.add_schedule(
+            "every-minute", recipe="tick", cron="* * * * *", tz="UTC", by="ana"
+        )  # first due in under 1.5 s
         last_due = schedule.next_due + 60 * (wanted - 1)
 
         def done() -> bool:
             upto = [f for f in runs.firings("every-minute", limit=100) if f.due_at <= last_due]
             states = run_states(url)
-            return len(upto) == wanted and all(states.get(f.run_id) == "succeeded" for f in upto if f.outcome == "fired")
+            return len(upto) == wanted and all(
+                states.get(f.run_id) == "succeeded" for f in upto if f.outcome == "fired"
+            )
 
         wait_for(done, f"{wanted} due times", timeout=60, every=0.1)
         assert [procs.children(p) for p in serving] == [set(), set()]  # no server started: serve queues, workers drive
@@ -252,7 +290,9 @@ def test_two_serving_schedulers_and_four_workers_fire_each_due_time_once(tmp_pat
         runs.close()
 
     due = sorted(f.due_at for f in firings)
-    assert due[0] == schedule.next_due and len(due) == len(set(due)) and all(b - a == 60 for a, b in zip(due, due[1:]))  # each minute decided once
+    assert (
+        due[0] == schedule.next_due and len(due) == len(set(due)) and all(b - a == 60 for a, b in zip(due, due[1:]))
+    )  # each minute decided once
     ran = [f for f in firings if f.outcome == "fired" and f.due_at <= last_due]
     assert len(ran) >= wanted - 1  # a tick late by a whole (fast) minute folds that due time into the next
     assert all(stored[f.run_id] == "succeeded" for f in ran)
@@ -275,6 +315,7 @@ def test_on_postgresql_the_cli_and_the_inbox_queue_work_and_a_worker_does_it(tmp
     server. Then one `recipe worker` does all that was queued, each effect once at the server,
     every one from a server of the worker."""
     from starlette.testclient import TestClient
+    from web_helpers import form, sign_in
 
     from vodou_engine.policy import Policy
     from vodou_engine.runs import Runs
@@ -283,7 +324,6 @@ def test_on_postgresql_the_cli_and_the_inbox_queue_work_and_a_worker_does_it(tmp
     from vodou_engine.web.app import create_app
     from vodou_engine.web.config import WebConfig
     from vodou_engine.web.identity import add_approver
-    from web_helpers import form, sign_in
 
     log, servers, recipe = setup_files(tmp_path)
     team = tmp_path / "team.recipe"
@@ -300,7 +340,9 @@ def test_on_postgresql_the_cli_and_the_inbox_queue_work_and_a_worker_does_it(tmp
         svc = Service(store=url, servers=load_servers(str(servers)), policy=Policy())
         assert svc.workers
         started = len(rogue_starts(log))
-        with TestClient(create_app(svc, WebConfig(allowed_hosts=["testserver"])), backend="trio", base_url="http://testserver") as client:
+        with TestClient(
+            create_app(svc, WebConfig(allowed_hosts=["testserver"])), backend="trio", base_url="http://testserver"
+        ) as client:
             _, link = add_approver(runs, "ana", by="test", base_url="http://testserver")
             ana = sign_in(client, link, "ana")
             res = ana.post(f"/runs/{d}/approve", form(ana.get(f"/runs/{d}").text, f"/runs/{d}/approve"))
@@ -308,7 +350,10 @@ def test_on_postgresql_the_cli_and_the_inbox_queue_work_and_a_worker_does_it(tmp
             res = ana.post("/recipes/team/run", form(ana.get("/recipes/team").text, "/recipes/team/run"), follow=False)
             assert res.status_code == 303 and "done=started-queued" in res.headers["location"]
             e = res.headers["location"].split("run=")[1]
-            wait_for(lambda: {"vodou.tick", e} <= {j["lock"] for j in Queue(url).jobs()}, "the service to queue the run and defer the schedules' tick")
+            wait_for(
+                lambda: {"vodou.tick", e} <= {j["lock"] for j in Queue(url).jobs()},
+                "the service to queue the run and defer the schedules' tick",
+            )
         assert len(rogue_starts(log)) == started  # the service started no server
         assert run_states(url, [d]) == {d: "parked"} and [a.state for a in runs.show(d).approvals] == ["approved"]
 
@@ -324,7 +369,13 @@ def test_on_postgresql_the_cli_and_the_inbox_queue_work_and_a_worker_does_it(tmp
         here = cli("approve", c, "post", "--yes", "--here", *store, expect=0)
         assert f"run {c} succeeded" in here.out
 
-        wait_for(lambda: run_states(url, [a, b, c, d, e]) == {a: "parked", b: "succeeded", c: "succeeded", d: "succeeded", e: "parked"}, "the worker to do what was queued")
+        wait_for(
+            lambda: (
+                run_states(url, [a, b, c, d, e])
+                == {a: "parked", b: "succeeded", c: "succeeded", d: "succeeded", e: "parked"}
+            ),
+            "the worker to do what was queued",
+        )
         wait_for(lambda: queue_empty(url), "the queue to empty")
         done = effects(url)
         warm = workers.children(worker)  # the worker's servers, still running
@@ -332,7 +383,9 @@ def test_on_postgresql_the_cli_and_the_inbox_queue_work_and_a_worker_does_it(tmp
         runs.close()
 
     posts = {c["arguments"]["idempotency_key"]: c for c in rogue_calls(log, "post_message")}
-    assert len(rogue_calls(log, "post_message")) == len(posts) == 3 and set(posts) == {done[r][1] for r in (b, c, d)}  # each once
+    assert len(rogue_calls(log, "post_message")) == len(posts) == 3 and set(posts) == {
+        done[r][1] for r in (b, c, d)
+    }  # each once
     assert posts[done[b][1]]["pid"] in warm and posts[done[d][1]]["pid"] in warm  # approved here, done by the worker
     assert posts[done[c][1]]["pid"] not in warm  # --here: driven by the approving process
 
@@ -368,7 +421,10 @@ def test_a_request_served_by_a_waiting_job_holds_it_until_its_own_writes_are_vis
         (worker,) = other.execute("INSERT INTO procrastinate_workers DEFAULT VALUES RETURNING id").fetchone()
 
         def fetch():  # what a worker runs to take its next job
-            return other.execute("SELECT id, status::text FROM procrastinate_fetch_job_v2(ARRAY['vodou'], %s) WHERE id IS NOT NULL", (worker,)).fetchall()
+            return other.execute(
+                "SELECT id, status::text FROM procrastinate_fetch_job_v2(ARRAY['vodou'], %s) WHERE id IS NOT NULL",
+                (worker,),
+            ).fetchall()
 
         with store.transaction():
             assert defer_drive_in(conn, "r-1") is False  # the waiting job serves this request too
@@ -387,13 +443,22 @@ def test_the_queue_needs_a_postgresql_store(tmp_path, cli):
     with pytest.raises(QueueError, match="PostgreSQL store"):
         Queue(sqlite)
     runs = Runs(store=sqlite)
-    assert not runs.workers and Runs(store="postgresql://db/vodou").workers and not Runs(store="postgresql://db/vodou", workers=False).workers
+    assert (
+        not runs.workers
+        and Runs(store="postgresql://db/vodou").workers
+        and not Runs(store="postgresql://db/vodou", workers=False).workers
+    )
     with pytest.raises(QueueError, match="PostgreSQL store") as refused:
         runs.queue(tmp_path / "nothing.recipe", actor="ana")
     assert (refused.value.code, refused.value.exit_code) == ("queue.unavailable", 7)
     (tmp_path / "a.recipe").write_text(FANOUT)
     for res in (cli("run", "--queue", tmp_path / "a.recipe"), cli.proc("worker")):  # the real entry point too
-        assert res.code == 7 and "need a PostgreSQL store" in res.err and "postgresql://" in res.err and "Traceback" not in res.err, res
+        assert (
+            res.code == 7
+            and "need a PostgreSQL store" in res.err
+            and "postgresql://" in res.err
+            and "Traceback" not in res.err
+        ), res
     assert not (tmp_path / "runs.db").exists()  # nothing was created for nothing
 
 
@@ -401,22 +466,26 @@ def test_without_postgresql_these_tests_fail_saying_so(monkeypatch):
     import pg_helpers
 
     monkeypatch.setattr(pg_helpers, "PG", "postgresql://postgres@127.0.0.1:1/test")
-    with pytest.raises(pytest.fail.Exception, match="PostgreSQL is not reachable at postgresql://postgres@127.0.0.1:1/test"):
-        with fresh_schema():
-            pass
+    with (
+        pytest.raises(
+            pytest.fail.Exception, match="PostgreSQL is not reachable at postgresql://postgres@127.0.0.1:1/test"
+        ),
+        fresh_schema(),
+    ):
+        pass
 
 
 def test_the_engine_thread_returns_raises_and_cancels_across_the_boundary():
-    from vodou_engine.workers.host import EngineHost
-
     import threading
+
+    from vodou_engine.workers.host import EngineHost
 
     host = EngineHost()
     ended: list[str] = []
     running = threading.Event()
 
     async def add(a, b):
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
         return a + b
 
     async def boom():
@@ -469,7 +538,9 @@ def test_a_job_of_a_silent_worker_on_another_host_comes_back_after_the_lease(tmp
                 return await recover(app, None)
 
         assert asyncio.run(look()) == []  # alive as far as anyone can tell: left alone
-        conn.execute("UPDATE procrastinate_workers SET last_heartbeat = now() - make_interval(secs => %s)", (LEASE_S + 1,))
+        conn.execute(
+            "UPDATE procrastinate_workers SET last_heartbeat = now() - make_interval(secs => %s)", (LEASE_S + 1,)
+        )
         assert len(asyncio.run(look())) == 1
         assert [(j["status"], j["attempts"], j["worker_id"]) for j in q.jobs()] == [("todo", 1, None)]
         conn.close()
@@ -496,7 +567,9 @@ def test_a_retried_start_goes_on_with_its_run_and_a_run_driven_elsewhere_waits_f
                 try:
                     first = await engine.drive("r-once", spec)
                     again = await engine.drive("r-once", spec)
-                    assert runs.store().take_run("r-once", "elsewhere:4242:1", lease_s=LEASE_S)  # a live driver on another host
+                    assert runs.store().take_run(
+                        "r-once", "elsewhere:4242:1", lease_s=LEASE_S
+                    )  # a live driver on another host
                     busy = await engine.drive("r-once")
                     return first, again, busy
                 finally:
@@ -508,7 +581,10 @@ def test_a_retried_start_goes_on_with_its_run_and_a_run_driven_elsewhere_waits_f
         assert len(rogue_calls(log, "get_status")) == 3  # its reads were not run again
         held = runs.store().get_run("r-once")
         assert held.state == "running" and held.owner == "elsewhere:4242:1"  # left to its driver
-        assert (busy.busy_until, busy.owner) == (held.lease_expires_at, "elsewhere:4242:1")  # looked at again when its lease runs out
+        assert (busy.busy_until, busy.owner) == (
+            held.lease_expires_at,
+            "elsewhere:4242:1",
+        )  # looked at again when its lease runs out
         runs.close()
         assert rogue_calls(log, "post_message") == []
 
@@ -547,7 +623,9 @@ def events_of(url: str, run_id: str, kind: str) -> list[dict]:
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
-        rows = conn.execute("SELECT actor, data_json FROM events WHERE run_id = %s AND kind = %s ORDER BY seq", (run_id, kind)).fetchall()
+        rows = conn.execute(
+            "SELECT actor, data_json FROM events WHERE run_id = %s AND kind = %s ORDER BY seq", (run_id, kind)
+        ).fetchall()
     return [{"actor": a, **json.loads(d or "{}")} for a, d in rows]
 
 
@@ -559,6 +637,7 @@ def test_a_worker_that_cannot_drive_a_run_hands_it_back_and_one_that_can_drives_
     start that needs `extra` is handed back too. Once A is free, it drives them all: each effect
     once, at A's own server."""
     from starlette.testclient import TestClient
+    from web_helpers import sign_in
 
     from vodou_engine.policy import Policy
     from vodou_engine.runs import Runs
@@ -567,7 +646,6 @@ def test_a_worker_that_cannot_drive_a_run_hands_it_back_and_one_that_can_drives_
     from vodou_engine.web.app import create_app
     from vodou_engine.web.config import WebConfig
     from vodou_engine.web.identity import add_approver
-    from web_helpers import sign_in
 
     log, extra_log, release = tmp_path / "rogue.log", tmp_path / "extra.log", tmp_path / "release"
     extra = rogue_server(extra_log, ROGUE_MODES="get_status=held", ROGUE_RELEASE=str(release))
@@ -591,25 +669,46 @@ def test_a_worker_that_cannot_drive_a_run_hands_it_back_and_one_that_can_drives_
             assert trio.run(lambda: runs.approve(run_id, "post", actor="ana", proof="test")).queued
         started = runs.queue(needs, actor="ana")
         wait_for(lambda: all(events_of(url, r, "handed_back") for r in ids), "worker B to hand the three runs back")
-        wait_for(lambda: "cannot start it, handing it back" in b.log.read_text(), "worker B to hand the queued start back")
+        wait_for(
+            lambda: "cannot start it, handing it back" in b.log.read_text(), "worker B to hand the queued start back"
+        )
 
         # the record and the pages say what happened: approved, waiting for a worker that can
         for run_id in ids:
             (back,) = events_of(url, run_id, "handed_back")
-            assert back["code"] == "servers.mismatch" and f":{b.pid}:" in back["worker"] and "'rogue': env ROGUE_ELSEWHERE" in back["reason"]
-            assert run_states(url, [run_id])[run_id] == "parked" and [x.state for x in runs.show(run_id).approvals] == ["approved"]
+            assert (
+                back["code"] == "servers.mismatch"
+                and f":{b.pid}:" in back["worker"]
+                and "'rogue': env ROGUE_ELSEWHERE" in back["reason"]
+            )
+            assert run_states(url, [run_id])[run_id] == "parked" and [x.state for x in runs.show(run_id).approvals] == [
+                "approved"
+            ]
         svc = Service(store=url, servers=load_servers(str(servers_a)), policy=Policy())
-        with TestClient(create_app(svc, WebConfig(allowed_hosts=["testserver"])), backend="trio", base_url="http://testserver") as client:
+        with TestClient(
+            create_app(svc, WebConfig(allowed_hosts=["testserver"])), backend="trio", base_url="http://testserver"
+        ) as client:
             _, link = add_approver(runs, "ana", by="test", base_url="http://testserver")
             ana = sign_in(client, link, "ana")
             inbox = ana.get("/").text
             page = ana.get(f"/runs/{ids[0]}").text
         for text in (inbox, page):
-            assert "expired" not in text and "Approved by ana" in text and "waiting for a worker" in text and "could not drive it" in text
+            assert (
+                "expired" not in text
+                and "Approved by ana" in text
+                and "waiting for a worker" in text
+                and "could not drive it" in text
+            )
         assert "Ask again" not in page
 
         release.write_text("")  # A is free: it takes what B handed back
-        wait_for(lambda: run_states(url, [*ids, started, busy]) == {**dict.fromkeys(ids, "succeeded"), started: "parked", busy: "succeeded"}, "worker A to drive every run on")
+        wait_for(
+            lambda: (
+                run_states(url, [*ids, started, busy])
+                == {**dict.fromkeys(ids, "succeeded"), started: "parked", busy: "succeeded"}
+            ),
+            "worker A to drive every run on",
+        )
         wait_for(lambda: queue_empty(url), "the queue to empty")
         warm_a = workers.children(a)
         assert workers.stop() == [0, 0]
@@ -633,7 +732,10 @@ def test_a_run_taken_by_a_worker_that_died_waits_again_for_one_that_can(tmp_path
         q.defer_resume("r-waits")
         conn = pg_or_fail()
         conn.execute(f"SET search_path = {url.rsplit('%3D', 1)[1]}")
-        conn.execute("UPDATE procrastinate_jobs SET queue_name = %s, args = args || '{\"declined\": [{\"worker\": \"b\", \"reason\": \"x\"}]}'::jsonb", (private_queue(gone),))
+        conn.execute(
+            'UPDATE procrastinate_jobs SET queue_name = %s, args = args || \'{"declined": [{"worker": "b", "reason": "x"}]}\'::jsonb',
+            (private_queue(gone),),
+        )
 
         async def look() -> list[int]:
             app = build_app(url, pool_size=1)
@@ -657,7 +759,9 @@ def test_a_worker_hands_back_a_run_for_anything_only_it_gets_wrong(tmp_path, wha
     from vodou_engine.workers.engine import Engine
 
     settings = tmp_path / "settings"
-    log, servers, _ = setup_files(tmp_path, ROGUE_MODES_FILE=str(settings / "modes"), ROGUE_TOOLS_FILE=str(settings / "tools"))
+    log, servers, _ = setup_files(
+        tmp_path, ROGUE_MODES_FILE=str(settings / "modes"), ROGUE_TOOLS_FILE=str(settings / "tools")
+    )
     settings.mkdir()
     team = tmp_path / "team.recipe"
     team.write_text(TEAM)
@@ -666,12 +770,19 @@ def test_a_worker_hands_back_a_run_for_anything_only_it_gets_wrong(tmp_path, wha
     with fresh_schema() as url:
         runs = Runs(store=url, servers=servers, workers=False)
         run_id = trio.run(lambda: runs.start(team, actor="ana")).run
-        trio.run(lambda: runs.approve(run_id, "post", actor="ana", drive=False))  # the decision only, as an approval that queues
+        trio.run(
+            lambda: runs.approve(run_id, "post", actor="ana", drive=False)
+        )  # the decision only, as an approval that queues
         if what == "a server that does not start here":
             (settings / "modes").write_text("post_message=no-such-mode")  # the server exits as it starts
         elif what == "a tool not listed here":
             (settings / "tools").write_text("get_status")
-        wrong = Engine(url, load_servers(str(servers)), load_policy(str(policy)) if what == "another policy here" else Policy(), owner="elsewhere:1:1")
+        wrong = Engine(
+            url,
+            load_servers(str(servers)),
+            load_policy(str(policy)) if what == "another policy here" else Policy(),
+            owner="elsewhere:1:1",
+        )
 
         async def drive(engine):
             async with trio.open_nursery() as nursery:
@@ -683,10 +794,18 @@ def test_a_worker_hands_back_a_run_for_anything_only_it_gets_wrong(tmp_path, wha
                     nursery.cancel_scope.cancel()
 
         out = trio.run(drive, wrong)
-        expected = {"a server that does not start here": "did not start on this worker", "a tool not listed here": "do not list rogue.post_message", "another policy here": "another tool policy"}[what]
+        expected = {
+            "a server that does not start here": "did not start on this worker",
+            "a tool not listed here": "do not list rogue.post_message",
+            "another policy here": "another tool policy",
+        }[what]
         assert out.state == "parked" and expected in out.cannot
         (back,) = runs.store().events(run_id)[-1:]
-        assert back.kind == "handed_back" and expected in json.loads(back.data_json)["reason"] and back.actor == "worker process 1 on elsewhere"
+        assert (
+            back.kind == "handed_back"
+            and expected in json.loads(back.data_json)["reason"]
+            and back.actor == "worker process 1 on elsewhere"
+        )
         assert [a.state for a in runs.show(run_id).approvals] == ["approved"]  # the decision stands
         assert rogue_calls(log, "post_message") == []
         for f in settings.iterdir():
@@ -708,7 +827,7 @@ def test_a_start_no_live_worker_can_do_fails_saying_why_and_a_due_time_is_record
     servers.write_text(json.dumps({"mcpServers": {"rogue": rogue_server(log)}}))
     needs = tmp_path / "needs.recipe"
     needs.write_text(NEEDS_EXTRA)
-    t0 = datetime(2026, 3, 2, 8, 0, 0, tzinfo=timezone.utc).timestamp()
+    t0 = datetime(2026, 3, 2, 8, 0, 0, tzinfo=UTC).timestamp()
     start, speed = time.time(), 40.0
     fast = {"VODOU_TEST_CLOCK_T0": str(t0), "VODOU_TEST_CLOCK_START": str(start), "VODOU_TEST_CLOCK_SPEED": str(speed)}
     with fresh_schema() as url, Workers(url, servers, tmp_path, env=fast) as workers:

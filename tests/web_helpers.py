@@ -118,16 +118,29 @@ class Serving:
         self.tmp = tmp
         self.store = tmp / "runs.db"
         self.demo_db = tmp / "demo.db"
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("VODOU_") and k not in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME")}
-        self.env.update(VODOU_STORE=str(self.store), VODOU_DEMO_DB=str(self.demo_db), XDG_CONFIG_HOME=str(tmp / "config"), XDG_DATA_HOME=str(tmp / "data"), XDG_CACHE_HOME=str(tmp / "cache"), **(env or {}))
+        self.env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("VODOU_") and k not in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME")
+        }
+        self.env.update(
+            VODOU_STORE=str(self.store),
+            VODOU_DEMO_DB=str(self.demo_db),
+            XDG_CONFIG_HOME=str(tmp / "config"),
+            XDG_DATA_HOME=str(tmp / "data"),
+            XDG_CACHE_HOME=str(tmp / "cache"),
+            **(env or {}),
+        )
         self.argv = [sys.executable, "-m", "vodou_engine.web.serve", "--port", "0", "--store", str(self.store), *extra]
         self.log = tmp / "serve.log"
         self.proc: subprocess.Popen | None = None
         self.url = ""
 
-    def start(self, timeout: float = 60) -> "Serving":
+    def start(self, timeout: float = 60) -> Serving:
         self._log = open(self.log, "w")
-        self.proc = subprocess.Popen(self.argv, cwd=self.tmp, env=self.env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            self.argv, cwd=self.tmp, env=self.env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             m = re.search(r"serving on (http://\S+)", self.log.read_text())

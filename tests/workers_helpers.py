@@ -12,8 +12,9 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import web_helpers
 from pg_helpers import PG, fresh_schema, pg_or_fail  # noqa: F401 - the tests import them from here too
@@ -37,17 +38,28 @@ class Workers:
         self.servers = servers
         self.tmp = tmp
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("VODOU_")}
-        self.env.update(VODOU_STORE=url, VODOU_SERVERS=str(servers), XDG_CONFIG_HOME=str(tmp / "config"), XDG_DATA_HOME=str(tmp / "data"), PYTHONPATH=str(ROOT))
+        self.env.update(
+            VODOU_STORE=url,
+            VODOU_SERVERS=str(servers),
+            XDG_CONFIG_HOME=str(tmp / "config"),
+            XDG_DATA_HOME=str(tmp / "data"),
+            PYTHONPATH=str(ROOT),
+        )
         self.env.update(env or {})
         self.procs: list[subprocess.Popen] = []
 
-    def start(self, n: int, *, concurrency: int = 4, env: dict | None = None, grace: float = 30.0, recipe: bool = False) -> list[subprocess.Popen]:
+    def start(
+        self, n: int, *, concurrency: int = 4, env: dict | None = None, grace: float = 30.0, recipe: bool = False
+    ) -> list[subprocess.Popen]:
         """``n`` workers: ``recipe worker`` itself (``recipe=True``), else workers_proc.py (a fast clock)."""
         if recipe:
             argv = ["-m", "vodou_engine", "worker"]
         else:
             argv = [*([os.environ["VODOU_TEST_WRAP"]] if os.environ.get("VODOU_TEST_WRAP") else []), PROC, "worker"]
-        return [self._spawn("worker", [*argv, "--concurrency", str(concurrency), "--grace", str(grace)], env) for _ in range(n)]
+        return [
+            self._spawn("worker", [*argv, "--concurrency", str(concurrency), "--grace", str(grace)], env)
+            for _ in range(n)
+        ]
 
     def serve(self, n: int) -> list[subprocess.Popen]:
         """``n`` ``recipe serve`` processes on free ports (on this store they queue, never drive)."""
@@ -98,7 +110,9 @@ class Workers:
         return self.url.rsplit("%3D", 1)[1]
 
     def logs(self) -> str:
-        return "\n".join(f"--- {f.name}\n{f.read_text(errors='replace')[-3000:]}" for f in sorted(self.tmp.glob("*.log")))
+        return "\n".join(
+            f"--- {f.name}\n{f.read_text(errors='replace')[-3000:]}" for f in sorted(self.tmp.glob("*.log"))
+        )
 
     def stop(self, timeout: float = 30) -> list[int | None]:
         for p in self.procs:

@@ -30,14 +30,22 @@ def clock():
     t0 = os.environ.get("VODOU_TEST_CLOCK_T0")
     if not t0:
         return time.time
-    t0f, start, speed = float(t0), float(os.environ["VODOU_TEST_CLOCK_START"]), float(os.environ.get("VODOU_TEST_CLOCK_SPEED", "1"))
+    t0f, start, speed = (
+        float(t0),
+        float(os.environ["VODOU_TEST_CLOCK_START"]),
+        float(os.environ.get("VODOU_TEST_CLOCK_SPEED", "1")),
+    )
     return lambda: t0f + (time.time() - start) * speed
 
 
 def main() -> int:
     import logging
 
-    logging.basicConfig(level=logging.DEBUG if os.environ.get("VODOU_TEST_DEBUG") else logging.INFO, format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.DEBUG if os.environ.get("VODOU_TEST_DEBUG") else logging.INFO,
+        format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
     logging.getLogger("procrastinate").setLevel(logging.WARNING)
     p = argparse.ArgumentParser()
     p.add_argument("role", choices=["worker"])
@@ -52,7 +60,18 @@ def main() -> int:
     from vodou_engine.servers import load_servers
     from vodou_engine.workers.command import work
 
-    asyncio.run(work(url, load_servers(None), load_policy(None), concurrency=args.concurrency, clock=clock(), tick_cron=tick, grace_s=args.grace, signals=[]))
+    asyncio.run(
+        work(
+            url,
+            load_servers(None),
+            load_policy(None),
+            concurrency=args.concurrency,
+            clock=clock(),
+            tick_cron=tick,
+            grace_s=args.grace,
+            signals=[],
+        )
+    )
     return 0
 
 

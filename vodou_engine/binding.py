@@ -44,7 +44,17 @@ import msgspec
 
 from .errors import ServerMismatchError
 from .launch import content_id, reached, which
-from .servers import EMBEDDED_SOURCE, ENV_VAR, HTTP, PROJECT_FILE, STDIO, ServerConfig, ServerSet, load_servers, template_vars
+from .servers import (
+    EMBEDDED_SOURCE,
+    ENV_VAR,
+    HTTP,
+    PROJECT_FILE,
+    STDIO,
+    ServerConfig,
+    ServerSet,
+    load_servers,
+    template_vars,
+)
 
 __all__ = [
     "BoundFile",
@@ -52,8 +62,8 @@ __all__ = [
     "bind",
     "bind_all",
     "decode_bindings",
-    "digest",
     "differences",
+    "digest",
     "encode_bindings",
     "servers_for_run",
     "started_where",
@@ -181,11 +191,15 @@ def bind(
         vars=used,
         workdir=workdir,
         files=files,
-        inherited={key: _value_digest(salt, key, base[key]) for key in BOUND_INHERITED if key in base and key not in here.env},
+        inherited={
+            key: _value_digest(salt, key, base[key]) for key in BOUND_INHERITED if key in base and key not in here.env
+        },
     )
 
 
-def _files(written: ServerConfig, here: ServerConfig, executable: str | None, workdir: str, salt: str) -> dict[str, BoundFile]:
+def _files(
+    written: ServerConfig, here: ServerConfig, executable: str | None, workdir: str, salt: str
+) -> dict[str, BoundFile]:
     """What the command line reaches from ``workdir``; a path named through ``${VAR}`` is
     kept as a digest, like any value from the environment."""
     files = {}
@@ -225,7 +239,9 @@ def depends_on_directory(config: ServerConfig, *, name: str = "", start: str | N
 
 def bind_all(servers: ServerSet, names: Iterable[str], *, salt: str) -> dict[str, ServerBinding]:
     """Bindings for the configured ones of ``names`` (an unknown name is reported where it is started)."""
-    return {n: bind(servers.servers[n], source=servers.source, salt=salt, name=n) for n in names if n in servers.servers}
+    return {
+        n: bind(servers.servers[n], source=servers.source, salt=salt, name=n) for n in names if n in servers.servers
+    }
 
 
 def digest(binding: ServerBinding | None) -> str:
@@ -328,7 +344,9 @@ def _path(f: BoundFile | None) -> str:
     return "a file named through the environment" if f.path.startswith("sha256:") else f.path
 
 
-def verify_bindings(run_id: str, stored: Mapping[str, ServerBinding], servers: ServerSet, names: Iterable[str]) -> ServerSet:
+def verify_bindings(
+    run_id: str, stored: Mapping[str, ServerBinding], servers: ServerSet, names: Iterable[str]
+) -> ServerSet:
     """Refuse (ServerMismatchError, exit 5) unless every server in ``names`` resolves as the
     run's binding says. Returns the servers to start: those of ``servers``, each one the run
     recorded a start directory for set to start there (whatever this process's directory)."""
@@ -366,7 +384,9 @@ def verify_bindings(run_id: str, stored: Mapping[str, ServerBinding], servers: S
             f"run {run_id} was started against other servers than the ones configured here "
             f"({servers.source}); nothing was run:\n  " + "\n  ".join(lines),
             hint=(
-                "use the server file the run was started with" + (f" ({', '.join(sources)})" if sources else "") + ", or start a new run against these servers"
+                "use the server file the run was started with"
+                + (f" ({', '.join(sources)})" if sources else "")
+                + ", or start a new run against these servers"
                 if configured
                 else "the server file says the same, but what it starts differs here: put back the files, directory and environment the run started with (named above), or start a new run"
             ),
@@ -429,7 +449,9 @@ def started_where(run_id: str, servers: ServerSet, hub: Any) -> None:
             continue
         there = os.path.realpath(warm.cwd or os.getcwd())
         if there != os.path.realpath(config.cwd):
-            problems[name] = [f"directory: the run's server starts in {config.cwd!r}, the warm one was started in {there!r}"]
+            problems[name] = [
+                f"directory: the run's server starts in {config.cwd!r}, the warm one was started in {there!r}"
+            ]
     if problems:
         raise ServerMismatchError(
             f"run {run_id}: the servers handed in for it were started elsewhere than the run's; nothing was run:\n  "

@@ -32,13 +32,16 @@ PROMPTS = """On a terminal, run, approve and resume show each card and ask. The 
 the same at every prompt: y approves, n rejects (the run ends declined, exit 4),
 Enter or Ctrl-D decides later (the run stays parked, exit 3)."""
 
-EPILOG = PROMPTS + """
+EPILOG = (
+    PROMPTS
+    + """
 
 exit codes: 0 succeeded, 1 failed, 2 invalid input or usage, 3 parked waiting
 for a person, 4 declined or rejected, 5 refused (unknown run, already decided,
 not an approver, expired, stale, servers or recipe changed, run busy),
 6 store unreadable or missing, 7 no queue for the workers (a SQLite store),
 129/130/143 stopped by SIGHUP/Ctrl-C/SIGTERM (the run is left resumable)."""
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -53,16 +56,31 @@ def _parser() -> argparse.ArgumentParser:
     sub.required = True
 
     def policy(sp):
-        sp.add_argument("--policy", metavar="FILE", help="tool policy file (default: $VODOU_POLICY, ./vodou-policy.toml, ~/.config/vodou/policy.toml)")
+        sp.add_argument(
+            "--policy",
+            metavar="FILE",
+            help="tool policy file (default: $VODOU_POLICY, ./vodou-policy.toml, ~/.config/vodou/policy.toml)",
+        )
 
     def servers(sp):
-        sp.add_argument("--servers", metavar="FILE", help="MCP servers JSON (default: $VODOU_SERVERS, ./mcp.json, ~/.config/vodou/mcp.json, then the demo servers)")
+        sp.add_argument(
+            "--servers",
+            metavar="FILE",
+            help="MCP servers JSON (default: $VODOU_SERVERS, ./mcp.json, ~/.config/vodou/mcp.json, then the demo servers)",
+        )
 
     def store(sp):
-        sp.add_argument("--store", metavar="PATH", help="run store (default: $VODOU_STORE or ~/.local/share/vodou/runs.db)")
+        sp.add_argument(
+            "--store", metavar="PATH", help="run store (default: $VODOU_STORE or ~/.local/share/vodou/runs.db)"
+        )
 
     def actor(sp, what: str):
-        sp.add_argument("--as", dest="actor", metavar="NAME", help=f"{what} under this approver name instead of your user name; needs the approver's secret in ${TOKEN_ENV}")
+        sp.add_argument(
+            "--as",
+            dest="actor",
+            metavar="NAME",
+            help=f"{what} under this approver name instead of your user name; needs the approver's secret in ${TOKEN_ENV}",
+        )
 
     def as_json(sp):
         sp.add_argument("--json", action="store_true", help="print one JSON object instead of text")
@@ -80,29 +98,64 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--offline", action="store_true", help="do not start servers")
     fmt = pl.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print the plan and a graph summary as JSON")
-    fmt.add_argument("--format", choices=["card", "mermaid"], default="card", help="the card (default), or the graph as a Mermaid flowchart")
+    fmt.add_argument(
+        "--format",
+        choices=["card", "mermaid"],
+        default="card",
+        help="the card (default), or the graph as a Mermaid flowchart",
+    )
     policy(pl)
     servers(pl)
 
-    r = sub.add_parser("run", help="run a recipe; parks at each approval", description="Run a recipe; it parks at each approval.\n\n" + PROMPTS, formatter_class=argparse.RawDescriptionHelpFormatter)
+    r = sub.add_parser(
+        "run",
+        help="run a recipe; parks at each approval",
+        description="Run a recipe; it parks at each approval.\n\n" + PROMPTS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     r.add_argument("file", help="a .recipe file or an actions.json")
-    r.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="an input value (JSON, or plain text)")
+    r.add_argument(
+        "--set", action="append", default=[], metavar="NAME=VALUE", help="an input value (JSON, or plain text)"
+    )
     no_wait(r)
     as_json(r)
-    r.add_argument("--model", help="model for write steps (llm); default: the recipe's, then $VODOU_MODEL, else the offline writer")
-    r.add_argument("--queue", action="store_true", help="queue the run for the workers (`recipe worker`) instead of driving it here; prints its id (a PostgreSQL store only)")
+    r.add_argument(
+        "--model", help="model for write steps (llm); default: the recipe's, then $VODOU_MODEL, else the offline writer"
+    )
+    r.add_argument(
+        "--queue",
+        action="store_true",
+        help="queue the run for the workers (`recipe worker`) instead of driving it here; prints its id (a PostgreSQL store only)",
+    )
     actor(r, "start the run")
     policy(r)
     servers(r)
     store(r)
 
-    a = sub.add_parser("approve", help="approve a parked step and drive the run on", description="Show a parked step's card, approve it, and drive the run on.\n\n" + PROMPTS, formatter_class=argparse.RawDescriptionHelpFormatter)
+    a = sub.add_parser(
+        "approve",
+        help="approve a parked step and drive the run on",
+        description="Show a parked step's card, approve it, and drive the run on.\n\n" + PROMPTS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     a.add_argument("run", help="run id")
     a.add_argument("step", nargs="?", help="step name (needed when several approvals wait)")
-    a.add_argument("--yes", action="store_true", help="approve without asking (needed without a terminal); without it, on a terminal: y approves, n rejects, Enter or Ctrl-D decides later")
-    a.add_argument("--fingerprint", metavar="FP", help="approve only if the question still has this fingerprint (the one on the card you read)")
+    a.add_argument(
+        "--yes",
+        action="store_true",
+        help="approve without asking (needed without a terminal); without it, on a terminal: y approves, n rejects, Enter or Ctrl-D decides later",
+    )
+    a.add_argument(
+        "--fingerprint",
+        metavar="FP",
+        help="approve only if the question still has this fingerprint (the one on the card you read)",
+    )
     a.add_argument("--model", help="model for write steps after this one (default: the one the run started with)")
-    a.add_argument("--here", action="store_true", help="drive the run on in this process even on a PostgreSQL store (there, by default, the workers do)")
+    a.add_argument(
+        "--here",
+        action="store_true",
+        help="drive the run on in this process even on a PostgreSQL store (there, by default, the workers do)",
+    )
     actor(a, "decide")
     as_json(a)
     no_wait(a)
@@ -121,7 +174,12 @@ def _parser() -> argparse.ArgumentParser:
     store(rj)
     rj.set_defaults(decision="reject")
 
-    rs = sub.add_parser("resume", help="continue a parked or interrupted run (asks again for expired or stale approvals)", description="Continue a parked or interrupted run; expired or stale approvals are asked again.\n\n" + PROMPTS, formatter_class=argparse.RawDescriptionHelpFormatter)
+    rs = sub.add_parser(
+        "resume",
+        help="continue a parked or interrupted run (asks again for expired or stale approvals)",
+        description="Continue a parked or interrupted run; expired or stale approvals are asked again.\n\n" + PROMPTS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     rs.add_argument("run", help="run id")
     rs.add_argument("--model", help="model for write steps (default: the one the run started with)")
     as_json(rs)
@@ -138,9 +196,15 @@ def _parser() -> argparse.ArgumentParser:
     store(cn)
 
     ls = sub.add_parser("runs", help="list runs, newest first")
-    ls.add_argument("--state", choices=["running", "parked", "interrupted", "succeeded", "failed", "declined", "cancelled"], help="only runs in this state")
+    ls.add_argument(
+        "--state",
+        choices=["running", "parked", "interrupted", "succeeded", "failed", "declined", "cancelled"],
+        help="only runs in this state",
+    )
     ls.add_argument("--recipe", metavar="NAME", help="only runs of this recipe (its name)")
-    ls.add_argument("--since", metavar="WHEN", help="only runs started since: an ISO date/time, or an age such as 2h or 7d")
+    ls.add_argument(
+        "--since", metavar="WHEN", help="only runs started since: an ISO date/time, or an age such as 2h or 7d"
+    )
     ls.add_argument("--limit", type=int, default=50, metavar="N", help="at most N runs (default 50)")
     as_json(ls)
     store(ls)
@@ -148,16 +212,26 @@ def _parser() -> argparse.ArgumentParser:
     sh = sub.add_parser("show", help="show a run: steps, results, timings, approvals, effects")
     sh.add_argument("run", help="run id")
     as_json(sh)
-    sh.add_argument("--audit", action="store_true", help="the audit record of each effect: card shown, payload, fingerprint, who decided and when, the result")
+    sh.add_argument(
+        "--audit",
+        action="store_true",
+        help="the audit record of each effect: card shown, payload, fingerprint, who decided and when, the result",
+    )
     sh.add_argument("--full", action="store_true", help="every result in full (read results are summarised otherwise)")
     store(sh)
 
-    rc = sub.add_parser("reconcile", help="settle an effect left unknown (or reported failed) by saying whether it happened")
+    rc = sub.add_parser(
+        "reconcile", help="settle an effect left unknown (or reported failed) by saying whether it happened"
+    )
     rc.add_argument("run", help="run id")
     rc.add_argument("step", help="the effect's step")
     g = rc.add_mutually_exclusive_group(required=True)
     g.add_argument("--executed", action="store_true", help="it did happen: `recipe resume` then goes on from it")
-    g.add_argument("--not-executed", action="store_true", help="it did not happen: the step is recorded failed, and `recipe resume` ends the run failed at that step (start a new run to try again)")
+    g.add_argument(
+        "--not-executed",
+        action="store_true",
+        help="it did not happen: the step is recorded failed, and `recipe resume` ends the run failed at that step (start a new run to try again)",
+    )
     rc.add_argument("--reason", help="how you know (kept in the audit log)")
     actor(rc, "settle it")
     store(rc)
@@ -177,13 +251,26 @@ def _parser() -> argparse.ArgumentParser:
     rm.add_argument("name", help="the approver's name")
     store(rm)
 
-    ag = sub.add_parser("agent", help="agents that may use the MCP server of `recipe serve` (/mcp) with a bearer token; they propose, never decide")
+    ag = sub.add_parser(
+        "agent",
+        help="agents that may use the MCP server of `recipe serve` (/mcp) with a bearer token; they propose, never decide",
+    )
     agsub = ag.add_subparsers(dest="agent_command", metavar="ACTION")
     agsub.required = True
     aga = agsub.add_parser("add", help="add agent NAME (or give it a new token); prints its bearer token once")
     aga.add_argument("name", help="the agent's name: its runs are started by agent:NAME")
-    aga.add_argument("--see", choices=["own", "all"], default="own", help="whose runs it may read: `own` (the runs it started; default) or `all`")
-    aga.add_argument("--approver", action="append", metavar="NAME", help="who decides the runs of its recipes that name no approvers (repeatable; default: $VODOU_AGENT_APPROVERS of `recipe serve`, else the user running it)")
+    aga.add_argument(
+        "--see",
+        choices=["own", "all"],
+        default="own",
+        help="whose runs it may read: `own` (the runs it started; default) or `all`",
+    )
+    aga.add_argument(
+        "--approver",
+        action="append",
+        metavar="NAME",
+        help="who decides the runs of its recipes that name no approvers (repeatable; default: $VODOU_AGENT_APPROVERS of `recipe serve`, else the user running it)",
+    )
     store(aga)
     agl = agsub.add_parser("list", help="list agents (never their tokens)")
     store(agl)
@@ -194,13 +281,17 @@ def _parser() -> argparse.ArgumentParser:
     po = sub.add_parser("policy", help="check the tool policy file against the configured servers")
     posub = po.add_subparsers(dest="policy_command", metavar="ACTION")
     posub.required = True
-    pc = posub.add_parser("check", help="fail when an entry names a server or tool that does not exist (it would apply to nothing)")
+    pc = posub.add_parser(
+        "check", help="fail when an entry names a server or tool that does not exist (it would apply to nothing)"
+    )
     policy(pc)
     servers(pc)
 
     sv = sub.add_parser("save", help="save a recipe in the store, as a new version (older versions are kept)")
     sv.add_argument("file", help="a .recipe file")
-    sv.add_argument("--name", metavar="NAME", help="the name to save it under (default: the recipe's title, else its file name)")
+    sv.add_argument(
+        "--name", metavar="NAME", help="the name to save it under (default: the recipe's title, else its file name)"
+    )
     policy(sv)
     store(sv)
 
@@ -209,13 +300,40 @@ def _parser() -> argparse.ArgumentParser:
     scsub.required = True
     sa = scsub.add_parser("add", help="run the saved recipe NAME on a cron schedule")
     sa.add_argument("name", help="the saved recipe's name; also the schedule's, unless --as-name")
-    sa.add_argument("--cron", required=True, metavar="EXPR", help='five-field cron expression, e.g. "0 8 * * 1-5" for 8:00 on weekdays')
-    sa.add_argument("--tz", default="UTC", metavar="ZONE", help="IANA time zone the expression is read in (default UTC), e.g. Europe/Lisbon")
-    sa.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="an input value for every run (JSON, or plain text)")
-    sa.add_argument("--catch-up", metavar="DURATION", help="a due time missed by less than this still runs (once) when serving resumes (default 1h; 0 never)")
-    sa.add_argument("--as-name", dest="schedule_name", metavar="SCHEDULE", help="the schedule's own name (default: the recipe's)")
+    sa.add_argument(
+        "--cron",
+        required=True,
+        metavar="EXPR",
+        help='five-field cron expression, e.g. "0 8 * * 1-5" for 8:00 on weekdays',
+    )
+    sa.add_argument(
+        "--tz",
+        default="UTC",
+        metavar="ZONE",
+        help="IANA time zone the expression is read in (default UTC), e.g. Europe/Lisbon",
+    )
+    sa.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an input value for every run (JSON, or plain text)",
+    )
+    sa.add_argument(
+        "--catch-up",
+        metavar="DURATION",
+        help="a due time missed by less than this still runs (once) when serving resumes (default 1h; 0 never)",
+    )
+    sa.add_argument(
+        "--as-name", dest="schedule_name", metavar="SCHEDULE", help="the schedule's own name (default: the recipe's)"
+    )
     store(sa)
-    for action, helptext in (("list", "list schedules, when each is next due, and what its last due times did"), ("pause", "pause a schedule"), ("resume", "resume a paused schedule (counted from now: what was missed while paused is not run)"), ("remove", "remove a schedule (its record of past due times is kept)")):
+    for action, helptext in (
+        ("list", "list schedules, when each is next due, and what its last due times did"),
+        ("pause", "pause a schedule"),
+        ("resume", "resume a paused schedule (counted from now: what was missed while paused is not run)"),
+        ("remove", "remove a schedule (its record of past due times is kept)"),
+    ):
         sp = scsub.add_parser(action, help=helptext)
         if action != "list":
             sp.add_argument("name", help="the schedule's name")
@@ -223,13 +341,25 @@ def _parser() -> argparse.ArgumentParser:
             as_json(sp)
         store(sp)
 
-    pr = sub.add_parser("prune", help="remove finished runs older than an age (never parked ones, nor effects left unknown); the store shrinks")
-    pr.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 30d, 12h, 90m: runs that ended longer ago than this")
-    pr.add_argument("--state", action="append", choices=["succeeded", "failed", "declined", "cancelled"], help="only runs that ended in this state (repeatable; default: every final state)")
+    pr = sub.add_parser(
+        "prune",
+        help="remove finished runs older than an age (never parked ones, nor effects left unknown); the store shrinks",
+    )
+    pr.add_argument(
+        "--older-than", required=True, metavar="AGE", help="e.g. 30d, 12h, 90m: runs that ended longer ago than this"
+    )
+    pr.add_argument(
+        "--state",
+        action="append",
+        choices=["succeeded", "failed", "declined", "cancelled"],
+        help="only runs that ended in this state (repeatable; default: every final state)",
+    )
     as_json(pr)
     store(pr)
 
-    se = sub.add_parser("serve", help="serve the approval inbox, run saved recipes on their schedules, keep servers warm")
+    se = sub.add_parser(
+        "serve", help="serve the approval inbox, run saved recipes on their schedules, keep servers warm"
+    )
     web_serve.add_arguments(se)
 
     wk = sub.add_parser(
@@ -240,9 +370,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     worker_command.add_arguments(wk)
 
-    mc = sub.add_parser("mcp", help="serve the engine to an AI agent over MCP (stdio): it may propose and start recipes, never decide")
+    mc = sub.add_parser(
+        "mcp", help="serve the engine to an AI agent over MCP (stdio): it may propose and start recipes, never decide"
+    )
     mcp_server.add_arguments(mc)
-    au = sub.add_parser("author", help="draft a recipe from one sentence with a language model (nothing runs or is saved unless asked)")
+    au = sub.add_parser(
+        "author", help="draft a recipe from one sentence with a language model (nothing runs or is saved unless asked)"
+    )
     author.add_arguments(au)
     return p
 

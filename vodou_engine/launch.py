@@ -175,7 +175,9 @@ def _through_launchers(args: list[str], start: str, env: Mapping[str, str]) -> l
             for text in _path_texts(word):
                 full = os.path.join(start, text)
                 if os.path.isfile(full) and _is_code(os.path.realpath(full)):
-                    out.append(Reached(f"env {var}: {text}", os.path.realpath(full), True, not os.path.isabs(text), None, var))
+                    out.append(
+                        Reached(f"env {var}: {text}", os.path.realpath(full), True, not os.path.isabs(text), None, var)
+                    )
     return out
 
 

@@ -35,8 +35,9 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterable
 from functools import lru_cache
-from typing import Any, Iterable
+from typing import Any
 
 OPEN = "\u27e8"
 """``⟨``: opens a marker. Marked itself wherever a value holds it."""
@@ -316,12 +317,18 @@ class Findings:
         out = []
         if self.hidden:
             n = sum(self.hidden.values())
-            out.append(f"⚠ {what} holds {n} hidden character{'s' if n != 1 else ''}, each shown as ⟨U+…⟩ above: " + _listed(self.hidden, most))
+            out.append(
+                f"⚠ {what} holds {n} hidden character{'s' if n != 1 else ''}, each shown as ⟨U+…⟩ above: "
+                + _listed(self.hidden, most)
+            )
         for text in self.tags:
             out.append(f"⚠ its tag characters spell {quote(text)}")
         if self.alike:
             n = sum(self.alike.values())
-            out.append(f"⚠ {what} holds {n} letter{'s' if n != 1 else ''} of another script that pass{'es' if n == 1 else ''} for Latin, each shown as ⟨U+…⟩ above: " + _listed(self.alike, most))
+            out.append(
+                f"⚠ {what} holds {n} letter{'s' if n != 1 else ''} of another script that pass{'es' if n == 1 else ''} for Latin, each shown as ⟨U+…⟩ above: "
+                + _listed(self.alike, most)
+            )
         if self.mixed_direction:
             n = self.mixed_direction
             out.append(
@@ -338,7 +345,19 @@ class Findings:
         return out
 
 
-_CONTROL_NAMES = {0x00: "NULL", 0x08: "BACKSPACE", 0x09: "CHARACTER TABULATION", 0x0A: "LINE FEED", 0x0B: "LINE TABULATION", 0x0C: "FORM FEED", 0x0D: "CARRIAGE RETURN", 0x1B: "ESCAPE", 0x7F: "DELETE", 0x85: "NEXT LINE", 0x9B: "CONTROL SEQUENCE INTRODUCER"}
+_CONTROL_NAMES = {
+    0x00: "NULL",
+    0x08: "BACKSPACE",
+    0x09: "CHARACTER TABULATION",
+    0x0A: "LINE FEED",
+    0x0B: "LINE TABULATION",
+    0x0C: "FORM FEED",
+    0x0D: "CARRIAGE RETURN",
+    0x1B: "ESCAPE",
+    0x7F: "DELETE",
+    0x85: "NEXT LINE",
+    0x9B: "CONTROL SEQUENCE INTRODUCER",
+}
 
 
 def name_of(ch: str) -> str:
@@ -350,12 +369,16 @@ def name_of(ch: str) -> str:
     if o in _CONTROL_NAMES:
         return _CONTROL_NAMES[o]
     cat = unicodedata.category(ch)
-    return {"Cc": "a control character", "Co": "a private-use character", "Cs": "a lone surrogate"}.get(cat, "an unassigned code point")
+    return {"Cc": "a control character", "Co": "a private-use character", "Cs": "a lone surrogate"}.get(
+        cat, "an unassigned code point"
+    )
 
 
 def _listed(counts: dict[str, int], most: int) -> str:
     tags = sum(n for ch, n in counts.items() if 0xE0000 <= ord(ch) <= 0xE007F)
-    items = sorted(((ch, n) for ch, n in counts.items() if not 0xE0000 <= ord(ch) <= 0xE007F), key=lambda kv: (-kv[1], ord(kv[0])))
+    items = sorted(
+        ((ch, n) for ch, n in counts.items() if not 0xE0000 <= ord(ch) <= 0xE007F), key=lambda kv: (-kv[1], ord(kv[0]))
+    )
     words = [f"U+{ord(ch):04X} {name_of(ch)}" + (f" ×{n}" if n > 1 else "") for ch, n in items[:most]]
     if tags:
         words.insert(0, f"TAG characters (U+E0000–E007F) ×{tags}")

@@ -16,7 +16,8 @@ import os
 import re
 import signal
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import IdentityError, UsageError
 from ..limits import MAX_DEPTH, TooDeep, check_json_depth
@@ -46,7 +47,15 @@ def _actor(args: Any, runs: Any, run_id: str | None, command: str) -> tuple[str,
     )
 
 
-def _me(runs: Any, command: str, run_id: str | None = None, *, also: str | None = None, acts: bool = True, create: bool = False) -> str:
+def _me(
+    runs: Any,
+    command: str,
+    run_id: str | None = None,
+    *,
+    also: str | None = None,
+    acts: bool = True,
+    create: bool = False,
+) -> str:
     """The operating-system user (the real uid's name, osuser.py). When the command ``acts``
     (records something under that name), an environment that names someone else ($LOGNAME,
     $USER) is ignored, logged as a refused claim and said on stderr. ``also``: a name proven
@@ -57,14 +66,23 @@ def _me(runs: Any, command: str, run_id: str | None = None, *, also: str | None 
     if claim is not None and claim[1] != also:
         variable, name = claim
         runs.refuse_identity(name, by=me, command=command, run_id=run_id, via=f"${variable}", create=create)
-        say(f"warning: ${variable} names {name}, but this process runs as {me}: {command} acts as {me} (the claim is logged)", style="yellow", err=True)
+        say(
+            f"warning: ${variable} names {name}, but this process runs as {me}: {command} acts as {me} (the claim is logged)",
+            style="yellow",
+            err=True,
+        )
     return me
 
 
 # --- the run API, inputs, a run driven here -----------------------------------------------
 def _runs(args: Any) -> Any:
     workers = False if getattr(args, "here", False) else None  # --here: driven here, whatever the store
-    return Runs(store=getattr(args, "store", None), servers=getattr(args, "servers", None), policy=getattr(args, "policy", None), workers=workers)
+    return Runs(
+        store=getattr(args, "store", None),
+        servers=getattr(args, "servers", None),
+        policy=getattr(args, "policy", None),
+        workers=workers,
+    )
 
 
 def _store_flag(args: Any) -> str:
@@ -72,7 +90,12 @@ def _store_flag(args: Any) -> str:
 
 
 def _interactive(args: Any) -> bool:
-    return not getattr(args, "no_wait", False) and not getattr(args, "json", False) and sys.stdin.isatty() and sys.stdout.isatty()
+    return (
+        not getattr(args, "no_wait", False)
+        and not getattr(args, "json", False)
+        and sys.stdin.isatty()
+        and sys.stdout.isatty()
+    )
 
 
 def _inputs(pairs: list[str]) -> dict[str, Any]:
@@ -80,11 +103,16 @@ def _inputs(pairs: list[str]) -> dict[str, Any]:
     for pair in pairs:
         name, sep, raw = pair.partition("=")
         if not sep or not name:
-            raise UsageError(f"--set {pair!r} is not NAME=VALUE", hint='e.g. --set channel=#daily or --set limit=5 or --set tags=["a","b"]')
+            raise UsageError(
+                f"--set {pair!r} is not NAME=VALUE",
+                hint='e.g. --set channel=#daily or --set limit=5 or --set tags=["a","b"]',
+            )
         try:
             check_json_depth(raw)
         except TooDeep:
-            raise UsageError(f"--set {name}: the value nests arrays or objects more than {MAX_DEPTH} levels deep", hint="flatten it") from None
+            raise UsageError(
+                f"--set {name}: the value nests arrays or objects more than {MAX_DEPTH} levels deep", hint="flatten it"
+            ) from None
         try:
             out[name] = json.loads(raw)
         except ValueError:
@@ -182,8 +210,12 @@ def _answer_inline(args: Any, runs: Any, rep: Any, code: int, actor: str, proof:
             say(f"nothing was decided; run {rep.run} stays parked.", style="yellow")
             return code
         if answer == "yes":
-            rep = _run_async(lambda: runs.approve(rep.run, card.step, actor=actor, fingerprint=card.fingerprint, proof=proof))
+            rep = _run_async(
+                lambda: runs.approve(rep.run, card.step, actor=actor, fingerprint=card.fingerprint, proof=proof)
+            )
         else:
-            rep = _run_async(lambda: runs.reject(rep.run, card.step, actor=actor, fingerprint=card.fingerprint, proof=proof))
+            rep = _run_async(
+                lambda: runs.reject(rep.run, card.step, actor=actor, fingerprint=card.fingerprint, proof=proof)
+            )
         code = report(rep, json_out=False, store_flag=_store_flag(args))
     return code

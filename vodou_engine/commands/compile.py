@@ -40,6 +40,8 @@ def _write(data: bytes, out: str | None) -> None:
                 f.write(data)
             os.replace(tmp, out)
         except OSError as exc:
-            raise UsageError(f"cannot write {out}: {exc.strerror or exc}", hint="check that the directory exists and is writable") from None
+            raise UsageError(
+                f"cannot write {out}: {exc.strerror or exc}", hint="check that the directory exists and is writable"
+            ) from None
     else:
         sys.stdout.buffer.write(data)

@@ -38,7 +38,10 @@ def _decide(args: Any, prespawned: Any) -> int:
     decision = args.decision
     if decision == "approve" and not args.yes:
         if not (sys.stdin.isatty() and sys.stdout.isatty()):
-            raise UsageError("approving without a terminal needs --yes", hint=f"recipe approve {args.run} {card.step} --yes --fingerprint {card.fingerprint}")
+            raise UsageError(
+                "approving without a terminal needs --yes",
+                hint=f"recipe approve {args.run} {card.step} --yes --fingerprint {card.fingerprint}",
+            )
         answer = _ask("approve exactly this?")
         if answer == "later":
             say("nothing was decided; the run stays parked.", style="yellow")
@@ -46,16 +49,40 @@ def _decide(args: Any, prespawned: Any) -> int:
         decision = "approve" if answer == "yes" else "reject"
     if decision == "approve":
         with _left_resumable(args, args.run):
-            rep = _run_async(lambda: runs.approve(args.run, card.step, actor=actor, fingerprint=fingerprint, model=args.model, prespawned=prespawned, proof=proof))
+            rep = _run_async(
+                lambda: runs.approve(
+                    args.run,
+                    card.step,
+                    actor=actor,
+                    fingerprint=fingerprint,
+                    model=args.model,
+                    prespawned=prespawned,
+                    proof=proof,
+                )
+            )
         if not args.json:
             if card.step in rep.asked_again:
-                say(f"your approval of {card.step} ({fingerprint}) is recorded as {actor}; before the step ran, its check was read again.", style="yellow")
+                say(
+                    f"your approval of {card.step} ({fingerprint}) is recorded as {actor}; before the step ran, its check was read again.",
+                    style="yellow",
+                )
             else:
                 say(f"approved {card.step} ({fingerprint}) as {actor}.", style="green")
     else:
-        rep = _run_async(lambda: runs.reject(args.run, card.step, actor=actor, reason=getattr(args, "reason", None), fingerprint=fingerprint, proof=proof))
+        rep = _run_async(
+            lambda: runs.reject(
+                args.run,
+                card.step,
+                actor=actor,
+                reason=getattr(args, "reason", None),
+                fingerprint=fingerprint,
+                proof=proof,
+            )
+        )
         if not args.json:
-            say(f"rejected {card.step} as {actor}; run {args.run} is {rep.state} and nothing more runs.", style="yellow")
+            say(
+                f"rejected {card.step} as {actor}; run {args.run} is {rep.state} and nothing more runs.", style="yellow"
+            )
     code = report(rep, json_out=args.json, store_flag=_store_flag(args))
     return _answer_inline(args, runs, rep, code, actor, proof)
 
@@ -114,5 +141,7 @@ def cmd_reconcile(args: Any) -> int:
     if eff.state == "executed":
         say(f"effect {args.step} of run {args.run} settled as executed by {actor}: {resume} goes on from it.")
     else:
-        say(f"effect {args.step} of run {args.run} settled as not executed by {actor}: the step is recorded failed, and {resume} ends the run failed at {args.step} (start a new run to try again).")
+        say(
+            f"effect {args.step} of run {args.run} settled as not executed by {actor}: the step is recorded failed, and {resume} ends the run failed at {args.step} (start a new run to try again)."
+        )
     return 0

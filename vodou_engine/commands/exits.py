@@ -10,7 +10,8 @@ commands) and becomes its exit code; a signal becomes 128 + its number
 from __future__ import annotations
 
 import signal
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import VodouError
 from ..views.term import say
@@ -31,7 +32,9 @@ def _ended(exc: BaseException) -> int:
         _error(exc)
         return exc.exit_code
     signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
-    say("interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}", style="red", err=True)
+    say(
+        "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}", style="red", err=True
+    )
     return 128 + signum
 
 
@@ -64,16 +67,29 @@ def _error(exc: Any) -> None:
 
 _CLI_HINTS: dict[str, Callable[[dict], str]] = {
     "run.unknown": lambda f: "`recipe runs` lists the runs in this store",
-    "plan.edited": lambda f: f"if the edit is intended, `recipe compile {f.get('path') or 'actions.json'} -o {f.get('path') or 'actions.json'}` verifies and fingerprints it again",
+    "plan.edited": lambda f: (
+        f"if the edit is intended, `recipe compile {f.get('path') or 'actions.json'} -o {f.get('path') or 'actions.json'}` verifies and fingerprints it again"
+    ),
     "run.busy": lambda f: f"`recipe show {f.get('run')}` follows it; it picks up every decision already made",
     "approval.expired": lambda f: "`recipe resume RUN` asks again",
-    "approval.stale": lambda f: f"read the current card (`recipe show {f.get('run')} --audit`) and approve its fingerprint",
-    "approval.decided": lambda f: f"`recipe show {f.get('run')}` lists the run's approvals" + ("; `recipe resume RUN` asks again" if f.get("state") == "expired" else ""),
-    "servers.mismatch": lambda f: "run it with --servers naming the server file the run was started with"
-    + (f" ({', '.join(f['bound'])})" if f.get("bound") else "")
-    + ", or start a new run against these servers"
-    if f.get("configured", True)
-    else "the server file says the same, but what it starts differs here: put back the files, directory and environment the run started with (named above), or start a new run",
-    "recipe.changed": lambda f: f"restore {f.get('path')} (the run executes the plan it started with), or `recipe reject {f.get('run')}` and start a new run",
-    "identity.refused": lambda f: f"act as yourself (drop --as), or put {f.get('claimed')}'s secret in ${TOKEN_ENV} (`recipe approver add NAME` makes one)",
+    "approval.stale": lambda f: (
+        f"read the current card (`recipe show {f.get('run')} --audit`) and approve its fingerprint"
+    ),
+    "approval.decided": lambda f: (
+        f"`recipe show {f.get('run')}` lists the run's approvals"
+        + ("; `recipe resume RUN` asks again" if f.get("state") == "expired" else "")
+    ),
+    "servers.mismatch": lambda f: (
+        "run it with --servers naming the server file the run was started with"
+        + (f" ({', '.join(f['bound'])})" if f.get("bound") else "")
+        + ", or start a new run against these servers"
+        if f.get("configured", True)
+        else "the server file says the same, but what it starts differs here: put back the files, directory and environment the run started with (named above), or start a new run"
+    ),
+    "recipe.changed": lambda f: (
+        f"restore {f.get('path')} (the run executes the plan it started with), or `recipe reject {f.get('run')}` and start a new run"
+    ),
+    "identity.refused": lambda f: (
+        f"act as yourself (drop --as), or put {f.get('claimed')}'s secret in ${TOKEN_ENV} (`recipe approver add NAME` makes one)"
+    ),
 }

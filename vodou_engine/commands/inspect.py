@@ -26,7 +26,10 @@ def _since(text: str | None) -> float | None:
     try:
         dt = datetime.fromisoformat(text)
     except ValueError:
-        raise UsageError(f"--since {text!r} is neither an ISO date/time nor an age", hint="e.g. --since 2026-11-30, --since 2026-11-30T08:00, --since 2h, --since 7d") from None
+        raise UsageError(
+            f"--since {text!r} is neither an ISO date/time nor an age",
+            hint="e.g. --since 2026-11-30, --since 2026-11-30T08:00, --since 2h, --since 7d",
+        ) from None
     return (dt if dt.tzinfo else dt.astimezone()).timestamp()
 
 
@@ -58,6 +61,10 @@ def cmd_prune(args: Any) -> int:
     if args.json:
         out(msgspec.json.encode(rep).decode() + "\n")
         return 0
-    size = f"; the store went from {rep.bytes_before:,} to {rep.bytes_after:,} bytes" if rep.bytes_before is not None and rep.bytes_after is not None else ""
+    size = (
+        f"; the store went from {rep.bytes_before:,} to {rep.bytes_after:,} bytes"
+        if rep.bytes_before is not None and rep.bytes_after is not None
+        else ""
+    )
     say(f"removed {rep.runs} finished run{'s' if rep.runs != 1 else ''}{size}.")
     return 0

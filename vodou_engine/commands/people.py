@@ -19,10 +19,18 @@ from .exits import TOKEN_ENV
 
 def cmd_approver(args: Any) -> int:
     runs = _runs(args)
-    me = _me(runs, f"approver {args.approver_command}", acts=args.approver_command != "list", create=args.approver_command == "add")
+    me = _me(
+        runs,
+        f"approver {args.approver_command}",
+        acts=args.approver_command != "list",
+        create=args.approver_command == "add",
+    )
     if args.approver_command == "add":
         token, link = add_approver(runs, args.name, by=me)
-        say(f"{args.name} may now act with `--as {args.name}` when ${TOKEN_ENV} holds this secret (shown once; only its hash is kept):", err=True)
+        say(
+            f"{args.name} may now act with `--as {args.name}` when ${TOKEN_ENV} holds this secret (shown once; only its hash is kept):",
+            err=True,
+        )
         out(token + "\n")
         say(f"and sign in to the inbox (`recipe serve`) once, within a day, at:\n  {link}", err=True)
     elif args.approver_command == "link":
@@ -43,9 +51,15 @@ def cmd_agent(args: Any) -> int:
     me = _me(runs, f"agent {args.agent_command}", acts=args.agent_command != "list", create=args.agent_command == "add")
     if args.agent_command == "add":
         token = identity.add_agent(runs, args.name, by=me, sees=args.see, approvers=args.approver)
-        say(f"agent {args.name} may now use the MCP server of `recipe serve` at /mcp with this bearer token (shown once; only its hash is kept); its runs are started by agent:{args.name}:", err=True)
+        say(
+            f"agent {args.name} may now use the MCP server of `recipe serve` at /mcp with this bearer token (shown once; only its hash is kept); its runs are started by agent:{args.name}:",
+            err=True,
+        )
         out(token + "\n")
-        say("send it as `Authorization: Bearer TOKEN` (docs/agents.md, \"Over HTTP\"); `recipe agent remove` stops it at once.", err=True)
+        say(
+            'send it as `Authorization: Bearer TOKEN` (docs/agents.md, "Over HTTP"); `recipe agent remove` stops it at once.',
+            err=True,
+        )
     elif args.agent_command == "remove":
         if not identity.remove_agent(runs, args.name, by=me):
             raise RefusedError(f"there is no agent {args.name!r}; nothing was changed")

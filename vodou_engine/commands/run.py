@@ -27,7 +27,12 @@ def cmd_plan(args: Any) -> int:
     runs = _runs(args)
     if args.offline:
         plan, text = load_source(args.file, policy=runs.policy(), memo=True)
-        seen = Inspection(plan=plan, path=args.file, note="offline: servers not started, tool names not checked", warnings=source_warnings(text or "", args.file))
+        seen = Inspection(
+            plan=plan,
+            path=args.file,
+            note="offline: servers not started, tool names not checked",
+            warnings=source_warnings(text or "", args.file),
+        )
     else:
         seen = _run_async(lambda: runs.inspect(args.file))
     plan = seen.plan
@@ -41,11 +46,23 @@ def cmd_plan(args: Any) -> int:
             doc["servers"] = {"source": seen.servers_source, "commands": seen.servers}
         if seen.warnings:
             doc["warnings"] = seen.warnings
-        sys.stdout.buffer.write(json_safe(msgspec.json.format(msgspec.json.encode(doc, order="deterministic"), indent=2).decode()).encode() + b"\n")
+        sys.stdout.buffer.write(
+            json_safe(msgspec.json.format(msgspec.json.encode(doc, order="deterministic"), indent=2).decode()).encode()
+            + b"\n"
+        )
     elif args.format == "mermaid":
         sys.stdout.write(mermaid(plan))
     else:
-        console().print(plan_card(plan, source=args.file, status=seen.status, servers_note=seen.note, writer=_writer_label(plan), servers=seen.servers))
+        console().print(
+            plan_card(
+                plan,
+                source=args.file,
+                status=seen.status,
+                servers_note=seen.note,
+                writer=_writer_label(plan),
+                servers=seen.servers,
+            )
+        )
     for w in seen.warnings:
         say(f"warning: {w}", style="yellow", err=True)
     bad = [k for k, v in seen.status.items() if not v.exists]
@@ -71,7 +88,11 @@ def cmd_run(args: Any) -> int:
     run_id = new_run_id()
     progress = Progress([n.id for n in plan.nodes], enabled=sys.stderr.isatty() and not args.json)
     with _left_resumable(args, run_id), progress:
-        rep = _run_async(lambda: runs.start(args.file, inputs=inputs, actor=actor, model=args.model, on_change=progress.change, run_id=run_id))
+        rep = _run_async(
+            lambda: runs.start(
+                args.file, inputs=inputs, actor=actor, model=args.model, on_change=progress.change, run_id=run_id
+            )
+        )
     code = report(rep, json_out=args.json, store_flag=_store_flag(args))
     return _answer_inline(args, runs, rep, code, actor, "os-user")
 
