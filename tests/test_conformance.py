@@ -163,7 +163,8 @@ def test_the_engines_client_passes_the_client_scenarios_that_apply(conformance, 
     def one(scenario: str) -> dict[str, bool]:
         results = tmp_path / scenario / "results"
         results.parent.mkdir()
-        return run_suite(conformance, ["client", "--command", command, "--scenario", scenario], results, env)
+        args = ["client", "--command", command, "--scenario", scenario, "--timeout", "120000"]  # a loaded machine
+        return run_suite(conformance, args, results, env)
 
     with ThreadPoolExecutor(len(CLIENT_SCENARIOS)) as pool:  # each waits on its own client process
         found = {k: v for part in pool.map(one, CLIENT_SCENARIOS) for k, v in part.items()}
