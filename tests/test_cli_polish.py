@@ -673,7 +673,13 @@ def test_text_from_servers_is_printed_escaped_and_never_as_markup(capsys):
 
 # --- bundled recipes --------------------------------------------------------------------------------
 BUNDLED = sorted(RECIPES.glob("*.recipe"))
-PUBLISHED = {"time": "mcp-server-time", "git": "mcp-server-git"}
+PUBLISHED = {"time": "mcp-server-time", "git": "mcp-server-git", "memory": "@modelcontextprotocol/server-memory"}
+SERVER_FILES = {
+    "time": "recipes/published-servers.json",
+    "git": "recipes/published-servers.json",
+    "memory": "recipes/npm-servers.json",
+}
+"""The sample server file that starts each published server (PyPI's, npm's)."""
 
 
 def try_line(path: Path) -> list[str]:
@@ -710,9 +716,10 @@ def test_a_bundled_recipe_header_says_how_to_run_it_and_what_to_install(path, tm
     servers_file, _ = how_to_try(path, tmp_path)
     header = path.read_text(encoding="utf-8").split("\nrecipe ", 1)[0]
     plan, _, _ = Runs(store=tmp_path / "x.db").load(path)
-    published = {PUBLISHED[n] for n in servers_needed(plan) if n in PUBLISHED}
+    needed = [n for n in servers_needed(plan) if n in PUBLISHED]
+    published = {PUBLISHED[n] for n in needed}
     if published:  # not bundled: the header names the packages, and the server file that starts them
-        assert servers_file == "recipes/published-servers.json"
+        assert {servers_file} == {SERVER_FILES[n] for n in needed}
         for package in published:
             assert package in header, header
     else:
@@ -730,7 +737,7 @@ def test_the_sample_server_file_starts_the_published_servers_from_the_projects_p
 
 def test_every_bundled_recipe_runs_as_its_header_says(tmp_path, monkeypatch):
     """Each `# try:` line, through the run API, on the servers it names: warm servers,
-    one set per server file, so eight runs cost two starts."""
+    one set per server file, so nine runs cost three starts."""
     from vodou_engine.tools.hub import open_hub
 
     demo_db = str(tmp_path / "demo.db")
@@ -750,6 +757,11 @@ def test_every_bundled_recipe_runs_as_its_header_says(tmp_path, monkeypatch):
                 for name, cfg in servers.servers.items():
                     if cfg.args[1].startswith("vodou_engine.demo."):  # keep the demo world in this test
                         servers.servers[name] = msgspec.structs.replace(cfg, env={**cfg.env, "VODOU_DEMO_DB": demo_db})
+                    if "MEMORY_FILE_PATH" in cfg.env:  # and the memory server's graph
+                        memory = str(tmp_path / "memory.jsonl")
+                        servers.servers[name] = msgspec.structs.replace(
+                            cfg, env={**cfg.env, "MEMORY_FILE_PATH": memory}
+                        )
             runs = Runs(store=tmp_path / "runs.db", servers=servers)
             names = sorted({n for path, _ in cases for n in servers_needed(runs.load(path)[0])})
             async with open_hub(servers.servers, names) as hub:
