@@ -32,6 +32,7 @@ session cookie), over one kept-alive HTTP/1.1 connection per client.
 from __future__ import annotations
 
 import http.client
+import json
 import re
 import subprocess
 import sys
@@ -48,6 +49,9 @@ ASK = 'recipe "ask"\nask me:\n- go on?\nsay: vodou.echo {"value": "on"}\n'
 TOGETHER = (
     'recipe "together"\ntogether waits:\n  slow: board.query {"ms": 300}\n  quick: board.query {"ms": 200}\n'
     'then:\n  done: vodou.echo {"value": "{slow}"}\n'
+)
+CLI_POST = (
+    'recipe "clipost"\ninputs:\n  text = "x"\npost: slack.slack_post_message {"channel": "#daily", "text": "{text}"}\n'
 )
 TICK = 'recipe "tick"\nsay: vodou.echo {"value": "tick"}\n'
 
@@ -149,6 +153,7 @@ def run(cfg: Config) -> Case:
         runs = Runs(store=tmp / "runs.db", servers={}, policy=Policy())
         for text in (POST, ASK, TOGETHER, TICK):
             runs.save("x.recipe", text=text, by="bench")
+        (tmp / "clipost.recipe").write_text(CLI_POST)
         # every minute: the next minute's due time falls somewhere in the parts below
         runs.add_schedule("tick", recipe="tick", cron="* * * * *", by="bench")
         _, link = add_approver(runs, "bench", by="bench", base_url="http://placeholder")
@@ -201,6 +206,63 @@ def run(cfg: Config) -> Case:
             case.figure("approve_post_rtt_s", post_rtt, "s", "the approval's POST answered (303), client side")
             case.figure("approve_post_server_s", server_ms, "s", "the approval's POST, server side (Server-Timing)")
             case.check("serve: approve on the page → effect starts", m, 0.025, unit="s", what="median, warm servers")
+
+            # --- `recipe approve` from another process -> the effect, on serve's warm servers ---------
+            whole, decided = [], []
+            env = clean_env(tmp, cfg, VODOU_DEMO_DB=str(tmp / "demo.db"))  # serve's own: the run is bound to it
+            for _ in range(samples):
+                text = f"cli bench {uuid.uuid4().hex[:10]}"
+                parked = subprocess.run(
+                    [sys.executable, "-m", "vodou_engine", "run", "clipost.recipe", "--set", f"text={text}",
+                     "--json", "--store", str(tmp / "runs.db")],
+                    cwd=tmp, env=env, capture_output=True, text=True, timeout=120,
+                )  # fmt: skip
+                if parked.returncode != 3:
+                    raise RuntimeError(f"recipe run exited {parked.returncode}:\n{parked.stderr[-3000:]}")
+                run_id = json.loads(parked.stdout)["run"]
+                card = store.pending_approvals(run_id)[0]
+                sent = time.time()
+                done = subprocess.run(
+                    [sys.executable, "-m", "vodou_engine", "approve", run_id, "post", "--yes", "--store", str(tmp / "runs.db")],
+                    cwd=tmp, env=env, capture_output=True, text=True, timeout=120,
+                )  # fmt: skip
+                if done.returncode != 0 or "warm servers of recipe serve" not in done.stdout:
+                    raise RuntimeError(
+                        f"recipe approve exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+                    )
+                call = wait(
+                    lambda text=text: [
+                        c
+                        for c in demo.calls(tmp / "demo.db", tool="slack_post_message")
+                        if c["arguments"].get("text") == text
+                    ],
+                    "the effect",
+                )[0]
+                decided_at = next(a.decided_at for a in store.approvals(run_id) if a.id == card.id)
+                whole.append(call["started"] - sent)
+                decided.append(call["started"] - decided_at)
+                cfg.log(
+                    f"serve: recipe approve → effect {whole[-1] * 1e3:.1f} ms (decision recorded → effect {decided[-1] * 1e3:.1f} ms)"
+                )
+            case.figure(
+                "cli_approve_process_to_effect_s",
+                whole,
+                "s",
+                "`recipe approve --yes` as a new process → the chat server begins the post on serve's warm servers",
+            )
+            m = case.figure(
+                "cli_approve_to_effect_s",
+                decided,
+                "s",
+                "`recipe approve`: its decision recorded → the chat server begins the post, driven by `recipe serve`",
+            )
+            case.check(
+                "serve: `recipe approve` (another process) → effect starts",
+                m,
+                0.050,
+                unit="s",
+                what="decision recorded → call start, median",
+            )
 
             # --- the inbox with 1,000 parked runs --------------------------------------------------
             ask_plan = runs.load("ask.recipe", text=ASK)[0]

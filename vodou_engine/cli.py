@@ -154,7 +154,7 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument(
         "--here",
         action="store_true",
-        help="drive the run on in this process even on a PostgreSQL store (there, by default, the workers do)",
+        help="drive the run on in this process, starting its servers here (by default the workers do it on a PostgreSQL store, and a running `recipe serve` on its warm servers on a SQLite one)",
     )
     actor(a, "decide")
     as_json(a)

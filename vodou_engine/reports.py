@@ -85,6 +85,9 @@ class RunReport(Doc):
     """Set when another live process drives the run: it will pick up what was decided."""
     queued: bool = False
     """The run goes on in a worker, not here: a drive of it waits in the queue (docs/scale-out.md)."""
+    driven_in: str | None = None
+    """The live process whose warm servers drove this call's part of the run (``recipe serve``
+    holding the same store), when it was not the caller's own."""
 
 
 class NodeView(Doc):

@@ -25,17 +25,22 @@ how it ended. Nothing is lost or doubled; ``recipe resume`` or the next
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+import msgspec
 import trio
 
-from .errors import RefusedError, ToolError
+from .errors import RefusedError, ToolError, VodouError
+from .owners import describe, this_process
 from .policy import Policy
 from .reports import RunReport
 from .runs import Runs
+from .runs.handoff import DriveReply, bind_listener, read_request
 from .servers import ServerSet
 from .tools.pool import ServerPool
 
@@ -111,6 +116,8 @@ class Service:
                 await trio.to_thread.run_sync(ticks.start)
             elif self.scheduling:
                 nursery.start_soon(self._scheduler)
+            if not self.workers:
+                await nursery.start(self._take_warm_drives)
             task_status.started()
             await self._stopped.wait()
             if ticks is not None:
@@ -128,6 +135,61 @@ class Service:
 
     def stop(self) -> None:
         self._stopped.set()
+
+    async def _take_warm_drives(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Drive, on these warm servers, the runs a decision made elsewhere asks for
+        (``runs/handoff.py``): the socket named after this SQLite store, while it runs."""
+        location = os.fspath(self.store_location) if self.store_location is not None else None
+        bound = await trio.to_thread.run_sync(bind_listener, location) if location else None
+        if bound is None:  # a file-less store, another live process on it, or no safe directory
+            task_status.started()
+            return
+        sock, path = bound
+        listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+        try:
+            task_status.started()
+            await trio.serve_listeners(self._warm_drive, [listener])
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            await listener.aclose()
+
+    async def _warm_drive(self, stream: trio.SocketStream) -> None:
+        """One request: drive this run here, answer with its report once it parks or ends."""
+        async with stream:
+            request = await read_request(stream)
+            if request is None:
+                return
+            done = trio.Event()
+            box: dict[str, Any] = {}
+
+            async def go(runs: Runs) -> RunReport | None:
+                try:
+                    box["report"] = await self._resume(runs, request.run)
+                    return box["report"]
+                except VodouError as exc:  # e.g. its servers resolve differently here: the caller drives it
+                    logger.warning(
+                        "run %s: not driven here, handed back to the approving process: %s", request.run, exc.message
+                    )
+                    box["refused"] = exc.message
+                    return None
+                finally:
+                    done.set()
+
+            try:
+                self._spawn(request.run, go)
+            except RefusedError as exc:
+                box["refused"] = exc.message
+                done.set()
+            await done.wait()
+            report = box.get("report")
+            reply = DriveReply(
+                report=report,
+                by=f"recipe serve ({describe(this_process())})",
+                refused=box.get("refused") or (None if report is not None else "the run is driven by another process"),
+            )
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await stream.send_all(msgspec.json.encode(reply) + b"\n")
 
     def _spawn(self, run_id: str | None, fn: Callable[[Runs], Awaitable[Any]]) -> None:
         if not self.accepting or self._nursery is None:

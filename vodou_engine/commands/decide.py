@@ -14,8 +14,9 @@ from typing import Any
 from ..binding import decode_bindings, servers_for_run
 from ..errors import UsageError
 from ..plan import decode_plan
+from ..runs.handoff import listening
 from ..servers import servers_to_finish
-from ..store import open_store
+from ..store import default_store_path, open_store
 from ..tools.process import Prespawned
 from ..views.report import report
 from ..views.term import say
@@ -58,6 +59,7 @@ def _decide(args: Any, prespawned: Any) -> int:
                     model=args.model,
                     prespawned=prespawned,
                     proof=proof,
+                    hand_off=not getattr(args, "here", False),
                 )
             )
         if not args.json:
@@ -68,6 +70,8 @@ def _decide(args: Any, prespawned: Any) -> int:
                 )
             else:
                 say(f"approved {card.step} ({fingerprint}) as {actor}.", style="green")
+            if rep.driven_in:
+                say(f"it ran on the warm servers of {rep.driven_in}.")
     else:
         rep = _run_async(
             lambda: runs.reject(
@@ -97,6 +101,8 @@ def _prespawn(args: Any) -> Any:
     prespawned = Prespawned()  # empty when there is nothing to start
     if getattr(args, "decision", "approve") != "approve" or _runs(args).workers:
         return prespawned
+    if not getattr(args, "here", False) and listening(args.store or default_store_path()):
+        return prespawned  # a live `recipe serve` on this store drives it on its warm servers
     try:
         store = open_store(args.store, create=False)
         try:

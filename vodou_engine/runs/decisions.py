@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
 from ..binding import decode_bindings, started_where
 from ..errors import AlreadyDecidedError, ExpiredError, RefusedError, StaleError, UsageError
 from ..jobs import defer_drive_in, store_queue
@@ -24,6 +26,7 @@ from ..servers import ServerSet
 from ..states import ApprovalState, NodeState, RunState
 from .common import effective_state, in_thread, plain, takeable
 from .drive import DriveMixin
+from .handoff import drive_warm
 from .lifecycle import close_nodes
 from .views import effect_view
 
@@ -58,11 +61,15 @@ class DecisionsMixin(DriveMixin):
         proof: str = "api",
         hub: Any = None,
         drive: bool = True,
+        hand_off: bool = True,
     ) -> RunReport:
         """Approve the pending question of ``step`` and drive the run on: here, or, when
         this store's runs go on in the workers (:attr:`workers`), by queueing its resume
         in the transaction that records the decision (the report says ``queued``).
         ``drive=False`` only records the decision (a caller that drives runs itself).
+        On a SQLite store that a live ``recipe serve`` holds, the run is driven there, on
+        its warm servers, and this call waits for its report (``driven_in`` says so);
+        ``hand_off=False`` drives it here all the same (``runs/handoff.py``).
 
         ``fingerprint``: approve only if the question is still the one with this
         fingerprint (the card the person read). Everything that would stop the
@@ -101,6 +108,11 @@ class DecisionsMixin(DriveMixin):
             return await in_thread(self._report, run_id, queued=True)
         if not drive:  # the caller drives it (a long-lived process, on its own task)
             return await in_thread(self._report, run_id)
+        if hub is None and hand_off:  # a live `recipe serve` on this store drives it on its warm servers
+            warm = await drive_warm(self._location(), run_id)
+            if warm is not None and warm.report is not None:
+                report: RunReport = msgspec.structs.replace(warm.report, driven_in=warm.by)
+                return report
         return await self._take_and_drive(
             run_id, servers, policy, model=model, on_change=on_change, prespawned=prespawned, busy_ok=True, hub=hub
         )

@@ -58,10 +58,17 @@ class LifecycleMixin(DriveMixin):
         servers stay up until the block ends (start a run from it with :meth:`start`).
         ``hub``: servers already running (kept warm by a long-lived process) to use
         instead of starting them."""
+        async with self._prepare(self.load(source, text=text), hub) as prepared:
+            yield prepared
+
+    @asynccontextmanager
+    async def _prepare(self, loaded: tuple[Plan, str | None, str | None], hub: Any) -> AsyncIterator[Prepared]:
+        """``prepare`` from a plan already compiled offline (``load``'s triple), so a start
+        compiles the recipe once before the servers' annotations and once after."""
         from ..compiler import compile_recipe
         from ..planning import check_hints, missing, resolve
 
-        plan, recipe_text, path = self.load(source, text=text)
+        plan, recipe_text, path = loaded
         servers = self.servers()
         needed = servers_needed(plan)
         for name in needed:
@@ -115,12 +122,13 @@ class LifecycleMixin(DriveMixin):
             if origin == "agent":
                 refuse_agent_opt_out(source.plan)
             return await self._start(source, inputs, actor, model, on_change, run_id)
-        plan, _, _ = self.load(source, text=text)
+        loaded = self.load(source, text=text)
+        plan = loaded[0]
         if origin == "agent":
             refuse_agent_opt_out(plan)
         resolve_inputs(plan, inputs or {})  # a bad input starts no server
         thread_limit(self.threads)
-        async with self.prepare(source, text=text, hub=hub) as prepared:
+        async with self._prepare(loaded, hub) as prepared:
             return await self._start(prepared, inputs, actor, model, on_change, run_id)
 
     async def _start(

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .core import INSERT_AUDIT, StoreCore
+from .core import INSERT_AUDIT, RUN_EXISTS, StoreCore
 from .dialect import _check_states, _cols, _in, _json, _now, _states, _text, _values
 from .records import RUN_STATES, TERMINAL_RUN_STATES, EventRecord, NodeRecord, RunRecord
 
@@ -98,6 +98,12 @@ class RunsMixin(StoreCore):
                 cur.execute(self._q(INSERT_RUN), row)
         except self._d.IntegrityError as exc:
             raise self._integrity(exc, run_id, f"run {run_id!r}") from exc
+
+    def has_run(self, run_id: str) -> bool:
+        """Whether the store holds ``run_id``: one indexed read, where ``get_run`` on a missing
+        run also searches the recent ids for a "did you mean" (milliseconds on a busy store),
+        which only a person's typo needs."""
+        return self._one(RUN_EXISTS, (run_id,)) is not None
 
     def get_run(self, run_id: str) -> RunRecord:
         row = self._one(SELECT_RUN, (run_id,))

@@ -154,7 +154,7 @@ class Engine:
         import trio
 
         store = await trio.to_thread.run_sync(runs.store)  # a new connection is opened off the loop
-        if spec and not await trio.to_thread.run_sync(_exists, store, run_id):
+        if spec and not await trio.to_thread.run_sync(store.has_run, run_id):
             # Started here unless it exists already (a job run again after its first attempt
             # created the run goes on with that run). One job per run runs at a time (its
             # lock), so nothing else starts it meanwhile; the store would refuse a second.
@@ -316,11 +316,3 @@ class Engine:
 
         fired = await self._with_runs(decide)
         return [msgspec.to_builtins(f) for f in fired]
-
-
-def _exists(store: Any, run_id: str) -> bool:
-    try:
-        store.get_run(run_id)
-    except UnknownRunError:
-        return False
-    return True

@@ -1,0 +1,176 @@
+"""Warm drives: a decision made anywhere runs on the servers a live ``recipe serve`` keeps up.
+
+An approval from the CLI (or any caller of the run API) used to start the run's
+servers in its own process: about a second on the demo servers, several on a busy
+machine, before the effect could start. When a ``recipe serve`` holds the same
+SQLite store, its servers are already up. It listens on a Unix socket whose name is
+derived from the store's real path; the approving process records the decision in
+the store as before (its own identity, proof and fingerprint: nothing about the
+decision goes over the socket), then asks the warm process to drive the run and waits
+for the report. The request can only ask for a drive of a run already in the store,
+which ``recipe resume`` lets anyone with the store do; the warm process reads the
+decision from the store, never from the request.
+
+Where nothing listens, the socket is stale, or the warm process closes the connection
+or cannot drive the run here (its servers resolve differently, it is stopping), the
+approving process drives the run itself, exactly as before; the store's lease makes
+sure only one of them takes it. On PostgreSQL the workers already take a decision's
+drive from the queue, so this is for SQLite stores only.
+
+The socket lives in a directory only this user can enter (``$XDG_RUNTIME_DIR/vodou``,
+else ``/tmp/vodou-UID``); a directory another user owns or may write is not used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import socket
+import stat
+import tempfile
+from typing import Any
+
+import msgspec
+
+from ..reports import RunReport
+
+REQUEST_MAX = 4096
+"""A request is one short JSON line; anything longer is refused unread."""
+REPLY_MAX = 64 * 1024 * 1024
+"""A report is bounded like any document this process reads."""
+
+
+class DriveRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Sent by the process that recorded a decision: drive this run on your warm servers."""
+
+    run: str
+
+
+class DriveReply(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The warm process's answer: the report once the run parks or ends, or why it did not drive."""
+
+    report: RunReport | None = None
+    by: str = ""
+    """The process that drove it (``recipe serve`` and its pid), for the person's message."""
+    refused: str | None = None
+    """Why it did not drive the run (the caller drives it itself)."""
+
+
+def _socket_dir() -> str | None:
+    """This user's private directory for sockets, or None when none is safe to use."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    base = (
+        os.path.join(runtime, "vodou")
+        if os.path.isabs(runtime)
+        else os.path.join(tempfile.gettempdir(), f"vodou-{os.getuid()}")
+    )
+    try:
+        os.mkdir(base, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    try:
+        st = os.lstat(base)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        return None  # someone else's, or others may write to it: a socket there could be planted
+    return base
+
+
+def socket_path(store_location: str) -> str | None:
+    """Where a warm process holding this SQLite store listens (None: not a file store, or no
+    safe directory). Named after the store's real path, so every spelling of it agrees."""
+    if "://" in store_location:
+        return None
+    real = os.path.realpath(store_location)
+    base = _socket_dir()
+    if base is None:
+        return None
+    return os.path.join(base, f"drive-{hashlib.sha256(real.encode()).hexdigest()[:24]}.sock")
+
+
+def listening(store_location: str) -> bool:
+    """Whether a warm process takes drives for this store now (a connect, no request)."""
+    path = socket_path(store_location)
+    if path is None or not os.path.exists(path):
+        return False
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        try:
+            s.connect(path)
+        except OSError:
+            return False
+    return True
+
+
+async def drive_warm(store_location: str, run_id: str) -> DriveReply | None:
+    """Ask the warm process holding this store to drive ``run_id``; its reply once the run
+    parks or ends, or None when nothing took it (the caller drives it itself)."""
+    import trio
+
+    path = socket_path(store_location)
+    if path is None:
+        return None
+    try:
+        stream = await trio.open_unix_socket(path)
+    except OSError:  # none there, or a socket its process left behind
+        return None
+    async with stream:
+        try:
+            await stream.send_all(msgspec.json.encode(DriveRequest(run=run_id)) + b"\n")
+            data = await _read_line(stream, REPLY_MAX)
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):  # it went away
+            return None
+    if not data:
+        return None  # the warm process went away before answering
+    try:
+        reply = msgspec.json.decode(data, type=DriveReply)
+    except msgspec.ValidationError:
+        return None
+    return None if reply.refused or reply.report is None else reply
+
+
+async def _read_line(stream: Any, limit: int) -> bytes:
+    buf = bytearray()
+    while b"\n" not in buf:
+        chunk = await stream.receive_some(65536)
+        if not chunk:
+            return b""
+        buf += chunk
+        if len(buf) > limit:
+            return b""
+    return bytes(buf[: buf.index(b"\n")])
+
+
+async def read_request(stream: Any) -> DriveRequest | None:
+    """A caller's request, or None for anything that is not one (it gets no drive)."""
+    data = await _read_line(stream, REQUEST_MAX)
+    try:
+        return msgspec.json.decode(data, type=DriveRequest) if data else None
+    except msgspec.ValidationError:
+        return None
+
+
+def bind_listener(store_location: str) -> tuple[socket.socket, str] | None:
+    """A listening socket for this store's warm drives, or None when another live process
+    already listens for it (or there is no safe place). A socket file left by a process
+    that died is replaced."""
+    path = socket_path(store_location)
+    if path is None:
+        return None
+    if os.path.exists(path):
+        if listening(store_location):
+            return None
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(path)
+        os.chmod(path, 0o600)
+        sock.listen(64)
+    except OSError:
+        sock.close()
+        return None
+    return sock, path
