@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
                         markup=True,
                         highlight=False,
                     )
-            except Exception:  # one broken case must not lose the others' figures
+            except Exception:  # noqa: BLE001 - one broken case must not lose the others' figures
                 tb = traceback.format_exc()
                 console.print(f"[red]case {letter} failed[/]\n{tb}", markup=True, highlight=False)
                 cases[letter] = {

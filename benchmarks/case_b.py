@@ -37,7 +37,7 @@ async def _raw_fanout(hub) -> dict:
 
     t0 = time.perf_counter()
     async with trio.open_nursery() as n:
-        for name, ms in zip(SERVERS, (412, 268, 83)):
+        for name, ms in zip(SERVERS, (412, 268, 83), strict=True):
             n.start_soon(one, name, ms)
     wall = time.perf_counter() - t0
     return {
@@ -162,7 +162,7 @@ def run(cfg: Config) -> Case:
     )
     case.figure(
         "engine_over_raw_hub",
-        [r["together_wall"] / b["wall"] for r, b in zip(rows, raw)],
+        [r["together_wall"] / b["wall"] for r, b in zip(rows, raw, strict=True)],
         "x",
         "engine together wall / bare hub wall (same run)",
     )

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
+from functools import partial
 
 import trio
 
@@ -141,7 +142,7 @@ def run(cfg: Config) -> Case:
                     )
             finally:
                 pool.shutdown()
-            col = lambda k: [r[k] for r in rows]  # noqa: E731
+            col = lambda k, rows=rows: [r[k] for r in rows]  # noqa: E731
             w = case.figure(f"sleep_{n}_run_wall_s", col("wall"), "s", f"N={n} × 10 ms: whole Runs.start")
             case.figure(f"sleep_{n}_together_wall_s", col("tw"), "s", f"N={n} × 10 ms: together wall")
             case.figure(
@@ -245,11 +246,11 @@ def run(cfg: Config) -> Case:
                     ratio=True,
                 ):
                     case.profiles[f"one run of {n} × 10 ms (cProfile of the trio thread, by own time)"] = profile_text(
-                        lambda: trio.run(timed_start, runs, sleep_ready)
+                        partial(trio.run, timed_start, runs, sleep_ready)
                     )
                 if not case.check(f"d: no-work branch (N={n})", per, 50e-6, unit="s", what="engine wall / N"):
                     case.profiles[f"one run of {n} no-work branches (cProfile of the trio thread, by own time)"] = (
-                        profile_text(lambda: trio.run(timed_start, runs, noop_ready))
+                        profile_text(partial(trio.run, timed_start, runs, noop_ready))
                     )
                 case.figure("thread_limit", limit, "count", "engine thread limit in effect for Runs.start")
                 case.bar(f"{n} no-work", wall_s=nw, sum_s=None, slowest_s=None)

@@ -53,13 +53,13 @@ def _process_run(tmp, cfg: Config, recipe_path, i: int) -> dict:
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
     )
-    out, err = proc.communicate(timeout=120)
+    _out, err = proc.communicate(timeout=120)
     t_exit = time.time()
     if proc.returncode != 0:
         raise RuntimeError(f"run exited {proc.returncode}: {err.decode()[-2000:]}")
     conn = sqlite3.connect(store_path)
     try:
-        state, ended, updated = conn.execute("SELECT state, ended_at, updated_at FROM runs").fetchone()
+        state, ended, _updated = conn.execute("SELECT state, ended_at, updated_at FROM runs").fetchone()
         # (state, ready, ended): a thread call dropped by the quorum has no start time of its
         # own (the journal makes none up), so "still asleep" is judged from when it was ready
         nodes = {r[0]: (r[1], r[2], r[3]) for r in conn.execute("SELECT node_id, state, ready_at, ended_at FROM nodes")}

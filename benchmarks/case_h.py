@@ -13,6 +13,7 @@ fingerprints the plan; all of it is timed.
 from __future__ import annotations
 
 import time
+from functools import partial
 
 from .common import Case, Config, profile_text
 
@@ -106,6 +107,6 @@ def run(cfg: Config) -> Case:
             met = case.check(f"h: compile {size} steps", wall, 1.0, unit="s", what="compile + verify, median")
             if not met:
                 case.profiles[f"compile {size} steps (cProfile, by own time)"] = profile_text(
-                    lambda: compile_recipe(text)
+                    partial(compile_recipe, text)
                 )
     return case.done()

@@ -28,6 +28,7 @@ Target: the engine's chain ≤ 1.10× the SDK's (median of the per-run ratios).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import statistics
@@ -72,7 +73,7 @@ class Ticks:
 
 
 def median_gap(ticks: list[float]) -> float:
-    return statistics.median(b - a for a, b in zip(ticks, ticks[1:]))
+    return statistics.median(b - a for a, b in itertools.pairwise(ticks))
 
 
 def per_step(ticks: list[float], n: int = N) -> float:

@@ -34,6 +34,7 @@ import json
 import subprocess
 import sys
 import time
+from functools import partial
 
 from .common import ROOT, Case, Config, TempDir, clean_env
 from .peers import INSTALL, missing, skipped
@@ -133,7 +134,7 @@ def engine_wake(url: str, samples: int) -> list[float]:
             if report.state != "parked":
                 raise RuntimeError(f"the run ended {report.state}, not parked")
             sent = time.time()
-            done = trio.run(lambda: runs.approve(report.run, actor="bench", proof="bench"))
+            done = trio.run(partial(runs.approve, report.run, actor="bench", proof="bench"))
             if done.state != "succeeded":
                 raise RuntimeError(f"the approved run ended {done.state}")
             started = {n.node: n.started_at for n in runs.show(report.run).nodes}["next"]

@@ -351,7 +351,7 @@ def summary(out: dict, variants: list[str]) -> str:
         )
     if "run" in out and "run of 1 step" in out:
         n = out["calls"]
-        rows = list(zip(out["run"], out["run of 1 step"]))
+        rows = list(zip(out["run"], out["run of 1 step"], strict=True))
         marginal = lambda key: statistics.median((a[key] * n - b[key]) / (n - 1) for a, b in rows)  # noqa: E731
         lines.append(
             "(the run of 1 step: its figures are per run, not per call: what a run costs once, whatever its length)"
@@ -475,7 +475,7 @@ def py_spy(layer: str, seconds: float, calls: int, rate: int, top: int) -> str:
                 path = where.rstrip(")").rsplit(":", 1)[0].replace(sys.prefix, "<venv>").replace(str(ROOT) + "/", "")
                 path = path.split("site-packages/")[-1]
                 names.append(f"{fn or f} ({path})")
-            if any(x.startswith("_db_sync ") or x.startswith("StoreThread") for x in names):
+            if any(x.startswith(("_db_sync ", "StoreThread")) for x in names):
                 store += c
                 thread = "store"
             threads[thread] += c

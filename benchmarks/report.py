@@ -163,7 +163,7 @@ BLOCKS = " ▏▎▍▌▋▊▉█"
 def _bar_text(fraction: float, width: int) -> str:
     cells = max(0.0, min(1.0, fraction)) * width
     full = int(cells)
-    rest = int(round((cells - full) * 8))
+    rest = round((cells - full) * 8)
     if rest == 8:
         full, rest = full + 1, 0
     text = "█" * full + (BLOCKS[rest] if rest and full < width else "")
@@ -326,7 +326,7 @@ def write_svg(results: dict[str, Any], path: Path) -> None:
         out.append(
             f'<text x="{left - 10}" y="{y + bar_h - 3}" text-anchor="end" font-weight="bold">{escape(label)}</text>'
         )
-        for key, name, colour, v in values:
+        for _key, name, colour, v in values:
             w = max(1.0, plot * v / peak) if v > 0 else 0.0
             out.append(
                 f'<rect x="{left}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{colour}"><title>{escape(label)} · {escape(name)}: {escape(fmt_s(v))}</title></rect>'

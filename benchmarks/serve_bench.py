@@ -89,7 +89,7 @@ def _field(html: str, name: str) -> str:
 def sign_in(url: str, link: str) -> str:
     """Follow a one-time sign-in link; the session cookie's value."""
     b = Browser(url)
-    status, headers, page = b.request("GET", link.split(url, 1)[1])
+    _status, headers, page = b.request("GET", link.split(url, 1)[1])
     pre = re.search(r"vodou_signin=([^;]+)", headers.get("set-cookie", "")).group(1)
     b.conn.request(
         "POST",
@@ -108,16 +108,16 @@ def sign_in(url: str, link: str) -> str:
 
 def start_serve(tmp: Path, cfg: Config) -> tuple[subprocess.Popen, str, Path]:
     log = tmp / "serve.log"
-    out = open(log, "w")
     env = clean_env(tmp, cfg, VODOU_DEMO_DB=str(tmp / "demo.db"))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "vodou_engine.web.serve", "--port", "0", "--store", str(tmp / "runs.db")],
-        cwd=tmp,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=out,
-        stderr=subprocess.STDOUT,
-    )
+    with open(log, "w") as out:  # the child holds its own copy
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "vodou_engine.web.serve", "--port", "0", "--store", str(tmp / "runs.db")],
+            cwd=tmp,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         m = re.search(r"serving on (http://\S+)", log.read_text())
@@ -171,7 +171,9 @@ def run(cfg: Config) -> Case:
                 status, headers, _ = me.request("POST", "/recipes/post/run", {"csrf": csrf, "input:text": text})
                 run_id = headers["location"].split("/runs/")[1].split("?")[0]
                 card = wait(
-                    lambda: next(iter(store.pending_approvals(run_id)), None) if _exists(store, run_id) else None,
+                    lambda run_id=run_id: (
+                        next(iter(store.pending_approvals(run_id)), None) if _exists(store, run_id) else None
+                    ),
                     "the run to park",
                 )
                 time.sleep(0.05)  # the drive has parked and let go of the run
@@ -182,7 +184,7 @@ def run(cfg: Config) -> Case:
                 if status != 303:
                     raise RuntimeError(f"approve answered {status}")
                 call = wait(
-                    lambda: [
+                    lambda text=text: [
                         c
                         for c in demo.calls(tmp / "demo.db", tool="slack_post_message")
                         if c["arguments"].get("text") == text

@@ -62,6 +62,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -304,11 +305,14 @@ def mcp_floor(url: str, tmp: Path, cfg: Config, workers: int, jobs: int) -> floa
         )
     env = clean_env(tmp, cfg, PYTHONPATH=str(ROOT))
     argv = [sys.executable, "-m", "benchmarks.workers_bench", "mcp-worker", url, str(CONCURRENCY)]
-    logs = [open(tmp / f"mcp-floor-{workers}-{i}.log", "wb") for i in range(workers)]
-    procs = [
-        subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-        for log in logs
-    ]
+    procs = []
+    for i in range(workers):
+        with open(tmp / f"mcp-floor-{workers}-{i}.log", "wb") as log:  # the child holds its own copy
+            procs.append(
+                subprocess.Popen(
+                    argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+                )
+            )
     try:
         wait(
             lambda: (
@@ -324,8 +328,6 @@ def mcp_floor(url: str, tmp: Path, cfg: Config, workers: int, jobs: int) -> floa
         )
     finally:
         _stop(procs)
-        for log in logs:
-            log.close()
     n, seconds = job_window(url, MCP_TASK)
     if n != jobs:
         raise RuntimeError(f"{jobs - n} of the MCP floor's jobs failed; see {tmp}/mcp-floor-*.log")
@@ -362,11 +364,12 @@ def engine_rate(
         queuer.close()
     env = clean_env(tmp, cfg, VODOU_STORE=url, VODOU_SERVERS=str(servers_file), PYTHONPATH=str(ROOT))
     argv = [sys.executable, "-m", "vodou_engine", "worker", "--concurrency", str(concurrency)]
-    logs = [open(tmp / f"worker-{workers}-{i}.log", "wb") for i in range(workers)]
-    procs = [
-        subprocess.Popen(argv, cwd=tmp, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-        for log in logs
-    ]
+    procs = []
+    for i in range(workers):
+        with open(tmp / f"worker-{workers}-{i}.log", "wb") as log:  # the child holds its own copy
+            procs.append(
+                subprocess.Popen(argv, cwd=tmp, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+            )
     marks = ",".join(["%s"] * len(ids))
     try:
         wait(
@@ -379,8 +382,6 @@ def engine_rate(
         )
     finally:
         _stop(procs)
-        for log in logs:
-            log.close()
     ((first, last, states),) = _sql(
         url, f"SELECT min(created_at), max(ended_at), count(DISTINCT state) FROM runs WHERE id IN ({marks})", tuple(ids)
     )
@@ -407,15 +408,15 @@ def approve_to_effect(url: str, tmp: Path, cfg: Config, samples: int) -> dict[st
     recipe = tmp / "post.recipe"
     recipe.write_text(POST)
     env = clean_env(tmp, cfg, VODOU_STORE=url, VODOU_SERVERS=str(servers), PYTHONPATH=str(ROOT))
-    log = open(tmp / "worker-latency.log", "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "vodou_engine", "worker", "--concurrency", str(CONCURRENCY)],
-        cwd=tmp,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    with open(tmp / "worker-latency.log", "wb") as log:  # the child holds its own copy
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "vodou_engine", "worker", "--concurrency", str(CONCURRENCY)],
+            cwd=tmp,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     out: dict[str, list[float]] = {"latency": [], "approve": []}
     decider = Runs(store=url, servers=servers)
     try:
@@ -423,13 +424,13 @@ def approve_to_effect(url: str, tmp: Path, cfg: Config, samples: int) -> dict[st
             text = f"workers bench {secrets.token_hex(5)}"
             run_id = decider.queue(recipe, actor="bench", inputs={"text": text})
             wait(
-                lambda: _sql(url, "SELECT state FROM runs WHERE id = %s", (run_id,)) == [("parked",)],
+                lambda run_id=run_id: _sql(url, "SELECT state FROM runs WHERE id = %s", (run_id,)) == [("parked",)],
                 "the run to park",
                 every=0.005,
             )
             # the worker's job that parked the run has ended (its lock is free): the next job starts at once
             wait(
-                lambda: (
+                lambda run_id=run_id: (
                     not _sql(url, "SELECT 1 FROM procrastinate_jobs WHERE lock = %s AND status = 'doing'", (run_id,))
                 ),
                 "the parking job to end",
@@ -437,12 +438,12 @@ def approve_to_effect(url: str, tmp: Path, cfg: Config, samples: int) -> dict[st
             )
             sent = time.time()
             a = time.perf_counter()
-            report = trio.run(lambda: decider.approve(run_id, "post", actor="bench", proof="bench"))
+            report = trio.run(partial(decider.approve, run_id, "post", actor="bench", proof="bench"))
             b = time.perf_counter()
             if not report.queued:
                 raise RuntimeError(f"the approval of {run_id} was not queued: {report}")
             call = wait(
-                lambda: [
+                lambda text=text: [
                     x
                     for x in demo.calls(tmp / "demo.db", tool="slack_post_message")
                     if x["arguments"].get("text") == text
@@ -460,7 +461,6 @@ def approve_to_effect(url: str, tmp: Path, cfg: Config, samples: int) -> dict[st
     finally:
         decider.close()
         _stop([proc])
-        log.close()
     return out
 
 
@@ -500,7 +500,7 @@ def store_ops(store: Any, n: int) -> dict[str, list[float]]:
     owner, other = "bench:1:1", "bench:2:2"
     out: dict[str, list[float]] = {"park": [], "resume": [], "chained_step": []}
     out_json = msgspec.json.encode({"text": "x" * 200}).decode()
-    for i in range(n):
+    for _i in range(n):
         run_id = f"b-{secrets.token_hex(6)}"
         store.create_run(
             run_id, recipe_name="bench", recipe_path=None, source_sha256="ab" * 32, plan_json='{"nodes":[]}', plan_fingerprint="fp",
@@ -655,15 +655,15 @@ def profile_worker(url: str, tmp: Path, cfg: Config, runs: int, *, rate: int = 2
         def done() -> int:
             return _sql(url, "SELECT count(*) FROM runs WHERE state = 'succeeded'")[0][0]
 
-    log = open(tmp / f"profile-{'floor' if floor_side else 'worker'}.log", "wb")
-    proc = subprocess.Popen(
-        argv,
-        cwd=tmp if not floor_side else ROOT,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    with open(tmp / f"profile-{'floor' if floor_side else 'worker'}.log", "wb") as log:  # the child holds its own copy
+        proc = subprocess.Popen(
+            argv,
+            cwd=tmp if not floor_side else ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     spy = None
     try:
         give(2)  # warm: the server started, the first statements prepared
@@ -688,7 +688,6 @@ def profile_worker(url: str, tmp: Path, cfg: Config, runs: int, *, rate: int = 2
         if spy is not None and spy.poll() is None:
             spy.kill()
         _stop([proc])
-        log.close()
         if not floor_side:
             queuer.close()
     per_run = lambda s: s / runs * 1e6  # noqa: E731
@@ -789,7 +788,7 @@ def run(cfg: Config, parts: tuple[str, ...] = PARTS) -> Case:
             )
             ratio = case.figure(
                 f"runs_over_mcp_floor_{k}",
-                [e / f for e, f in zip(jobs_rates, same_work)],
+                [e / f for e, f in zip(jobs_rates, same_work, strict=True)],
                 "x",
                 f"engine runs per second ÷ the floor making the same MCP calls, {k} worker(s) (per alternated pair)",
             )
@@ -894,7 +893,7 @@ def _store_part(case: Case, tmp: Path, cfg: Config, ops_n: int) -> None:
 
 def _table(c: Case) -> str:
     rows = []
-    for key, f in c.figures.items():
+    for _key, f in c.figures.items():
         v = f["value"]
         shown = f"{v * 1e3:.2f} ms" if f["unit"] == "s" else f"{v:.2f}{'×' if f['unit'] == 'x' else ' /s'}"
         rows.append(f"| {f['label']} | {shown} |")

@@ -232,36 +232,35 @@ class Cli:
         saved_streams = sys.stdin, sys.stdout, sys.stderr
         out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
         err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
-        stdin = open(os.devnull, encoding="utf-8")
-        os.environ.clear()
-        os.environ.update(env)
-        os.chdir(cwd or self.tmp)
-        time.tzset()  # a TZ given for this command applies to it, as in its own process
-        sys.stdin, sys.stdout, sys.stderr = stdin, out, err
-        faulthandler.dump_traceback_later(timeout, exit=True, file=sys.__stderr__)
-        try:
-            try:
-                code = recipe_cli.main(self._args(args))
-            except SystemExit as exc:  # argparse: --help, --version, usage errors
-                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-                if isinstance(exc.code, str):
-                    print(exc.code, file=sys.stderr)
-            except Exception:  # what the interpreter would print before exiting 1
-                traceback.print_exc()
-                code = 1
-            for stream in (sys.stdout, sys.stderr):  # what main() left there (a guarded stdout)
-                try:
-                    stream.flush()
-                except (OSError, ValueError):
-                    pass
-        finally:
-            faulthandler.cancel_dump_traceback_later()
-            sys.stdin, sys.stdout, sys.stderr = saved_streams
-            stdin.close()
-            os.chdir(saved_cwd)
+        with open(os.devnull, encoding="utf-8") as stdin:
             os.environ.clear()
-            os.environ.update(saved_env)
-            time.tzset()
+            os.environ.update(env)
+            os.chdir(cwd or self.tmp)
+            time.tzset()  # a TZ given for this command applies to it, as in its own process
+            sys.stdin, sys.stdout, sys.stderr = stdin, out, err
+            faulthandler.dump_traceback_later(timeout, exit=True, file=sys.__stderr__)
+            try:
+                try:
+                    code = recipe_cli.main(self._args(args))
+                except SystemExit as exc:  # argparse: --help, --version, usage errors
+                    code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+                    if isinstance(exc.code, str):
+                        print(exc.code, file=sys.stderr)
+                except Exception:  # noqa: BLE001 - what the interpreter would print before exiting 1
+                    traceback.print_exc()
+                    code = 1
+                for stream in (sys.stdout, sys.stderr):  # what main() left there (a guarded stdout)
+                    try:
+                        stream.flush()
+                    except (OSError, ValueError):
+                        pass
+            finally:
+                faulthandler.cancel_dump_traceback_later()
+                sys.stdin, sys.stdout, sys.stderr = saved_streams
+                os.chdir(saved_cwd)
+                os.environ.clear()
+                os.environ.update(saved_env)
+                time.tzset()
         res = Result(code, out.buffer.getvalue().decode("utf-8"), err.buffer.getvalue().decode("utf-8"))
         return self._check(res, expect)
 

@@ -169,13 +169,13 @@ def build_app():
     from mcp.shared.exceptions import MCPError
     from mcp.types import ToolAnnotations
 
-    LOG = os.environ.get("HTTP_LOG")
+    log_path = os.environ.get("HTTP_LOG")
 
     def log(**record):
-        if not LOG:
+        if not log_path:
             return
         record["pid"] = os.getpid()
-        with open(LOG, "a") as f:
+        with open(log_path, "a") as f:
             f.write(json.dumps(record) + "\n")
             f.flush()
             os.fsync(f.fileno())
@@ -193,7 +193,7 @@ def build_app():
                 out[tool.strip()] = mode.strip()
         return out
 
-    DROPPING: set[str] = set()
+    dropping: set[str] = set()
     """Ids of requests whose reply the middleware throws away (a tool in ``drop`` mode)."""
 
     async def misbehave(tool: str, request_id) -> None:
@@ -204,7 +204,7 @@ def build_app():
         if mode == "hang":
             await anyio.sleep_forever()
         if mode == "drop":
-            DROPPING.add(str(request_id))
+            dropping.add(str(request_id))
 
     app = MCPServer("http-tester", log_level="ERROR")
 
@@ -425,12 +425,12 @@ def build_app():
                 return await receive()
 
             async def guarded_send(message):
-                if message["type"] == "http.response.body" and DROPPING:
+                if message["type"] == "http.response.body" and dropping:
                     body = message.get("body", b"")
                     compact = body.replace(b" ", b"")
-                    for request_id in list(DROPPING):
+                    for request_id in list(dropping):
                         if any(f'"id":{form}'.encode() in compact for form in (request_id, json.dumps(request_id))):
-                            DROPPING.discard(request_id)
+                            dropping.discard(request_id)
                             raise ConnectionAbortedError("dropping the reply on purpose")
                 await send(message)
 
@@ -450,7 +450,7 @@ def main() -> None:
     import anyio
     import uvicorn
 
-    app, Guard = build_app()
+    app, Guard = build_app()  # noqa: N806 - a class, named as one
     options = {
         "json_response": os.environ.get("HTTP_JSON_RESPONSE") == "1",
         "stateless_http": os.environ.get("HTTP_STATELESS") == "1",

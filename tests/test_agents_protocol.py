@@ -49,9 +49,8 @@ def test_recipe_mcp_offers_only_its_tools_and_names_its_version(cli):
 
     stderr = cli.tmp / "mcp.stderr"
 
-    async def main():
+    async def main(err):
         async with AsyncExitStack() as stack:
-            err = stack.enter_context(open(stderr, "w"))
             argv = server_argv(cli)
             params = StdioServerParameters(command=argv[0], args=argv[1:], env=cli.env, cwd=str(cli.tmp))
             read, write = await stack.enter_async_context(stdio_client(params, errlog=err))
@@ -77,7 +76,8 @@ def test_recipe_mcp_offers_only_its_tools_and_names_its_version(cli):
             assert refused == dict.fromkeys(refused, METHOD_NOT_FOUND)
             assert (await session.call_tool("list_runs", {})).is_error is False  # it goes on serving
 
-    anyio.run(main)
+    with open(stderr, "w") as err:
+        anyio.run(main, err)
     no_traceback(stderr.read_text())
 
 

@@ -163,7 +163,7 @@ def test_sign_in_open_the_inbox_and_approve_with_the_keyboard_runs_the_effect_on
 
 def test_reject_with_a_reason_runs_nothing(served):
     page = served.page()
-    run_id, text = served.park(page)
+    _run_id, text = served.park(page)
     page.fill("textarea[name=reason]", "wrong channel")
     page.get_by_role("button", name="Reject post").click()
     page.wait_for_url("**done=rejected")

@@ -96,8 +96,8 @@ def _mutations(value):
     elif value is None:
         out += ["null", [], {}]
     elif isinstance(value, list):
-        out += [value[:-1], value + [None], [value]] + [
-            value[:i] + [m] + value[i + 1 :] for i, item in enumerate(value[:2]) for m in _mutations(item)[:3]
+        out += [value[:-1], [*value, None], [value]] + [
+            [*value[:i], m, *value[i + 1 :]] for i, item in enumerate(value[:2]) for m in _mutations(item)[:3]
         ]
     elif isinstance(value, dict):
         keys = sorted(value)
@@ -122,6 +122,7 @@ _TWINS = dict(
     zip(
         "\u0430\u0435\u043e\u0440\u0441\u0443\u0445\u0456\u0455\u0458\u03bf\u03b1\u03c1\u03bd\u03c4\u03b9\u0410\u0412\u0415\u041a\u041c\u041d\u041e\u0420\u0421\u0422\u0425\u0391\u0392\u0395\u039f\u03a1",
         "aeopcyxisjoapvtiABEKMHOPCTXABEOP",
+        strict=True,
     )
 )
 
@@ -255,7 +256,7 @@ def same(a, b) -> bool:
     if type(a) is not type(b):
         return False
     if isinstance(a, list):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     return a == b

@@ -22,6 +22,7 @@ import sys
 import termios
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import msgspec
@@ -540,7 +541,7 @@ def crash_mid_effect(tmp: Path, count: int) -> tuple[Runs, list[str]]:
                 ids.append(parked.run)
                 dying = Runs(store=tmp / "runs.db", servers=prepared.servers, owner=dead_owner(n + 1))
                 faults.simulate("executing")  # the effect claimed, the process dies before the call
-                await crashed(lambda: dying.approve(parked.run, "post", actor=me, hub=prepared.hub))
+                await crashed(partial(dying.approve, parked.run, "post", actor=me, hub=prepared.hub))
                 again = await runs.resume(parked.run, hub=prepared.hub)
                 assert again.state == "parked" and list(again.unknown) == ["post"]
         return ids
@@ -729,7 +730,7 @@ def test_a_bundled_recipe_header_says_how_to_run_it_and_what_to_install(path, tm
 def test_the_sample_server_file_starts_the_published_servers_from_the_projects_python():
     servers = load_servers(ROOT / "recipes" / "published-servers.json")
     assert {"time", "git"} <= set(servers.servers)
-    for name, cfg in servers.servers.items():
+    for _name, cfg in servers.servers.items():
         assert cfg.command == ".venv/bin/python" and cfg.args[0] == "-m", cfg  # no launcher (uvx...) to install
         assert cfg.cwd == str(ROOT), cfg  # relative to the file: the project root, wherever it is run from
     assert servers.servers["time"].args[1] == "mcp_server_time" and servers.servers["git"].args[1] == "mcp_server_git"

@@ -312,7 +312,7 @@ def _walk(items, parents=()):
     for item in items:
         yield item, parents
         if isinstance(item, ast.Block):
-            yield from _walk(item.items, parents + (item,))
+            yield from _walk(item.items, (*parents, item))
 
 
 def test_examples_cover_every_construct():
@@ -332,7 +332,7 @@ def test_examples_cover_every_construct():
         if tree.expires:
             seen.add("approval expires")
         items = list(_walk(tree.items))
-        for i, (item, parents) in enumerate(items):
+        for _i, (item, parents) in enumerate(items):
             parent = parents[-1] if parents else None
             if isinstance(item, ast.Block) and parent is not None and parent.kind == "together":
                 seen.add(f"{item.kind} inside a together")

@@ -20,7 +20,7 @@ from vodou_engine.plan import Plan, encode_plan
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted(p.read_text(encoding="utf-8") for p in (ROOT / "recipes").glob("*.recipe"))
 # characters that matter to the grammar, and some that do not belong at all
-SPECIAL = list("{}[]\":,#.- \n\t'=\\") + ["\r", "\r\n", "{{", "}}", "\x00", "\ufeff", "\u00a0", "é", "☕", "\ud800"]
+SPECIAL = [*"{}[]\":,#.- \n\t'=\\", "\r", "\r\n", "{{", "}}", "\x00", "\ufeff", "\u00a0", "é", "☕", "\ud800"]
 
 
 @st.composite
@@ -91,7 +91,8 @@ def test_mutated_examples_compile_or_fail_cleanly(text):
     _check(text)
 
 
-FRAGMENTS = SPECIAL + [
+FRAGMENTS = [
+    *SPECIAL,
     "together",
     "then",
     "ask me:",

@@ -262,7 +262,7 @@ def test_concurrent_calls_share_one_session(servers, repo):
 
     trio.run(main)
     assert len(results) == len(zones) + 5
-    for key, (zone, result) in results.items():
+    for _key, (zone, result) in results.items():
         assert result.is_error is False
         if zone is not None:
             assert result.value["timezone"] == zone

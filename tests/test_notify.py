@@ -77,7 +77,7 @@ class Receiver:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's name
+            def do_POST(self):  # http.server's name
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 outer.requests.append(
                     {"path": self.path, "headers": dict(self.headers.items()), "body": body, "at": time.time()}
@@ -156,7 +156,7 @@ def report(approvers=("ana",), run="r-test-1", expires_in: float | None = 3600) 
                 expires_at=None if expires_in is None else time.time() + expires_in,
                 card=CARD,
                 approvers=list(approvers),
-            )  # fmt: skip
+            )
         ],
     )
 

@@ -291,7 +291,7 @@ ATTACKS = [
     ("log_event", "write", "verb 'log'"),
     ("fetch_to_file", "write", "'to' names a destination: write"),
     ("get_frob", "write", "unknown word 'frob': write (fail closed)"),
-    # a letter outside ASCII splits a word where nobody sees it: "sеnd" with a Cyrillic "е"
+    # a letter outside ASCII splits a word where nobody sees it: "s\u0435nd" with a Cyrillic "e" (U+0435)
     ("get_items_s\u0435nd", "write", "character '\u0435' outside ASCII: write (fail closed)"),
     ("list_fil\u00e9s", "write", "character '\u00e9' outside ASCII: write (fail closed)"),
     ("get\u200bitems", "write", "character '\\u200b' outside ASCII: write (fail closed)"),  # repr of an invisible one

@@ -15,6 +15,7 @@ import json
 import socket
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import msgspec
@@ -529,7 +530,7 @@ def test_a_run_parked_against_one_url_is_refused_against_another(web, tmp_path):
         other = runs_for(tmp_path, **config)
         try:
             with pytest.raises(ServerMismatchError) as info:
-                trio.run(lambda: other.approve(parked.run, "post", actor="ana"))
+                trio.run(partial(other.approve, parked.run, "post", actor="ana"))
         finally:
             other.close()
         assert "'web'" in str(info.value) and "nothing was run" in str(info.value)

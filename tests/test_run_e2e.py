@@ -195,7 +195,7 @@ def test_write_uses_a_model_through_llm(cli, tmp_path):
     pytest.importorskip("llm_echo")
     recipe = tmp_path / "model.recipe"
     recipe.write_text('src: vodou.echo {"value": "the facts"}\nnote: write a summary from {src}\n')
-    res = cli("run", recipe, "--json", "--model", "echo", expect=0)
+    cli("run", recipe, "--json", "--model", "echo", expect=0)
     import sqlite3
 
     (out,) = sqlite3.connect(cli.store).execute("SELECT output_json FROM nodes WHERE node_id='note'").fetchone()
@@ -281,7 +281,10 @@ def test_time_and_git_reads_together_commit_gated_once(cli, git_repo):
             "git": {"command": sys.executable, "args": ["-m", "mcp_server_git", "--repository", str(git_repo)]},
         }
     )
-    count = lambda: int(_git(git_repo, "rev-list", "--count", "HEAD"))
+
+    def count() -> int:
+        return int(_git(git_repo, "rev-list", "--count", "HEAD"))
+
     assert count() == 1
     first = cli(
         "run", RECIPES / "time-and-git.recipe", "--servers", servers, "--set", f"repo={git_repo}", "--json", expect=3
@@ -334,18 +337,19 @@ def test_a_quorum_cancels_a_read_in_flight_that_followed_another_read_in_its_ite
     seen: dict = {}
 
     async def main():
+        driven = trio.Event()
         async with trio.open_nursery() as nursery:
 
             async def drive():
                 seen["report"] = await runs.start("chain.recipe", text=recipe, actor="ana")
+                driven.set()
 
             nursery.start_soon(drive)
             with trio.fail_after(60):
                 while len(rogue_calls(log, "get_status_now")) == 0:  # the second read of the item is out
                     await trio.sleep(0.01)
                 (tmp_path / "release").write_text("")  # now `quick` answers: the quorum is met
-                while "report" not in seen:
-                    await trio.sleep(0.01)
+                await driven.wait()
 
     trio.run(main)
     report = seen["report"]

@@ -101,7 +101,7 @@ def test_servers_see_only_approved_fresh_unexpired_effects_once(tmp_path_factory
                     return None
 
             prepared = Prepared(plan=plan, text=None, path=None, servers=ServerSet(servers, "test"), hub=hub)
-            outcome = await guarded(lambda: driver().start(prepared, actor="ana", run_id="r1"))
+            await guarded(lambda: driver().start(prepared, actor="ana", run_id="r1"))
             for kind, arg in actions:
                 run = store.get_run("r1")
                 if run.state in ("succeeded", "failed", "declined"):

@@ -74,7 +74,7 @@ def test_missed_due_times_run_once_within_the_window_and_are_skipped_beyond_it(r
     runs.add_schedule("hourly", recipe="hello", cron="0 * * * *", tz="UTC", by="ana", catch_up_s=3600)
     # nothing served from 07:00 to 10:30 UTC: 08:00, 09:00 beyond the window; 10:00 within it
     s = runs.store().get_schedule("hourly")
-    decisions, next_due = decide(s, ts(2026, 3, 2, 10, 30, tz=ZoneInfo("UTC")))
+    decisions, _next_due = decide(s, ts(2026, 3, 2, 10, 30, tz=ZoneInfo("UTC")))
     assert [d.outcome for d in decisions] == ["skipped", "skipped", "fired"]
     assert "beyond the catch-up window" in decisions[0].note
     fired = runs.due(now=ts(2026, 3, 2, 10, 30, tz=ZoneInfo("UTC")))
@@ -191,7 +191,7 @@ def fire(runs: Runs, at: float) -> list:
     out = []
     for f in runs.due(now=at):
         try:
-            out.append((f, trio.run(lambda: runs.start_firing(f))))
+            out.append((f, trio.run(runs.start_firing, f)))
         except Exception as exc:  # noqa: BLE001 - the firing's own record says it failed
             out.append((f, exc))
     return out
@@ -211,10 +211,10 @@ def test_an_agents_schedule_runs_the_version_it_was_proposed_with_whatever_is_sa
     assert (enabled.state, enabled.recipe_version) == ("active", 1)
     runs.save("poster.recipe", text=POST.replace("hello", "changed"), by="bruno")
     for day in (3, 4):
-        ((f, report),) = fire(runs, ts(2026, 3, day, 8, 0, 1))
+        ((_f, report),) = fire(runs, ts(2026, 3, day, 8, 0, 1))
         assert report.state == "parked", report  # version 1 asks before it posts
         assert runs.store().get_run(report.run).saved_version == 1
-        (pending,) = report.pending
+        (_pending,) = report.pending
         assert runs.show(report.run).approvals[0].payload == {"channel": "#daily", "text": "hello"}
     assert rogue_calls(runs.log, "post_message") == []  # nothing was posted, asked or not
 

@@ -155,8 +155,8 @@ def test_the_values_reach_the_servers_and_nothing_else_does(tmp_path, planted, g
         with trio.fail_after(SAFETY):
             async with open_hub(servers, ["ops", "web"]) as hub:
                 pid = hub._server("ops").process.pid
-                seen["cmdline"] = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                seen["cmdline"] = (await trio.Path(f"/proc/{pid}/cmdline").read_bytes()).split(b"\0")
+                environ = (await trio.Path(f"/proc/{pid}/environ").read_bytes()).split(b"\0")
                 seen["environ"] = dict(e.decode().split("=", 1) for e in environ if b"=" in e)
                 seen["web"] = await hub.call("web", "get_status", {})
                 seen["card"] = hub.config("web").command_line()

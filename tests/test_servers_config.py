@@ -40,7 +40,7 @@ def places(tmp_path):
 
 
 def test_discovery_order(places):
-    tmp_path, home, project, files = places
+    _tmp_path, home, project, files = places
     environ = {"HOME": str(home), ENV_VAR: str(files["env"])}
 
     got = load_servers(str(files["explicit"]), cwd=project, environ=environ)
@@ -68,13 +68,13 @@ def test_discovery_order(places):
 
 
 def test_empty_env_var_counts_as_unset(places):
-    _, home, project, files = places
+    _, home, project, _files = places
     got = load_servers(None, cwd=project, environ={"HOME": str(home), ENV_VAR: ""})
     assert got.servers["a"].command == "from-project"
 
 
 def test_relative_paths_resolve_against_cwd(places):
-    tmp_path, home, project, files = places
+    _tmp_path, home, project, _files = places
     got = load_servers("../explicit.json", cwd=project, environ={"HOME": str(home)})
     assert got.servers["a"].command == "from-explicit"
     got = load_servers(None, cwd=project, environ={"HOME": str(home), ENV_VAR: "../env.json"})
@@ -226,7 +226,7 @@ def test_embedded_defaults(tmp_path):
     assert servers["gmail"].args == ["-m", "vodou_engine.demo.mail_server"]
     assert servers["google-calendar"].args == ["-m", "vodou_engine.demo.calendar_server"]
     assert servers["slack"].args == ["-m", "vodou_engine.demo.chat_server"]
-    for name, config in servers.items():
+    for config in servers.values():
         assert config.command == sys.executable
         assert config.env["VODOU_DEMO_DB"] == db
     for name in ("board", "recall", "proc"):
@@ -282,7 +282,7 @@ def test_timeouts_are_optional_seconds(tmp_path):
 @pytest.mark.parametrize("raw", ["0", "-1", '"30"', "true", "[5]", "1e400"])
 def test_bad_timeouts_name_file_server_and_key(tmp_path, key, raw):
     path = tmp_path / "mcp.json"
-    path.write_text('{"mcpServers": {"web": {"command": "x", "%s": %s}}}' % (key, raw))
+    path.write_text(f'{{"mcpServers": {{"web": {{"command": "x", "{key}": {raw}}}}}}}')
     with pytest.raises(ServerConfigError) as info:
         load_servers(str(path), cwd=tmp_path, environ={})
     message = str(info.value)

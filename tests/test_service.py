@@ -14,7 +14,7 @@ import pytest
 import trio
 from conftest import demo_calls
 
-from vodou_engine.errors import UnknownRunError
+from vodou_engine.errors import ToolError, UnknownRunError
 from vodou_engine.servers import ServerSet, demo_servers
 from vodou_engine.service import Service
 
@@ -49,7 +49,7 @@ def test_runs_park_and_go_on_in_the_background_on_warm_servers(tmp_path):
             for _ in range(2):
                 run_id = svc.start_saved("post", inputs=None, actor="ana")
 
-                def state() -> str | None:
+                def state(run_id: str = run_id) -> str | None:  # this pass's run
                     try:
                         return runs.show(run_id).state
                     except UnknownRunError:  # not stored yet
@@ -65,7 +65,7 @@ def test_runs_park_and_go_on_in_the_background_on_warm_servers(tmp_path):
                 report = await svc.approve(run_id, "post", actor="ana", fingerprint=card.fingerprint, proof="test")
                 assert report.state == "parked"  # recorded; the effect goes on in the background
 
-                async def done():
+                async def done(run_id: str = run_id) -> bool:
                     return runs.show(run_id).state == "succeeded"
 
                 await until(done, "the approved run to finish")
@@ -98,7 +98,7 @@ def test_a_server_that_died_is_started_again_when_next_needed(tmp_path):
             assert not first.is_error
             pid = demo_calls(tmp_path / "demo.db", tool="slack_get_channel")[-1]["pid"]
             os.kill(pid, signal.SIGKILL)
-            with pytest.raises(Exception):
+            with pytest.raises(ToolError):  # the reply never comes: the server died under the call
                 with trio.fail_after(SAFETY):
                     await hub.call("slack", "slack_get_channel", {"channel": "#daily"})
             hub = await svc.pool.hub(["slack"])  # noticed dead: started again
@@ -155,7 +155,7 @@ def test_two_serving_processes_fire_each_due_time_once(tmp_path):
             for minute in (1, 2, 3):
                 clock["now"] = datetime(2026, 3, 2, 8, minute, 5, tzinfo=UTC).timestamp()
 
-                async def fired():
+                async def fired(minute: int = minute) -> bool:
                     done = [r for r in runs.list(limit=100) if r.state == "succeeded"]
                     return len(done) >= minute
 

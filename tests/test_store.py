@@ -429,7 +429,7 @@ def test_empty_approver_list_leaves_the_choice_to_the_caller(store):
 def test_begin_effect_claims_one_execution(store):
     make_run(store)
     approved(store)
-    args = dict(approval_id="ap1", fingerprint="fp", payload_json=b'{"to":"team"}', now=T0 + 3)
+    args = {"approval_id": "ap1", "fingerprint": "fp", "payload_json": b'{"to":"team"}', "now": T0 + 3}
     assert store.begin_effect("r1", "send", idempotency_key="r1/send", **args)
     assert not store.begin_effect("r1", "send", idempotency_key="r1/send", **args)
     assert not store.begin_effect("r1", "send", idempotency_key="another-key", **args)
@@ -440,7 +440,7 @@ def test_begin_effect_claims_one_execution(store):
 def test_begin_effect_only_runs_what_was_approved(store):
     make_run(store)
     store.ask(question("ap1"))
-    common = dict(idempotency_key="k", payload_json="{}")
+    common = {"idempotency_key": "k", "payload_json": "{}"}
     with pytest.raises(RefusedError, match="still pending"):
         store.begin_effect("r1", "send", approval_id="ap1", fingerprint="fp", **common)
     store.decide("ap1", "approved", by="alice")
@@ -824,7 +824,7 @@ def test_a_postgres_url_naming_no_schema_is_a_store_error_that_creates_nothing()
     url = f"{PG}{'&' if '?' in PG else '?'}options=-csearch_path%3Dvodou_no_such_schema"
     for create in (True, False):
         with pytest.raises(
-            StoreError, match="no schema for the store at .*vodou_no_such_schema.*nothing was created"
+            StoreError, match=r"no schema for the store at .*vodou_no_such_schema.*nothing was created"
         ) as info:
             open_store(url, create=create)
         assert info.value.exit_code == EXIT_STORE and "CREATE SCHEMA" in info.value.hint

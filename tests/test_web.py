@@ -516,7 +516,7 @@ def test_the_configuration_file_and_the_notification_hook(tmp_path, monkeypatch)
     monkeypatch.delenv("VODOU_SERVE_URL", raising=False)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    flags = dict(host=None, port=None, store=None, servers=None, policy=None, grace=None, config=None)
+    flags = {"host": None, "port": None, "store": None, "servers": None, "policy": None, "grace": None, "config": None}
     cfg = web_config.from_flags(types.SimpleNamespace(**flags))
     assert (cfg.host, cfg.port, cfg.base_url(), cfg.secure, cfg.grace_s) == (
         "127.0.0.1",

@@ -16,12 +16,15 @@ the calls ``recipe run --queue``, ``recipe approve`` and the inbox make.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
+import re
 import signal
 import time
 from collections import Counter
 from datetime import UTC, datetime
+from functools import partial
 
 import pytest
 import trio
@@ -291,7 +294,9 @@ def test_two_serving_schedulers_and_four_workers_fire_each_due_time_once(tmp_pat
 
     due = sorted(f.due_at for f in firings)
     assert (
-        due[0] == schedule.next_due and len(due) == len(set(due)) and all(b - a == 60 for a, b in zip(due, due[1:]))
+        due[0] == schedule.next_due
+        and len(due) == len(set(due))
+        and all(b - a == 60 for a, b in itertools.pairwise(due))
     )  # each minute decided once
     ran = [f for f in firings if f.outcome == "fired" and f.due_at <= last_due]
     assert len(ran) >= wanted - 1  # a tick late by a whole (fast) minute folds that due time into the next
@@ -429,7 +434,7 @@ def test_a_request_served_by_a_waiting_job_holds_it_until_its_own_writes_are_vis
         with store.transaction():
             assert defer_drive_in(conn, "r-1") is False  # the waiting job serves this request too
             assert fetch() == []  # skipped while this transaction holds it
-        ((job, status),) = fetch()  # committed: the next fetch takes it
+        ((_job, status),) = fetch()  # committed: the next fetch takes it
         assert status == "doing" and [j["status"] for j in Queue(url).jobs()] == ["doing"]
         other.close()
         store.close()
@@ -468,7 +473,8 @@ def test_without_postgresql_these_tests_fail_saying_so(monkeypatch):
     monkeypatch.setattr(pg_helpers, "PG", "postgresql://postgres@127.0.0.1:1/test")
     with (
         pytest.raises(
-            pytest.fail.Exception, match="PostgreSQL is not reachable at postgresql://postgres@127.0.0.1:1/test"
+            pytest.fail.Exception,
+            match=re.escape("PostgreSQL is not reachable at postgresql://postgres@127.0.0.1:1/test"),
         ),
         fresh_schema(),
     ):
@@ -666,7 +672,7 @@ def test_a_worker_that_cannot_drive_a_run_hands_it_back_and_one_that_can_drives_
         (b,) = workers.start(1, concurrency=2, recipe=True, env={"VODOU_SERVERS": str(servers_b)})
         workers.wait_ready(2)
         for run_id in ids:
-            assert trio.run(lambda: runs.approve(run_id, "post", actor="ana", proof="test")).queued
+            assert trio.run(partial(runs.approve, run_id, "post", actor="ana", proof="test")).queued
         started = runs.queue(needs, actor="ana")
         wait_for(lambda: all(events_of(url, r, "handed_back") for r in ids), "worker B to hand the three runs back")
         wait_for(

@@ -137,10 +137,10 @@ class Serving:
         self.url = ""
 
     def start(self, timeout: float = 60) -> Serving:
-        self._log = open(self.log, "w")
-        self.proc = subprocess.Popen(
-            self.argv, cwd=self.tmp, env=self.env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT
-        )
+        with open(self.log, "w") as log:  # the child holds its own copy of the file
+            self.proc = subprocess.Popen(
+                self.argv, cwd=self.tmp, env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             m = re.search(r"serving on (http://\S+)", self.log.read_text())
@@ -160,10 +160,7 @@ class Serving:
         """SIGTERM; (exit code, processes it started that are still alive)."""
         kids = self.children()
         self.proc.send_signal(signal.SIGTERM)
-        try:
-            code = self.proc.wait(timeout)
-        finally:
-            self._log.close()
+        code = self.proc.wait(timeout)
         deadline = time.monotonic() + 5
         alive = set(kids)
         while alive and time.monotonic() < deadline:

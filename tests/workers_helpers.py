@@ -66,10 +66,10 @@ class Workers:
         return [self._spawn("serve", ["-m", "vodou_engine", "serve", "--port", "0"], None) for _ in range(n)]
 
     def _spawn(self, role: str, argv: list[str], env: dict | None) -> subprocess.Popen:
-        log = open(self.tmp / f"{role}-{len(self.procs)}.log", "wb")
-        p = subprocess.Popen(
-            [sys.executable, *argv], env={**self.env, **(env or {})}, cwd=self.tmp, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        with open(self.tmp / f"{role}-{len(self.procs)}.log", "wb") as log:  # the child holds its own copy
+            p = subprocess.Popen(
+                [sys.executable, *argv], env={**self.env, **(env or {})}, cwd=self.tmp, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
         p.role = role  # type: ignore[attr-defined]
         p.log = self.tmp / f"{role}-{len(self.procs)}.log"  # type: ignore[attr-defined]
         self.procs.append(p)

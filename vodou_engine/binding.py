@@ -232,8 +232,10 @@ def depends_on_directory(config: ServerConfig, *, name: str = "", start: str | N
     for item in reached(executable, list(here.args), workdir, _base_environment() | dict(here.env)):
         if item.relative and item.var is not None:
             out.append(f"a file named through ${item.var}")  # never the value
+        elif item.relative and item.arg is not None and item.label == f"args[{item.arg}]":
+            out.append(f"{item.label} {config.args[item.arg]!r}")  # an argument: shown as given
         elif item.relative:
-            out.append(f"{item.label} {config.args[item.arg]!r}" if item.label == f"args[{item.arg}]" else item.label)
+            out.append(item.label)
     return out
 
 
@@ -445,7 +447,7 @@ def started_where(run_id: str, servers: ServerSet, hub: Any) -> None:
             continue
         try:
             warm = hub.config(name)
-        except Exception:  # noqa: BLE001, S112 - not started in this hub: the drive reports it
+        except Exception:  # noqa: BLE001 - not started in this hub: the drive reports it
             continue
         there = os.path.realpath(warm.cwd or os.getcwd())
         if there != os.path.realpath(config.cwd):

@@ -170,6 +170,7 @@ def plan_card(
     index = plan.index()
     for gate in approvals:
         step = index[gate.step]
+        assert isinstance(step, ToolNode)  # graph/verify.py refuses an approval of anything else
         notes.append(
             Text.assemble(
                 ("⚠ ", "bold yellow"),
@@ -372,9 +373,10 @@ def check_untampered(
 
     index = plan.index()
     gate = index.get(approval.node_id)
-    step = index.get(gate.step) if isinstance(gate, ApprovalNode) else None
+    guarded = index.get(gate.step) if isinstance(gate, ApprovalNode) else None
+    step = guarded if isinstance(guarded, ToolNode) else None
     as_asked = False
-    if (isinstance(gate, ApprovalNode) and isinstance(step, ToolNode)) or isinstance(gate, QuestionNode):
+    if (isinstance(gate, ApprovalNode) and step is not None) or isinstance(gate, QuestionNode):
         node_id = step.id if step is not None else gate.id
         try:
             if payload is None:
@@ -397,7 +399,7 @@ def check_untampered(
             hint=f"nobody can tell what was meant to run: cancel the run (recipe cancel {approval.run_id}) and start a new one",
             run=approval.run_id, step=approval.step, fingerprint=approval.fingerprint,
         )  # fmt: skip
-    return gate, step if isinstance(step, ToolNode) else None
+    return gate, step
 
 
 def mermaid(plan: Plan) -> str:

@@ -55,26 +55,26 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    def policy(sp):
+    def policy(sp: argparse.ArgumentParser) -> None:
         sp.add_argument(
             "--policy",
             metavar="FILE",
             help="tool policy file (default: $VODOU_POLICY, ./vodou-policy.toml, ~/.config/vodou/policy.toml)",
         )
 
-    def servers(sp):
+    def servers(sp: argparse.ArgumentParser) -> None:
         sp.add_argument(
             "--servers",
             metavar="FILE",
             help="MCP servers JSON (default: $VODOU_SERVERS, ./mcp.json, ~/.config/vodou/mcp.json, then the demo servers)",
         )
 
-    def store(sp):
+    def store(sp: argparse.ArgumentParser) -> None:
         sp.add_argument(
             "--store", metavar="PATH", help="run store (default: $VODOU_STORE or ~/.local/share/vodou/runs.db)"
         )
 
-    def actor(sp, what: str):
+    def actor(sp: argparse.ArgumentParser, what: str) -> None:
         sp.add_argument(
             "--as",
             dest="actor",
@@ -82,10 +82,10 @@ def _parser() -> argparse.ArgumentParser:
             help=f"{what} under this approver name instead of your user name; needs the approver's secret in ${TOKEN_ENV}",
         )
 
-    def as_json(sp):
+    def as_json(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
-    def no_wait(sp):
+    def no_wait(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--no-wait", action="store_true", help="park at approvals even on a terminal (do not ask here)")
 
     c = sub.add_parser("compile", help="compile a recipe to actions.json")

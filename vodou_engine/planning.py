@@ -14,6 +14,7 @@ from .cards import ToolStatus
 from .compiler.words import written_address, written_server
 from .plan import Plan, ToolNode
 from .policy import BUILTIN_SERVER, BUILTIN_TOOLS, Hints, hints_from
+from .servers import ServerConfig
 
 
 def servers_of(plan: Plan) -> list[str]:
@@ -80,7 +81,7 @@ def resolve(
     return status, hints
 
 
-async def list_tools(servers: Mapping[str, object], names: list[str]) -> dict[str, dict]:
+async def list_tools(servers: Mapping[str, ServerConfig], names: list[str]) -> dict[str, dict]:
     """Start the configured ones of ``names`` in parallel; list tools; close them."""
     from .tools.hub import open_hub
 

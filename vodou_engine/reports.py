@@ -15,10 +15,12 @@ from .plan import ApprovalNode, JoinNode, Plan, QuestionNode, ToolNode, WriteNod
 
 
 class Doc(msgspec.Struct, frozen=True, kw_only=True):
-    """House policy for report documents: keyword construction, stable field order."""
+    """House policy for report documents: keyword construction, stable field order.
+
+    A subclass says ``frozen=True`` again: msgspec inherits it, type checkers do not."""
 
 
-class PendingApproval(Doc):
+class PendingApproval(Doc, frozen=True):
     step: str
     approval: str
     fingerprint: str
@@ -33,7 +35,7 @@ class PendingApproval(Doc):
     refusal: str | None = None
 
 
-class Together(Doc):
+class Together(Doc, frozen=True):
     """A together's honest figures: each branch's own work (its calls, started ->
     ended) against the wall-clock of the whole together. Time a branch spent
     queued for a thread, or waiting for a person, is not work; it is reported
@@ -58,12 +60,12 @@ class Together(Doc):
     """Branches still running or waiting for a person when the figures were taken."""
 
 
-class ServerStart(Doc):
+class ServerStart(Doc, frozen=True):
     start_s: float
     """Seconds from spawn to tools listed."""
 
 
-class RunReport(Doc):
+class RunReport(Doc, frozen=True):
     """Where a run stands after a call of the run API (start, approve, resume...)."""
 
     run: str
@@ -90,7 +92,7 @@ class RunReport(Doc):
     holding the same store), when it was not the caller's own."""
 
 
-class NodeView(Doc):
+class NodeView(Doc, frozen=True):
     node: str
     kind: str
     state: str
@@ -104,7 +106,7 @@ class NodeView(Doc):
     has_output: bool = False
 
 
-class ApprovalView(Doc):
+class ApprovalView(Doc, frozen=True):
     id: str
     step: str
     state: str
@@ -126,7 +128,7 @@ class ApprovalView(Doc):
     refusal: str | None = None
 
 
-class EffectView(Doc):
+class EffectView(Doc, frozen=True):
     step: str
     state: str
     fingerprint: str
@@ -145,7 +147,7 @@ class EffectView(Doc):
     settled_by: str | None = None
 
 
-class RunSummary(Doc):
+class RunSummary(Doc, frozen=True):
     run: str
     recipe: str
     state: str
@@ -155,7 +157,7 @@ class RunSummary(Doc):
     driven_by: str | None = None
 
 
-class RunView(Doc):
+class RunView(Doc, frozen=True):
     """Everything a person may ask about one run."""
 
     run: str
@@ -177,9 +179,14 @@ class RunView(Doc):
 
 
 def node_kind(node: Any) -> str:
-    return {ToolNode: "tool", WriteNode: "write", JoinNode: "join", QuestionNode: "question", ApprovalNode: "approval"}[
-        type(node)
-    ]
+    kinds: dict[type, str] = {
+        ToolNode: "tool",
+        WriteNode: "write",
+        JoinNode: "join",
+        QuestionNode: "question",
+        ApprovalNode: "approval",
+    }
+    return kinds[type(node)]
 
 
 def together_stats(

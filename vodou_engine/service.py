@@ -30,6 +30,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -203,23 +204,25 @@ class Service:
             self.active[key] = scope
             try:
                 report = await fn(runs)
+                on_parked, nursery = self.on_parked, self._nursery
                 if (
                     report is not None
                     and getattr(report, "state", None) == "parked"
                     and not getattr(report, "queued", False)
-                    and self.on_parked is not None
+                    and on_parked is not None
+                    and nursery is not None  # always, once a run is driven: it was started there
                 ):
                     # in a task of its own: a slow webhook neither holds the run nor a stop's grace
-                    self._nursery.start_soon(self._notify, report)
+                    nursery.start_soon(self._notify, on_parked, report)
             except Exception:  # one run's failure never stops the others
                 logger.exception("run %s ended with an error", run_id or "(new)")
             finally:
                 self.active.pop(key, None)
                 runs.close()
 
-    async def _notify(self, report: RunReport) -> None:
+    async def _notify(self, on_parked: Callable[[RunReport], Awaitable[None]], report: RunReport) -> None:
         try:
-            await self.on_parked(report)
+            await on_parked(report)
         except Exception:  # a notification that fails never touches the run
             logger.exception("notifying about run %s failed", report.run)
 
@@ -392,14 +395,14 @@ class Service:
         try:
             while self.accepting:
                 try:
-                    fired = await trio.to_thread.run_sync(lambda: runs.due(by="serve"))
+                    fired = await trio.to_thread.run_sync(partial(runs.due, by="serve"))
                 except Exception:  # a bad tick must not stop the scheduler
                     logger.exception("scheduler tick failed")
                     fired = []
                 for f in fired:
                     if not self.accepting:
                         break
-                    self._spawn(f.run_id, lambda r, f=f: self._fire(r, f))
+                    self._spawn(f.run_id, partial(self._fire, f=f))
                 # Wake just after the next multiple of the tick: due times are whole minutes,
                 # so a run starts milliseconds after its time, not up to a tick later.
                 await trio.sleep(self.tick_s - time.time() % self.tick_s + 0.002)

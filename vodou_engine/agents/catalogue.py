@@ -23,6 +23,7 @@ from ..compiler.words import written_address
 from ..errors import VodouError
 from ..policy import hints_from
 from ..runs import plain_error
+from ..servers import ServerSet
 from ..tools.hub import open_hub
 
 SKIPPED_ARGS = ("idempotency_key",)
@@ -60,6 +61,8 @@ class Catalogue:
         self.unavailable = dict(unavailable)
         self.source = source
         self.fetched_at = time.time() if fetched_at is None else fetched_at
+        self.server_set: ServerSet | None = None
+        """The server file the tools were listed from, set by whoever fetched them."""
         self.entries = [
             entry(server, info, policy)
             for server in sorted(self.listed)

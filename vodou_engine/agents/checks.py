@@ -25,7 +25,7 @@ from ..cards import plan_card
 from ..compiler import compile_recipe
 from ..compiler.words import written_address
 from ..errors import RecipeError, VodouError
-from ..plan import ApprovalNode, JoinNode, QuestionNode, ToolNode, WriteNode
+from ..plan import ApprovalNode, JoinNode, QuestionNode, ToolNode, ToolRef, WriteNode
 from ..planning import missing, resolve, servers_of
 from ..text_safety import source_warnings
 from .error_data import error_data
@@ -221,14 +221,14 @@ def check_text(
             where = getattr(node, "where", None)
             line, column, width = (where.line, where.column, 1) if where else (None, None, 1)
             ref = getattr(node, key.partition("#")[2], None) if "#" in key else node
-            address = written_address(ref.server, ref.tool) if ref is not None else None
+            address = written_address(ref.server, ref.tool) if isinstance(ref, (ToolNode, ToolRef)) else None
             if where and address:  # point at the address itself, on the step's line or an option's below it
                 for number in range(where.line, len(lines) + 1):
                     found = lines[number - 1].find(address)
                     if found >= 0:
                         line, column, width = number, found + 1, len(address)
                         break
-            exc = RecipeError(
+            unknown = RecipeError(
                 f"step `{key.split('#', 1)[0]}`: {status[key].note}",
                 path=path,
                 line=line,
@@ -237,14 +237,14 @@ def check_text(
                 hint="use a tool the catalogue lists (list_tools), with its address exactly as listed",
                 width=width,
             )
-            out.add(exc)
+            out.add(unknown)
             out.errors[-1]["code"] = "tool.unknown"
     out.plan = plan
     if agent:
-        exc = opt_out_error(plan)
-        if exc is not None:
-            exc.path = path
-            out.add(_with_source(exc, text))
+        opt_out = opt_out_error(plan)
+        if opt_out is not None:
+            opt_out.path = path
+            out.add(_with_source(opt_out, text))
     return out
 
 

@@ -374,6 +374,7 @@ class AgentServer:
             out.update(self.save_recipe(identity, recipe, saved_name(recipe, name)))
             saved, version = out["saved"], out["version"]
         else:
+            assert saved is not None  # exactly one of the two was given (refused above otherwise)
             version = self._refuse_saved(saved)
         runs = self.runs()
         try:

@@ -17,7 +17,8 @@ import re
 import signal
 import sys
 from collections.abc import Callable
-from typing import Any
+from functools import partial
+from typing import Any, overload
 
 from ..errors import IdentityError, UsageError
 from ..limits import MAX_DEPTH, TooDeep, check_json_depth
@@ -120,6 +121,10 @@ def _inputs(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
+@overload
+def _seconds(text: str) -> float: ...
+@overload
+def _seconds(text: None) -> None: ...
 def _seconds(text: str | None) -> float | None:
     if text is None:
         return None
@@ -211,11 +216,11 @@ def _answer_inline(args: Any, runs: Any, rep: Any, code: int, actor: str, proof:
             return code
         if answer == "yes":
             rep = _run_async(
-                lambda: runs.approve(rep.run, card.step, actor=actor, fingerprint=card.fingerprint, proof=proof)
+                partial(runs.approve, rep.run, card.step, actor=actor, fingerprint=card.fingerprint, proof=proof)
             )
         else:
             rep = _run_async(
-                lambda: runs.reject(rep.run, card.step, actor=actor, fingerprint=card.fingerprint, proof=proof)
+                partial(runs.reject, rep.run, card.step, actor=actor, fingerprint=card.fingerprint, proof=proof)
             )
         code = report(rep, json_out=False, store_flag=_store_flag(args))
     return code

@@ -65,7 +65,7 @@ def _error(exc: Any) -> None:
     say(text, style="red", err=True)
 
 
-_CLI_HINTS: dict[str, Callable[[dict], str]] = {
+_CLI_HINTS: dict[str, Callable[[dict[str, Any]], str]] = {  # an error's facts, as it raised them
     "run.unknown": lambda f: "`recipe runs` lists the runs in this store",
     "plan.edited": lambda f: (
         f"if the edit is intended, `recipe compile {f.get('path') or 'actions.json'} -o {f.get('path') or 'actions.json'}` verifies and fingerprints it again"

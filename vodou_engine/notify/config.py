@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from email.utils import parseaddr
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, overload
 from urllib.parse import quote, urlsplit
 
 import msgspec
@@ -243,8 +243,10 @@ def _validation_error(path: str, message: str) -> ServeConfigError:
     hint = _HINT
     unknown = re.fullmatch(r"Object contains unknown field `(.*)`", what)
     missing = re.fullmatch(r"Object missing required field `(.*)`", what)
-    if unknown or missing:  # about a table's keys: name the table
-        name = (unknown or missing).group(1)
+    field_match = unknown or missing
+    key: str | None  # the key the message is about, when it names one
+    if field_match:  # about a table's keys: name the table
+        name = field_match.group(1)
         what = f"unknown key `{name}`" if unknown else f"missing key `{name}`"
         key = f"{table}.{name}".lstrip(".")
         if unknown and table in _TABLES:
@@ -300,6 +302,30 @@ _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+@overload
+def _secret(
+    path: str,
+    where: str,
+    table: str,
+    key: str,
+    literal: str | None,
+    env_name: str | None,
+    env: Mapping[str, str],
+    *,
+    required: Literal[True],
+) -> Secret: ...
+@overload
+def _secret(
+    path: str,
+    where: str,
+    table: str,
+    key: str,
+    literal: str | None,
+    env_name: str | None,
+    env: Mapping[str, str],
+    *,
+    required: bool,
+) -> Secret | None: ...
 def _secret(
     path: str,
     where: str,

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from ..reports import Doc
 
 
-class Delivery(Doc):
+class Delivery(Doc, frozen=True):
     """How one notification went: one webhook POST, or one email to one approver."""
 
     kind: Literal["webhook", "email"]

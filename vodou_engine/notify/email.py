@@ -136,8 +136,8 @@ def _smtp_try(config: Email, messages: list[EmailMessage]) -> list[tuple[str, st
             try:
                 refused = smtp.send_message(msg)
             except smtplib.SMTPRecipientsRefused as exc:
-                code, text = next(iter(exc.recipients.values()), (550, b"refused"))
-                text = text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text)
+                code, said = next(iter(exc.recipients.values()), (550, b"refused"))
+                text = said.decode("utf-8", "replace") if isinstance(said, bytes) else str(said)
                 out.append(
                     (
                         "transient" if 400 <= code < 500 else "failed",
@@ -154,8 +154,7 @@ def _smtp_try(config: Email, messages: list[EmailMessage]) -> list[tuple[str, st
                     ("sent", None) if not refused else ("failed", f"the server refused the recipient: {refused}")
                 )
     except Exception as exc:  # noqa: BLE001 - a failure before the first message: all of them share it
-        kind, text = _smtp_error(exc)
-        out.extend([(kind, text)] * (len(messages) - len(out)))
+        out.extend([_smtp_error(exc)] * (len(messages) - len(out)))
     finally:
         try:
             smtp.quit()

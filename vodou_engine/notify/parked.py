@@ -20,7 +20,7 @@ from email.utils import parseaddr
 import trio
 
 from ..reports import PendingApproval, RunReport
-from .config import ServeConfig, Webhook
+from .config import Email, ServeConfig, Webhook
 from .delivery import Delivery, Sleep, _scrub
 from .email import _emails, email_message
 from .webhook import _webhook
@@ -113,14 +113,14 @@ async def _notify(
             async def webhook(i: int, hook: Webhook, p: PendingApproval) -> None:
                 results[i] = await _webhook(client, hook, report, p, run_url, sleep, clock)
 
-            async def emails() -> None:
-                for (i, *_), d in zip(mail, await _emails(config.email, report, mail, sleep), strict=False):
+            async def emails(email: Email) -> None:
+                for (i, *_), d in zip(mail, await _emails(email, report, mail, sleep), strict=False):
                     results[i] = d
 
             for i, hook, p in hooks:
                 nursery.start_soon(webhook, i, hook, p)
-            if mail:
-                nursery.start_soon(emails)
+            if mail and config.email is not None:  # there is mail only when [email] is configured
+                nursery.start_soon(emails, config.email)
     finally:
         if client is not None:
             with trio.CancelScope(shield=True):

@@ -18,7 +18,7 @@ import hmac
 import logging
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -42,7 +42,7 @@ def sign(secret: str | bytes, timestamp: str, body: bytes) -> str:
 
 
 # --- the body ------------------------------------------------------------------------------
-class WebhookBody(Doc):
+class WebhookBody(Doc, frozen=True):
     event: str
     delivery: str
     run: str
@@ -73,7 +73,12 @@ async def _webhook(
     delivery_id = uuid.uuid4().hex
     secret = hook.secret.reveal()
 
-    def done(status: str, tries: int, error: str | None = None, http_status: int | None = None) -> Delivery:
+    def done(
+        status: Literal["sent", "failed", "skipped"],
+        tries: int,
+        error: str | None = None,
+        http_status: int | None = None,
+    ) -> Delivery:
         d = Delivery(
             kind="webhook", target=hook.name, run=report.run, step=p.step, approval=p.approval, status=status, tries=tries,
             error=_scrub(error, secret, hook.url) if error else None, http_status=http_status, delivery_id=delivery_id,

@@ -7,15 +7,22 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from ..errors import BusyError
 from ..owners import describe, is_gone
 from ..states import RunState
 
+if TYPE_CHECKING:  # the store package is imported when a store is opened, not with the run API
+    from ..store.records import RunRecord
 
-async def in_thread(fn: Callable, *args: Any, **kwargs: Any) -> Any:
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+async def in_thread(fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
     import trio
 
     return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs))
@@ -37,11 +44,11 @@ def plain_error(exc: BaseException) -> BaseException | None:
     return leaves[0] if len(leaves) == 1 else None
 
 
-def plain(fn: Callable) -> Callable:
+def plain(fn: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
     """A run API call raises the error that happened, not a group wrapping it."""
 
     @functools.wraps(fn)
-    async def call(*args: Any, **kwargs: Any) -> Any:
+    async def call(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return await fn(*args, **kwargs)
         except BaseExceptionGroup as group:
@@ -53,13 +60,13 @@ def plain(fn: Callable) -> Callable:
     return call
 
 
-def takeable(run: Any) -> bool:
+def takeable(run: RunRecord) -> bool:
     return run.state in (RunState.PARKED, RunState.INTERRUPTED) or (
         run.state == RunState.RUNNING and (is_gone(run.owner) or (run.lease_expires_at or 0) < time.time())
     )
 
 
-def effective_state(run: Any, now: float) -> str:
+def effective_state(run: RunRecord, now: float) -> str:
     if run.state == RunState.RUNNING and (
         is_gone(run.owner) or (run.lease_expires_at is not None and run.lease_expires_at < now)
     ):
@@ -67,7 +74,7 @@ def effective_state(run: Any, now: float) -> str:
     return run.state
 
 
-def busy(run: Any) -> BusyError:
+def busy(run: RunRecord) -> BusyError:
     return BusyError(
         f"run {run.id} is being driven by {describe(run.owner)} right now; nothing else was done",
         hint="it picks up every decision already made; look at the run to follow it",

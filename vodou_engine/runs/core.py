@@ -8,12 +8,15 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..owners import this_process
 from ..plan import Plan, encode_plan
 from ..policy import Policy, load_policy
 from ..servers import ServerConfig, ServerSet, load_servers
+
+if TYPE_CHECKING:  # the store package is imported when a store is opened, not with the run API
+    from ..store.protocol import RunStore
 
 
 class RunsCore:
@@ -43,7 +46,7 @@ class RunsCore:
         self.owner = owner or this_process()
 
     # --- configuration -------------------------------------------------------------------
-    def store(self, *, create: bool = True, readonly: bool = False) -> Any:
+    def store(self, *, create: bool = True, readonly: bool = False) -> RunStore:
         """The store; ``create=False`` refuses a path where no store exists yet."""
         if self._store is None:
             from ..store import open_store
@@ -85,7 +88,9 @@ class RunsCore:
 
     def policy(self) -> Policy:
         if self._policy is None:
-            self._policy = load_policy(None if self._policy_arg is None else os.fspath(self._policy_arg))
+            path = self._policy_arg
+            assert not isinstance(path, Policy)  # a Policy given is self._policy already
+            self._policy = load_policy(None if path is None else os.fspath(path))
         return self._policy
 
     def servers(self) -> ServerSet:

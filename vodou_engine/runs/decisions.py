@@ -103,7 +103,7 @@ class DecisionsMixin(DriveMixin):
                 raise refusal
             return run, plan, servers, policy
 
-        run, plan, servers, policy = await in_thread(check_and_decide)
+        _run, _plan, servers, policy = await in_thread(check_and_decide)
         if queue:
             return await in_thread(self._report, run_id, queued=True)
         if not drive:  # the caller drives it (a long-lived process, on its own task)

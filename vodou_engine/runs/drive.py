@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -28,6 +28,12 @@ from ..states import TERMINAL_RUN_STATES, RunState
 from .common import busy, in_thread
 from .inputs import thread_limit
 from .views import ViewsMixin
+
+if TYPE_CHECKING:  # the store package is imported when a store is opened, not with the run API
+    from ..store.records import ApprovalRecord, EffectRecord, EventRecord, NodeRecord, RunRecord
+
+    Restore = tuple[dict[str, NodeRecord], dict[str, EffectRecord], list[ApprovalRecord]]
+    """What a drive picks up from the store: the nodes, the effects by step, the questions."""
 
 
 class DriveMixin(ViewsMixin):
@@ -86,9 +92,9 @@ class DriveMixin(ViewsMixin):
         servers: ServerSet,
         policy: Policy,
         *,
-        model,
-        on_change,
-        prespawned,
+        model: str | None,
+        on_change: Callable[[str, str], None] | None,
+        prespawned: Any,
         busy_ok: bool,
         hub: Any = None,
     ) -> RunReport:
@@ -98,7 +104,7 @@ class DriveMixin(ViewsMixin):
         store = self.store()
         owner = self.owner
 
-        def take() -> tuple[Any, Plan, tuple] | Any:
+        def take() -> tuple[RunRecord, Plan, Restore, list[EventRecord]] | RunRecord:
             run = store.get_run(run_id)
             if run.state in TERMINAL_RUN_STATES:
                 return run

@@ -37,7 +37,7 @@ class Prepared(msgspec.Struct, kw_only=True):
     path: str | None
     servers: ServerSet
     hub: Any = None
-    status: dict = {}
+    status: dict[str, Any] = {}  # cards.ToolStatus, loaded only once servers are asked
 
 
 class PruneReport(msgspec.Struct, kw_only=True):
@@ -134,11 +134,11 @@ class LifecycleMixin(DriveMixin):
     async def _start(
         self,
         prepared: Prepared,
-        inputs,
-        actor,
-        model,
-        on_change,
-        run_id,
+        inputs: Mapping[str, Any] | None,
+        actor: str | None,
+        model: str | None,
+        on_change: Callable[[str, str], None] | None,
+        run_id: str | None,
         saved: Any = None,
         schedule: str | None = None,
     ) -> RunReport:

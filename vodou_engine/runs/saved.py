@@ -161,6 +161,7 @@ class SavedMixin(LifecycleMixin):
                 # itself only: its due time is recorded failed, saying why, and it is due no more
                 from ..store import FiringRecord
 
+                assert s.next_due is not None  # a schedule that is due has a due time
                 store.decide_firing(
                     FiringRecord(s.name, s.next_due, "failed", now, by, None, exc.message), next_due=None
                 )

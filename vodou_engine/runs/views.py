@@ -30,7 +30,7 @@ class Inspection(msgspec.Struct, kw_only=True):
 
     plan: Plan
     path: str | None = None
-    status: dict = {}
+    status: dict[str, Any] = {}  # cards.ToolStatus, loaded only once servers are asked
     """Per step (and ``step#preview``/``step#check``): does its tool exist, else the closest name."""
     note: str = ""
     servers: dict[str, str] = {}

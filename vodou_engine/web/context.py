@@ -103,7 +103,7 @@ class Web:
         self.svc = service
         self.cfg = config
         self.manage_service = manage_service
-        self.signer: Signer | None = None
+        self.signer: Signer  # made from the store's key when the app starts (app.py), before any request
         self.hosts = {h.lower() for h in config.hosts()}
         self.env = templates()
         self.css = (files("vodou_engine.web") / "static" / "app.css").read_bytes()

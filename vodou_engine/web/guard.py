@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from starlette.responses import PlainTextResponse
+from starlette.types import Message
 
 from .agents import MAX_BODY_BYTES as MCP_MAX_BYTES
 from .agents import MCP_PATH
@@ -76,7 +77,7 @@ class Guard:
                 problem = (413, "form too large")
         began = False
 
-        async def send_with_headers(message: dict) -> None:
+        async def send_with_headers(message: Message) -> None:
             nonlocal began
             if message["type"] == "http.response.start":
                 began = True

@@ -132,9 +132,9 @@ class Signer:
         return self._mac("csrf", session_id)
 
     def form_token_ok(self, session_id: str | None, token: str | None) -> bool:
-        return bool(session_id and token) and hmac.compare_digest(
-            token.encode("utf-8", "replace"), self.form_token(session_id).encode()
-        )
+        if not session_id or not token:
+            return False
+        return hmac.compare_digest(token.encode("utf-8", "replace"), self.form_token(session_id).encode())
 
 
 def new_secret() -> str:
