@@ -55,7 +55,9 @@ def served(tmp_path_factory):
     script = tmp / "replies.json"
     script.write_text(json.dumps([MISTAKE, DRAFT]))
     env = {
-        "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "scripted_llm"), str(ROOT)]),
+        "PYTHONPATH": os.pathsep.join(
+            [str(ROOT / "tests" / "scripted_llm"), os.environ.get("PYTHONPATH") or str(ROOT)]
+        ),
         "VODOU_TEST_LLM_SCRIPT": str(script),
         "VODOU_TEST_LLM_PROMPTS": str(tmp / "prompts.jsonl"),
         "VODOU_MODEL": "scripted-web",
