@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import uuid
 from pathlib import Path
 
@@ -183,6 +184,25 @@ def test_a_sentence_becomes_a_card_is_edited_live_runs_once_and_is_approved_on_t
 
     wait_for(succeeded, f"run {run_id} to succeed", every=0.2)
     assert len(posts(serving, NOTE)) == 1
+    context.close()
+    if os.environ.get("VODOU_DOCS_SCREENSHOTS") == "1":
+        shutil.copy(shots / "drafted.png", ROOT / "docs" / "new-recipe.png")
+        shutil.copy(shots / "editor-error.png", ROOT / "docs" / "editor.png")
+
+
+def test_on_a_phone_sized_screen_nothing_is_wider_than_it(served, tmp_path):
+    serving, _, _, _ = served
+    context, page = signed_in(served)
+    page.set_viewport_size({"width": 390, "height": 844})
+    for path in ("/new", "/edit"):
+        page.goto(serving.url + path)
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 390, f"{path} is {width} px wide on a 390 px screen"
+    for name in ("Run once", "Save", "Save + schedule"):
+        assert page.get_by_role("button", name=name, exact=True).bounding_box()["height"] >= 44  # a finger's size
+    page.screenshot(path=str(tmp_path / "editor-phone.png"), full_page=True)
+    if os.environ.get("VODOU_DOCS_SCREENSHOTS") == "1":
+        shutil.copy(tmp_path / "editor-phone.png", ROOT / "docs" / "editor-phone.png")
     context.close()
 
 

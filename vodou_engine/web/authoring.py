@@ -49,8 +49,6 @@ CATALOGUE_TTL_S = 60.0
 """How long the warm servers' tool list is kept before it is listed again."""
 PREVIEW_HEADER = "x-preview"
 """Sent by ``editor.js``: answer with the card panel alone."""
-MAX_TEXT = 60 * 1024
-"""The longest recipe text the editor takes (the form itself is bounded at 64 kB)."""
 
 STARTER = """\
 recipe "post to daily"
@@ -293,9 +291,7 @@ async def draft_action(web: Web, request: Request, me: Me, form: dict[str, str])
 
 async def edit_action(web: Web, request: Request, me: Me, form: dict[str, str]) -> Response:
     """``POST /edit``: ``op`` preview (the card panel alone for ``editor.js``), edit, run, save, schedule."""
-    text = (form.get("text") or "").replace("\r\n", "\n")
-    if len(text) > MAX_TEXT:
-        text = text[:MAX_TEXT]
+    text = (form.get("text") or "").replace("\r\n", "\n")  # a textarea sends CRLF; the form is bounded at 64 KiB
     name = (form.get("name") or "").strip()
     seal = form.get("draft") or ""
     origin = origin_of(web, text, seal)
@@ -332,8 +328,9 @@ async def edit_action(web: Web, request: Request, me: Me, form: dict[str, str]) 
             web, request, me, text=text, name=name, seal=seal, mode="edit", origin=origin,
             status=400, problem=str(exc), **keep,
         )  # fmt: skip
-    raise_unknown = UsageError(f"unknown editor action {op!r}", hint="use the page's buttons")
-    return web.error(request, me, raise_unknown, back="/edit")
+    return web.error(
+        request, me, UsageError(f"unknown editor action {op!r}", hint="use the page's buttons"), back="/edit"
+    )
 
 
 async def _run_once(web: Web, me: Me, text: str, name: str, origin: str) -> Response:
