@@ -192,11 +192,20 @@ def test_an_error_is_shown_as_the_cli_prints_it_and_the_card_follows_the_fix(app
     assert 'class="problem' not in fixed.text and "Here is how this would run: typo" in fixed.text
 
 
-def test_run_once_from_the_editor_parks_and_the_approval_posts_once(app):
+def test_run_once_from_the_editor_asks_for_its_inputs_parks_and_the_approval_posts_once(app):
     tmp, _svc, runs, ana, _model = app
     note = f"run once {uuid.uuid4().hex[:8]}"
+    text = 'recipe "say it"\ninputs:\n  text\npost: slack.slack_post_message {"channel": "#daily", "text": "{text}"}\n'
     fields = editor_fields(ana.get("/edit").text)
-    fields.update(text=fields["text"].replace("hello from the inbox", note), op="run")
+    fields.update(text=text, op="preview")
+    page = ana.post("/edit", fields)
+    assert 'name="input:text"' in page.text and "text (required)" in text_of(page.text)
+    fields = editor_fields(page.text)
+    fields.update(op="run")
+    refused = ana.post("/edit", fields, follow=False)
+    assert refused.status_code == 400 and "<textarea" in refused.text, text_of(refused.text)
+    assert "the recipe needs the input `text`" in unescape(refused.text)  # nothing started
+    fields["input:text"] = note
     res = ana.post("/edit", fields, follow=False)
     assert res.status_code == 303, text_of(res.text)
     run_id = res.headers["location"].split("/runs/")[1].split("?")[0]

@@ -26,6 +26,7 @@ scheduling and starting go through the run API as the signed-in person
 
 from __future__ import annotations
 
+import json
 import time
 from importlib.resources import files
 from typing import Any
@@ -39,6 +40,7 @@ from ..agents.catalogue import fetch_warm
 from ..agents.checks import check_text
 from ..agents.drafting import choose_model, draft, parse_schedule
 from ..errors import ModelError, UsageError, VodouError
+from ..plan import ApprovalNode
 from ..scheduler import check as check_cron
 from . import pages
 from .context import Me, Web
@@ -97,6 +99,17 @@ def preview(
         ],
         "warnings": checked.warnings,
         "schedule": schedule,
+        "inputs": []
+        if plan is None
+        else [
+            {
+                "name": i.name,
+                "required": i.required,
+                "default": None if i.required else json.dumps(i.default, ensure_ascii=False),
+            }
+            for i in plan.inputs
+        ],
+        "steps": 0 if plan is None else sum(1 for n in plan.nodes if not isinstance(n, ApprovalNode)),
     }
 
 
@@ -204,6 +217,7 @@ async def _editor(
     ctx.setdefault("model", None)
     ctx.setdefault("sentence", "")
     ctx.setdefault("replies", 0)
+    ctx.setdefault("problem", None)
     return web.render(
         request,
         "author.html",
@@ -280,9 +294,16 @@ async def draft_action(web: Web, request: Request, me: Me, form: dict[str, str])
         )
     text = result.recipe or STARTER
     seal = draft_seal(web, text) if result.recipe else ""
+    problem = None
+    if not result.ok:
+        problem = (
+            f"The draft still does not compile after {len(result.rounds)} replies from {result.model_id}; "
+            "nothing was run or saved. Fix it here: the errors are beside it."
+        )
     return await _editor(
         web, request, me, text=text, name="", seal=seal, origin="agent" if seal else "person",
         mode="view" if result.ok else "edit", model=result.model_id, sentence=sentence, replies=len(result.rounds),
+        problem=problem,
     )  # fmt: skip
 
 
@@ -317,7 +338,8 @@ async def edit_action(web: Web, request: Request, me: Me, form: dict[str, str]) 
         )  # fmt: skip
     try:
         if op == "run":
-            return await _run_once(web, me, text, name or shown["recipe"] or "new", origin)
+            inputs = pages.parse_inputs(form)
+            return await _run_once(web, me, text, name or shown["recipe"] or "new", origin, inputs)
         if op in ("save", "schedule"):
             return await _save(
                 web, me, text, name, origin, schedule=op == "schedule", cron=str(keep["cron"]), tz=str(keep["tz"])
@@ -333,13 +355,15 @@ async def edit_action(web: Web, request: Request, me: Me, form: dict[str, str]) 
     )
 
 
-async def _run_once(web: Web, me: Me, text: str, name: str, origin: str) -> Response:
+async def _run_once(web: Web, me: Me, text: str, name: str, origin: str, inputs: dict[str, Any]) -> Response:
     svc = web.svc
     source = f"{name}.recipe"
     if getattr(svc, "workers", False):
-        run_id = await web.write(lambda runs: runs.queue(source, text=text, inputs={}, actor=me.name, origin=origin))
+        run_id = await web.write(
+            lambda runs: runs.queue(source, text=text, inputs=inputs, actor=me.name, origin=origin)
+        )
         return see(f"/runs?done=started-queued&run={quote(run_id)}")
-    run_id, _ = await svc.start_text(source, text, inputs={}, actor=me.name, origin=origin)
+    run_id, _ = await svc.start_text(source, text, inputs=inputs, actor=me.name, origin=origin)
     return see(f"/runs/{quote(run_id)}?done=started")
 
 
