@@ -109,6 +109,7 @@ def test_a_sentence_drafts_a_recipe_corrected_from_the_compilers_error_and_shows
     tmp, _svc, runs, ana, model = with_model
     name = f"daily {uuid.uuid4().hex[:6]}"
     model.replies = [MISTAKE, DRAFT.replace("daily note", name)]
+    assert "Drafts with scripted-web" in text_of(ana.get("/new").text)
     page = ana.post("/new", {"csrf": ana.csrf(), "sentence": "every weekday at 8 post a note to #daily"})
     assert page.status_code == 200, page.text
     shown = text_of(page.text)
@@ -152,6 +153,7 @@ def test_a_sentence_drafts_a_recipe_corrected_from_the_compilers_error_and_shows
 def test_without_a_model_it_says_so_and_opens_the_editor_on_a_starting_recipe(without_model):
     _tmp, _svc, runs, ana, _model = without_model
     before = len(runs.saved_recipes())
+    assert "No model is configured to draft recipes with." in text_of(ana.get("/new").text)  # said before typing
     page = ana.post("/new", {"csrf": ana.csrf(), "sentence": "post a note to #daily"})
     assert page.status_code == 200
     shown = text_of(page.text)

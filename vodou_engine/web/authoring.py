@@ -174,7 +174,12 @@ async def new_page(request: Request) -> Response:
     me = await _me(web, request)
     if me is None:
         return web.not_signed_in(request)
-    return web.render(request, "new.html", me=me, sentence="", problem=None)
+    try:
+        model = (await trio.to_thread.run_sync(choose_model, None)).model_id
+        missing = None
+    except UsageError as exc:
+        model, missing = None, f"{exc.message}. To draft from a sentence, {exc.hint}." if exc.hint else exc.message
+    return web.render(request, "new.html", me=me, sentence="", problem=None, model=model, missing=missing)
 
 
 async def editor_page(request: Request) -> Response:
