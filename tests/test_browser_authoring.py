@@ -220,3 +220,29 @@ def test_the_editor_with_scripts_off_compiles_on_its_button(served):
     page.get_by_role("button", name="Compile / preview").click()
     expect(page.locator("#preview pre.card")).to_contain_text("Here is how this would run: post to daily")
     context.close()
+
+
+def test_the_new_page_and_the_editor_have_no_serious_or_critical_accessibility_violation(served):
+    """axe-core over each state of the pages: the sentence, the editor with its card, and with an error."""
+    axe_sync = pytest.importorskip("axe_playwright_python.sync_playwright")
+    serving, _, _, _ = served
+    context, page = signed_in(served)
+    axe = axe_sync.Axe()
+
+    def serious(where: str) -> None:
+        found = [
+            f"{v['id']} ({v['impact']}): {v['help']} at {[n['target'] for n in v['nodes']]}"
+            for v in axe.run(page).response["violations"]
+            if v["impact"] in ("serious", "critical")
+        ]
+        assert not found, f"{where}: " + "; ".join(found)
+
+    page.goto(f"{serving.url}/new")
+    serious("/new")
+    page.goto(f"{serving.url}/edit")
+    serious("/edit")
+    editor = page.get_by_role("textbox", name="Recipe", exact=True)
+    editor.fill(editor.input_value().replace("{text}", "{txet}"))
+    expect(page.locator("#preview pre.error")).to_contain_text("unknown name `txet`")
+    serious("/edit with an error")
+    context.close()
