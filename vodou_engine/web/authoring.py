@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import time
+import weakref
 from importlib.resources import files
 from typing import Any
 from urllib.parse import quote
@@ -140,10 +141,14 @@ class Authoring:
         )
 
 
+_AUTHORING: weakref.WeakKeyDictionary[Web, Authoring] = weakref.WeakKeyDictionary()
+
+
 def authoring(web: Web) -> Authoring:
-    found = getattr(web, "authoring", None)
+    """The app's :class:`Authoring`, made on first use (on the trio thread: no lock needed)."""
+    found = _AUTHORING.get(web)
     if found is None:
-        found = web.authoring = Authoring(web)  # type: ignore[attr-defined]
+        found = _AUTHORING[web] = Authoring(web)
     return found
 
 
