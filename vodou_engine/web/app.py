@@ -12,6 +12,9 @@ POST   ``/runs/{run}/reject``         ``step``, ``approval``, ``fingerprint``, `
 POST   ``/runs/{run}/resume``         drive it again (an expired question is asked again)
 GET    ``/recipes``, ``/recipes/{n}`` saved recipes with their plan cards
 POST   ``/recipes/{name}/run``        start it (``input:NAME`` fields)
+GET    ``/new``                       one sentence; POST drafts a recipe from it (``authoring.py``)
+GET    ``/edit``                      the recipe editor (``?recipe=NAME``); POST ``op``: preview,
+                                      edit, run (once), save, schedule (save + schedule)
 GET    ``/schedules``                 schedules and their last due times
 POST   ``/schedules``                 add one; ``/schedules/{n}/pause|resume|remove``
 GET    ``/signin``                    ``?token=``: the sign-in page for a one-time link
@@ -48,6 +51,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from .agents import MCP_PATH, AgentsOverHTTP
+from .authoring import asset, draft_action, edit_action, editor_page, new_page
 from .config import WebConfig
 from .context import Web
 from .decisions import approve, history, inbox, reject, resume, run_page
@@ -113,6 +117,10 @@ def create_app(service: Any, config: WebConfig | None = None, *, manage_service:
         Route("/recipes", page(recipes)),
         Route("/recipes/{name}", page(recipe)),
         Route("/recipes/{name}/run", action(run_recipe), methods=["POST"]),
+        Route("/new", new_page),
+        Route("/new", action(draft_action), methods=["POST"]),
+        Route("/edit", editor_page),
+        Route("/edit", action(edit_action), methods=["POST"]),
         Route("/schedules", page(schedules)),
         Route("/schedules", action(add_schedule), methods=["POST"]),
         Route("/schedules/{name}/pause", action(schedule_action("pause")), methods=["POST"]),
@@ -122,6 +130,8 @@ def create_app(service: Any, config: WebConfig | None = None, *, manage_service:
         Route("/signin", signin, methods=["POST"]),
         Route("/signout", action(signout), methods=["POST"]),
         Route("/static/app.css", stylesheet),
+        Route("/static/editor.js", asset),
+        Route("/static/editor.css", asset),
         Route("/healthz", healthz),
         Route(MCP_PATH, agents),
     ]

@@ -438,7 +438,7 @@ def recipe(runs: Any, name: str, now: float, version: int | None = None) -> dict
         "name": rec.name, "version": rec.version, "latest": versions[-1].version if versions else rec.version,
         "saved_by": rec.saved_by, "saved": clock(rec.saved_at), "origin": rec.origin,
         "card": card_text(plan), "source": rec.source, "inputs": [{"name": i.name, "required": i.required, "default": None if i.required else json.dumps(i.default, ensure_ascii=False)} for i in plan.inputs],
-        "versions": [{"version": v.version, "saved_by": v.saved_by, "saved": clock(v.saved_at), "fingerprint": v.plan_fingerprint} for v in reversed(versions)],
+        "versions": [{"version": v.version, "saved_by": v.saved_by, "saved": clock(v.saved_at), "fingerprint": v.plan_fingerprint, "origin": v.origin} for v in reversed(versions)],
         "schedules": [s.name for s in runs.schedules() if s.recipe == name],
     }  # fmt: skip
 

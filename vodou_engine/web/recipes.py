@@ -8,6 +8,7 @@ schedule. Each is done by the run API, as the person signed in.
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 from urllib.parse import quote
 
@@ -31,8 +32,37 @@ def recipe(runs: Any, request: Request, me: Me, now: float) -> tuple[str, dict[s
     version = request.query_params.get("version")
     if version is not None and not version.isdigit():
         raise UsageError(f"version {version!r} is not a version number", hint="versions are 1, 2, 3…")
+    r = pages.recipe(runs, request.path_params["name"], now, version=int(version) if version else None)
+    saved = request.query_params.get("saved")
     return "recipe.html", {
-        "r": pages.recipe(runs, request.path_params["name"], now, version=int(version) if version else None)
+        "r": r,
+        "changes": changes(runs, r["name"], r["version"]),
+        "saved_notice": f"Saved as version {saved}." if saved and saved.isdigit() else None,
+    }
+
+
+def changes(runs: Any, name: str, version: int) -> dict[str, Any] | None:
+    """What ``version`` changed from the one before it: a unified diff (``difflib``), each
+    side with who saved it and whether a person wrote it or an agent proposed it (the
+    store's ``origin``). None for a first version."""
+    if version <= 1:
+        return None
+    new, old = runs.saved(name, version), runs.saved(name, version - 1)
+    lines = list(
+        difflib.unified_diff(
+            old.source.splitlines(), new.source.splitlines(), f"v{old.version}", f"v{new.version}", lineterm="", n=2
+        )
+    )
+    kinds = []
+    for line in lines[2:]:
+        kind = (
+            "at" if line.startswith("@@") else "add" if line.startswith("+") else "del" if line.startswith("-") else ""
+        )
+        kinds.append({"kind": kind, "text": line})
+    return {
+        "old": {"version": old.version, "by": old.saved_by, "origin": old.origin},
+        "new": {"version": new.version, "by": new.saved_by, "origin": new.origin},
+        "lines": kinds,
     }
 
 

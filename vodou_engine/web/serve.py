@@ -56,6 +56,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="serve configuration: the inbox's address and notifications (default: $VODOU_SERVE_CONFIG, ./vodou-serve.toml, ~/.config/vodou/serve.toml; docs/notifications.md)",
     )
     parser.add_argument(
+        "--no-signin-link",
+        action="store_true",
+        help="do not print a one-time sign-in link for the user running serve (printed only when it listens on this machine only)",
+    )
+    parser.add_argument(
         "--grace",
         type=float,
         metavar="SECONDS",
@@ -113,11 +118,11 @@ def run(args: Any) -> int:
     service, app = build(cfg)
     import trio
 
-    trio.run(_serve, service, app, cfg)
+    trio.run(_serve, service, app, cfg, not getattr(args, "no_signin_link", False))
     return 0
 
 
-async def _serve(service: Any, app: Any, cfg: WebConfig) -> None:
+async def _serve(service: Any, app: Any, cfg: WebConfig, signin_link: bool = False) -> None:
     import trio
     from hypercorn.config import Config as HypercornConfig
     from hypercorn.trio import serve as hypercorn_serve
@@ -182,7 +187,29 @@ async def _serve(service: Any, app: Any, cfg: WebConfig) -> None:
                 file=sys.stderr,
                 flush=True,
             )
+            found = await trio.to_thread.run_sync(_first_run_link, service, cfg, port) if signin_link else None
+            if found is not None:
+                name, link = found
+                print(
+                    f"vodou inbox: sign in as {name} (you, who started this serve; it works once, within 15 minutes):\n  {link}",
+                    file=sys.stderr,
+                    flush=True,
+                )
     logger.info("stopped")
+
+
+def _first_run_link(service: Any, cfg: WebConfig, port: int | None) -> tuple[str, str] | None:
+    """The person who started ``serve`` and their one-time sign-in link, when it listens on
+    this machine only (``signin.first_run_link``); else None."""
+    from .signin import first_run_link, local_only  # here: the CLI loads this module for its flags
+
+    if not local_only(cfg.host):
+        return None
+    runs = service.runs()
+    try:
+        return first_run_link(runs, cfg.base_url(port))
+    finally:
+        runs.close()
 
 
 def _port(binds: list[str]) -> int | None:

@@ -5,19 +5,33 @@
 carries a token of its own, tied to a short-lived cookie set with the page, so
 another site cannot sign someone in to a session of its choosing. ``next`` is
 followed only to a path on this site (:func:`safe_next`).
+
+**The first run** (:func:`first_run_link`): ``recipe serve`` bound to this machine
+only prints, once it listens, a one-time sign-in link for the operating-system user
+who started it, the name ``recipe run`` records as who started a run (``osuser.py``).
+That person opens it and decides, in the inbox, the runs they started from the CLI.
+It is safe for the same reason ``recipe approve`` at that person's terminal is: only
+someone who can read what this process prints (the person who started it) has the
+link, the inbox answers on the loopback address only, and the link works once, for
+:data:`FIRST_RUN_TTL_S`.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import time
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ..osuser import os_user
 from .context import Me, Web
 from .handlers import see
-from .identity import PRE_COOKIE, SESSION_COOKIE, new_secret, sha256
+from .identity import PRE_COOKIE, SESSION_COOKIE, new_secret, sha256, sign_in_link
+
+FIRST_RUN_TTL_S = 15 * 60.0
+"""How long the link ``recipe serve`` prints at start can be used (once)."""
 
 
 def safe_next(value: str | None) -> str:
@@ -31,6 +45,30 @@ def safe_next(value: str | None) -> str:
     ):
         return "/"
     return value
+
+
+# --- the first run ---------------------------------------------------------------------------------
+
+
+def local_only(host: str) -> bool:
+    """Whether ``host`` (what ``serve`` binds to) is reachable from this machine only."""
+    name = host.strip("[]").lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def first_run_link(runs: Any, base_url: str, *, ttl_s: float = FIRST_RUN_TTL_S) -> tuple[str, str]:
+    """(the OS user running this process, a one-time sign-in link for them). The name is made
+    an approver if it is not one yet (with a secret nobody is shown: ``recipe approver add``
+    gives one for ``--as``); an approver's existing secret and sessions are left alone."""
+    name = os_user()
+    if runs.store().get_approver(name) is None:
+        runs.add_approver(name, by=name)
+    return name, sign_in_link(runs, name, by=name, base_url=base_url, ttl_s=ttl_s)
 
 
 # --- signing in and out ---------------------------------------------------------------------------------
