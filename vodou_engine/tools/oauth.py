@@ -37,6 +37,7 @@ from __future__ import annotations
 import secrets
 import time
 import urllib.parse
+import webbrowser
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 
@@ -295,6 +296,11 @@ def _words(exc: BaseException, memory: _Memory) -> str:
     for var, value in token_secrets(memory.tokens).items():
         text = text.replace(value, f"${{{var}}}")
     return text
+
+
+async def open_browser(url: str) -> None:
+    """Open ``url`` in the person's browser, if there is one (off the trio thread: it may start one)."""
+    await trio.to_thread.run_sync(webbrowser.open, url)
 
 
 # -- the loopback callback ---------------------------------------------------------------
