@@ -1,0 +1,181 @@
+"""OAuth 2.1 for servers reached by URL (``"auth": "oauth"``), end to end through the CLI,
+against an OAuth-protected MCP server started here (tests/oauth_server.py: the SDK's
+authorization server and ``MCPServer``). The test plays the browser: it follows the
+authorization URL ``recipe servers login`` prints, with an HTTP client, back to the
+loopback listener. Calls are counted in the server's own log.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import httpx2
+import pytest
+from oauth_server import OAuthServer
+
+from vodou_engine.errors import EXIT_SIGN_IN, ServerConfigError
+from vodou_engine.servers import parse_servers
+from vodou_engine.servers.signins import SignIns
+
+READ = 'recipe "who"\nwho: docs.whoami {}\n'
+POST = 'recipe "post"\npost: docs.post_message {"channel": "#ops", "text": "hello"}\n'
+
+
+@pytest.fixture
+def server(tmp_path):
+    srv = OAuthServer(tmp_path).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def home(cli, server):
+    cli.servers_file({"docs": {"url": server.url, "auth": "oauth"}})
+    (cli.tmp / "read.recipe").write_text(READ)
+    (cli.tmp / "post.recipe").write_text(POST)
+    return cli
+
+
+def sign_ins(cli) -> Path:
+    return cli.tmp / "data" / "vodou" / "sign-ins.db"
+
+
+def grant(cli):
+    (only,) = SignIns(str(sign_ins(cli))).all()
+    return only
+
+
+def tokens(cli) -> list[str]:
+    stored = json.loads(grant(cli).tokens_json)
+    return [stored["access_token"], stored["refresh_token"]]
+
+
+def login(cli) -> tuple[str, str]:
+    """``recipe servers login docs``, the browser played by following the URL it prints."""
+    proc = cli.popen("servers", "login", "docs", "--no-browser", "--servers", "mcp.json")
+    seen = []
+    try:
+        for line in proc.stderr:
+            seen.append(line)
+            if line.strip().startswith("http://127.0.0.1") and "/authorize?" in line:
+                landed = httpx2.get(line.strip(), follow_redirects=True, timeout=30)
+                assert landed.status_code == 200 and "close this tab" in landed.text
+                break
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = "".join(seen) + err
+    assert proc.returncode == 0, err
+    return out, err
+
+
+def test_a_signed_in_run_calls_the_protected_server_and_no_token_is_shown(home, server):
+    out, err = login(home)
+    assert "signed in to docs" in out
+    assert [e["event"] for e in server.records()] == ["register", "authorize", "token"]
+    assert server.calls() == []  # signing in lists the tools, calls none
+
+    ran = home("run", "read.recipe", "--servers", "mcp.json", expect=0)
+    assert [c["tool"] for c in server.calls()] == ["whoami"]
+    shown = home("show", *_last_run(home), "--json", expect=0)
+    assert "${OAUTH_ACCESS_TOKEN}" in shown.out  # the server echoed its token: masked where it arrived
+
+    secret = tokens(home)
+    store_bytes = b"".join(p.read_bytes() for p in home.tmp.glob("runs.db*"))
+    for token in secret:
+        for text in (out, err, ran.out, ran.err, shown.out):
+            assert token not in text
+        assert token.encode() not in store_bytes
+    with sqlite3.connect(home.store) as conn:
+        (stored,) = conn.execute("SELECT servers_json FROM runs").fetchone()
+    bound = json.loads(stored)["docs"]["auth"]
+    assert bound["issuer"].rstrip("/") == server.base and bound["grant"].startswith("sha256:")
+    assert oct(sign_ins(home).stat().st_mode & 0o777) == "0o600"
+
+
+def _last_run(cli) -> list[str]:
+    with sqlite3.connect(cli.store) as conn:
+        (run_id,) = conn.execute("SELECT id FROM runs ORDER BY created_at DESC LIMIT 1").fetchone()
+    return [run_id]
+
+
+def test_an_expired_access_token_is_refreshed_and_the_parked_run_keeps_its_binding(home, server):
+    login(home)
+    home("run", "post.recipe", "--servers", "mcp.json", "--no-wait", expect=3)
+    (run_id,) = _last_run(home)
+    before = grant(home)
+    old = tokens(home)
+    with sqlite3.connect(sign_ins(home)) as conn:  # the access token's time is up
+        conn.execute("UPDATE grants SET expires_at = 1")
+
+    approved = home("approve", run_id, "post", "--yes", "--servers", "mcp.json", expect=0)
+    assert len(server.events("refresh")) == 1
+    assert len(server.calls("post_message")) == 1
+    after = grant(home)
+    assert after.grant_id == before.grant_id and after.expires_at > 1
+    new = tokens(home)
+    assert set(new).isdisjoint(old)  # rotated, and kept
+    store_bytes = b"".join(p.read_bytes() for p in home.tmp.glob("runs.db*"))
+    for token in old + new:
+        assert token not in approved.out + approved.err and token.encode() not in store_bytes
+
+
+def test_without_a_sign_in_a_run_stops_before_anything_with_the_command_to_sign_in(home, server):
+    res = home("run", "post.recipe", "--servers", "mcp.json", expect=EXIT_SIGN_IN)
+    assert "needs a sign-in" in res.err and "recipe servers login docs" in res.err
+    assert "Traceback" not in res.err
+    assert server.calls() == [] and server.events("register") == []  # nothing reached it
+    home("servers", "status", "--servers", "mcp.json", expect=0)
+
+
+def test_a_sign_in_the_server_no_longer_honours_stops_the_run_and_no_tool_is_called(home, server):
+    login(home)
+    httpx2.post(f"{server.base}/test/forget", timeout=30).raise_for_status()
+    res = home("run", "read.recipe", "--servers", "mcp.json", expect=EXIT_SIGN_IN)
+    assert "no longer accepts its sign-in" in res.err and "recipe servers login docs" in res.err
+    assert server.calls() == []
+
+
+def test_a_parked_run_is_refused_after_a_new_sign_in(home, server):
+    login(home)
+    home("run", "post.recipe", "--servers", "mcp.json", "--no-wait", expect=3)
+    (run_id,) = _last_run(home)
+    login(home)  # another grant (it could be another account)
+    res = home("approve", run_id, "post", "--yes", "--servers", "mcp.json", expect=5)
+    assert "signed in again since the run started" in res.err
+    assert server.calls() == []
+    home("servers", "logout", "docs", "--servers", "mcp.json", expect=0)
+    res = home("approve", run_id, "post", "--yes", "--servers", "mcp.json", expect=5)
+    assert "no sign-in is stored here" in res.err
+    assert server.calls() == []
+
+
+@pytest.mark.parametrize(
+    ("entry", "words"),
+    [
+        ({"command": "x", "auth": "oauth"}, 'is for a server reached by "url"'),
+        ({"url": "https://a.example/mcp", "auth": "basic"}, 'unknown "auth"'),
+        ({"url": "https://a.example/mcp", "scopes": ["read"]}, '"scopes" are for an OAuth server'),
+        (
+            {"url": "https://a.example/mcp", "auth": "oauth", "headers": {"Authorization": "Bearer x"}},
+            "which credential is meant",
+        ),
+        ({"url": "https://a.example/mcp", "auth": "oauth", "scopes": ["a b"]}, "is not an OAuth scope"),
+    ],
+)
+def test_the_server_file_says_oauth_plainly(entry, words):
+    with pytest.raises(ServerConfigError) as info:
+        parse_servers(json.dumps({"mcpServers": {"docs": entry}}), "mcp.json")
+    assert words in str(info.value) and "mcp.json: server 'docs'" in str(info.value)
+
+
+def test_oauth_and_scopes_are_read():
+    (config,) = parse_servers(
+        json.dumps({"mcpServers": {"docs": {"url": "https://a.example/mcp", "auth": "OAuth", "scopes": ["read"]}}}),
+        "mcp.json",
+    ).values()
+    assert config.oauth and config.auth == "oauth" and config.scopes == ["read"]
