@@ -179,3 +179,60 @@ def test_oauth_and_scopes_are_read():
         "mcp.json",
     ).values()
     assert config.oauth and config.auth == "oauth" and config.scopes == ["read"]
+
+
+# -- from the inbox of `recipe serve` ------------------------------------------------------
+
+
+def test_the_service_signs_in_from_the_inbox_and_its_runs_use_the_grant(tmp_path, server, monkeypatch):
+    import trio
+    from starlette.testclient import TestClient
+    from web_helpers import form, sign_in
+
+    from vodou_engine.policy import Policy
+    from vodou_engine.runs import Runs
+    from vodou_engine.servers import ServerConfig, ServerSet
+    from vodou_engine.service import Service
+    from vodou_engine.web.app import create_app
+    from vodou_engine.web.config import WebConfig
+    from vodou_engine.web.identity import add_approver
+
+    monkeypatch.setenv("VODOU_SIGN_INS", str(tmp_path / "sign-ins.db"))
+    servers = ServerSet({"docs": ServerConfig(url=server.url, auth="oauth")}, "test")
+    svc = Service(store=str(tmp_path / "runs.db"), servers=servers, policy=Policy())
+    runs = svc.runs()
+    _, link = add_approver(runs, "ana", by="test", base_url="http://testserver")
+    runs.close()
+    app = create_app(svc, WebConfig(allowed_hosts=["testserver"]))
+    with TestClient(app, backend="trio", base_url="http://testserver") as client:
+        ana = sign_in(client, link, "ana")
+        page = ana.get("/servers").text
+        assert "not signed in" in page
+        started = ana.post("/servers/docs/signin", form(page, "/servers/docs/signin"), follow=False)
+        assert started.status_code == 303 and started.headers["location"].startswith(server.base + "/authorize?")
+
+        # The browser: to the authorization server, which sends it back to the inbox's callback.
+        consent = httpx2.get(started.headers["location"], follow_redirects=False, timeout=30)
+        back = consent.headers["location"]
+        assert back.startswith("http://testserver/oauth/callback?")
+        done = client.get(back.removeprefix("http://testserver"))  # no session cookie: it comes from another site
+        assert done.status_code == 200 and "Signed in to docs" in done.text
+        again = client.get(back.removeprefix("http://testserver"))  # a state is good once
+        assert again.status_code == 400
+        assert "signed in with" in ana.get("/servers").text
+    for token in tokens_at(tmp_path / "sign-ins.db"):
+        assert token not in done.text
+
+    runs = Runs(store=tmp_path / "runs.db", servers=servers)
+    try:
+        report = trio.run(lambda: runs.start("read.recipe", text=READ, actor="ana"))
+    finally:
+        runs.close()
+    assert report.state == "succeeded"
+    assert [c["tool"] for c in server.calls()] == ["whoami"]
+
+
+def tokens_at(path: Path) -> list[str]:
+    (only,) = SignIns(str(path)).all()
+    stored = json.loads(only.tokens_json)
+    return [stored["access_token"], stored["refresh_token"]]
