@@ -138,6 +138,33 @@ def test_a_sign_in_the_server_no_longer_honours_stops_the_run_and_no_tool_is_cal
     res = home("run", "read.recipe", "--servers", "mcp.json", expect=EXIT_SIGN_IN)
     assert "no longer accepts its sign-in" in res.err and "recipe servers login docs" in res.err
     assert server.calls() == []
+    assert len(server.events("register")) == 1  # the sign-in's: a run never starts one
+
+
+def test_a_sign_in_refused_mid_run_fails_that_call_in_words_and_the_session_goes_on(home, server, monkeypatch):
+    import trio
+
+    from vodou_engine.errors import ToolError
+    from vodou_engine.servers import ServerConfig
+    from vodou_engine.tools.hub import open_hub
+
+    login(home)
+    monkeypatch.setenv("VODOU_SIGN_INS", str(sign_ins(home)))
+    seen = []
+
+    async def main():
+        async with open_hub({"docs": ServerConfig(url=server.url, auth="oauth")}, ["docs"]) as hub:
+            seen.append((await hub.call("docs", "whoami", {})).text)
+            await trio.to_thread.run_sync(lambda: httpx2.post(f"{server.base}/test/forget", timeout=30))
+            for _ in range(2):
+                with pytest.raises(ToolError) as info:
+                    await hub.call("docs", "whoami", {})
+                seen.append(str(info.value))
+
+    trio.run(main)
+    assert seen[0] == "you are ${OAUTH_ACCESS_TOKEN}"
+    assert all("no longer accepts the sign-in" in words for words in seen[1:]), seen
+    assert len(server.calls("whoami")) == 1 and len(server.events("register")) == 1
 
 
 def test_a_parked_run_is_refused_after_a_new_sign_in(home, server):

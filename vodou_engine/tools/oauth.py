@@ -38,7 +38,7 @@ import secrets
 import time
 import urllib.parse
 import webbrowser
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 
 import httpx2
@@ -125,6 +125,46 @@ class _RunProvider(OAuthClientProvider):
         self.context.token_expiry_time = self._grant_storage.grant.expires_at
 
 
+class _NoSignInHere(httpx2.Auth):
+    """The run's provider, stopped where it would start a new sign-in.
+
+    The SDK answers a 401 (or a 403 ``insufficient_scope``) to the request it authorized
+    with the whole authorization flow, ending in the browser. A run has no browser: that
+    answer is handed back as it is, to the transport, which words it (a server that no
+    longer accepts the sign-in), and ``on_refused`` is told. So nothing raises inside the
+    SDK's request (which would end the whole session), and discovery, registration and
+    the browser are never reached in a run. Everything before it (a refresh of an expired
+    access token) is the SDK's."""
+
+    requires_response_body = True
+
+    def __init__(self, inner: OAuthClientProvider, on_refused: Callable[[], None]):
+        self._inner = inner
+        self._on_refused = on_refused
+
+    async def async_auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        flow = self._inner.async_auth_flow(request)
+        try:
+            outgoing = await flow.__anext__()
+            while True:
+                response = yield outgoing
+                if outgoing is request and _asks_for_sign_in(response):
+                    self._on_refused()
+                    return
+                outgoing = await flow.asend(response)
+        except StopAsyncIteration:
+            return
+        finally:
+            await flow.aclose()
+
+
+def _asks_for_sign_in(response: httpx2.Response) -> bool:
+    if response.status_code == 401:
+        return True
+    challenge = response.headers.get("www-authenticate", "")
+    return response.status_code == 403 and "insufficient_scope" in challenge
+
+
 def missing(grant: Grant | None, now: float | None = None) -> str | None:
     """Why ``grant`` cannot reach its server without a person (``none``, ``expired``), or None."""
     if grant is None:
@@ -140,14 +180,14 @@ def run_auth(
     on_tokens: Callable[[OAuthToken], None],
     on_refused: Callable[[], None],
     signins: SignIns | None = None,
-) -> OAuthClientProvider:
+) -> httpx2.Auth:
     """The httpx2 auth of a run's session to ``url`` (the resolved URL of an ``"auth": "oauth"``
     server), from its stored grant. Raises SignInRequiredError (its ``reason`` in ``facts``;
     the caller names the server) when there is none or it cannot be used, before anything
-    is sent, and from the request where the SDK would start a new sign-in. ``on_tokens`` is
+    is sent. ``on_tokens`` is
     told the tokens in use (to mask them), now and at each refresh; ``on_refused`` when the
-    authorization server no longer honours the grant (the error raised then goes through the
-    SDK, which may not hand it on whole). Blocking (it reads the
+    server answers a request with a 401 all the same (the grant is no longer honoured; the
+    401 goes on to the transport). Blocking (it reads the
     sign-in file): call it off the trio thread."""
     signins = signins or SignIns()
     grant = signins.get(resource_key(url))
@@ -156,7 +196,7 @@ def run_auth(
         raise sign_in_error("", None, reason)
     assert grant is not None
 
-    async def no_browser(authorization_url: str) -> None:
+    async def no_browser(authorization_url: str) -> None:  # pragma: no cover - _NoSignInHere stops before
         on_refused()
         raise sign_in_error("", None, "refused")
 
@@ -173,7 +213,7 @@ def run_auth(
     provider = _RunProvider(url, metadata, storage, redirect_handler=no_browser, callback_handler=no_callback)
     provider._grant_storage = storage
     on_tokens(OAuthToken.model_validate_json(grant.tokens_json))
-    return provider
+    return _NoSignInHere(provider, on_refused)
 
 
 # -- signing in --------------------------------------------------------------------------
