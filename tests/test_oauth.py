@@ -103,6 +103,14 @@ def _last_run(cli) -> list[str]:
     return [run_id]
 
 
+def test_the_scopes_the_file_asks_for_are_asked_for(home, server):
+    home.servers_file({"docs": {"url": server.url, "auth": "oauth", "scopes": ["notes"]}})
+    login(home)
+    assert [e["scopes"] for e in server.events("authorize")] == [["notes"]]
+    assert grant(home).scope == "notes"
+    home("run", "read.recipe", "--servers", "mcp.json", expect=0)
+
+
 def test_an_expired_access_token_is_refreshed_and_the_parked_run_keeps_its_binding(home, server):
     login(home)
     home("run", "post.recipe", "--servers", "mcp.json", "--no-wait", expect=3)

@@ -219,6 +219,17 @@ def run_auth(
 # -- signing in --------------------------------------------------------------------------
 
 
+class _AskedScopes(OAuthClientMetadata):
+    """Client metadata that keeps the scopes the server file asks for (``"scopes"``): the SDK
+    puts the server's own choice in their place before it registers and authorizes, which
+    would make the setting mean nothing."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name == "scope" and self.scope is not None:
+            return
+        super().__setattr__(name, value)
+
+
 class _Memory:
     """Storage for a sign-in under way: nothing is kept until the tokens arrive."""
 
@@ -261,7 +272,7 @@ async def sign_in(
             hint='add "auth": "oauth" to its entry in the server file (it needs a "url")',
         )
     memory = _Memory()
-    metadata = OAuthClientMetadata(
+    metadata = (_AskedScopes if resolved.template.scopes else OAuthClientMetadata)(
         client_name=CLIENT_NAME,
         redirect_uris=[redirect_uri],  # type: ignore[list-item]
         grant_types=["authorization_code", "refresh_token"],
