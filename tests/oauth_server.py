@@ -25,6 +25,9 @@ Routes besides
 ``POST /test/forget``
     Forgets every token it issued (access and refresh): a sign-in the authorization server
     no longer honours.
+``POST /test/expire-access``
+    Forgets every access token it issued, keeps the refresh tokens: access tokens dropped
+    before their time (a refresh gets new ones).
 
 Environment
 -----------
@@ -245,6 +248,12 @@ def build(issuer: str):
         provider.access.clear()
         provider.refresh.clear()
         log({"event": "forget"})
+        return JSONResponse({"ok": True})
+
+    @server.custom_route("/test/expire-access", methods=["POST"])
+    async def expire_access(request):
+        provider.access.clear()
+        log({"event": "expire-access"})
         return JSONResponse({"ok": True})
 
     return server

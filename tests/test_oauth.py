@@ -175,6 +175,55 @@ def test_a_sign_in_refused_mid_run_fails_that_call_in_words_and_the_session_goes
     assert len(server.calls("whoami")) == 1 and len(server.events("register")) == 1
 
 
+def _whoami_twice(url: str, between) -> list[str]:
+    """Two calls on one session to ``url``, with ``between()`` (blocking) done between them."""
+    import trio
+
+    from vodou_engine.servers import ServerConfig
+    from vodou_engine.tools.hub import open_hub
+
+    seen = []
+
+    async def main():
+        async with open_hub({"docs": ServerConfig(url=url, auth="oauth")}, ["docs"]) as hub:
+            seen.append((await hub.call("docs", "whoami", {})).text)
+            await trio.to_thread.run_sync(between)
+            seen.append((await hub.call("docs", "whoami", {})).text)
+
+    trio.run(main)
+    return seen
+
+
+def test_an_access_token_dropped_early_is_refreshed_on_the_401(home, server, monkeypatch):
+    login(home)
+    monkeypatch.setenv("VODOU_SIGN_INS", str(sign_ins(home)))
+    before = grant(home)
+    seen = _whoami_twice(server.url, lambda: httpx2.post(f"{server.base}/test/expire-access", timeout=30))
+    assert seen == ["you are ${OAUTH_ACCESS_TOKEN}"] * 2
+    assert len(server.calls("whoami")) == 2 and len(server.events("refresh")) == 1
+    assert len(server.events("register")) == 1 and grant(home).grant_id == before.grant_id
+
+
+def test_a_session_takes_the_tokens_another_process_refreshed(home, server, monkeypatch):
+    """A rotated refresh token is good once: a session whose tokens another process refreshed
+    meanwhile reads the newer ones from the sign-in file instead of spending a spent one."""
+    login(home)
+    monkeypatch.setenv("VODOU_SIGN_INS", str(sign_ins(home)))
+
+    def elsewhere():
+        httpx2.post(f"{server.base}/test/expire-access", timeout=30).raise_for_status()
+        with sqlite3.connect(sign_ins(home)) as conn:
+            conn.execute("UPDATE grants SET expires_at = 1")
+        home.proc(
+            "run", "read.recipe", "--servers", "mcp.json", expect=0
+        )  # refreshes: the first refresh token is spent
+
+    seen = _whoami_twice(server.url, elsewhere)
+    assert seen == ["you are ${OAUTH_ACCESS_TOKEN}"] * 2
+    assert len(server.events("refresh")) == 1  # the other process's only
+    assert len(server.calls("whoami")) == 3
+
+
 def test_a_parked_run_is_refused_after_a_new_sign_in(home, server):
     login(home)
     home("run", "post.recipe", "--servers", "mcp.json", "--no-wait", expect=3)

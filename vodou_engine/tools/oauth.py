@@ -105,6 +105,10 @@ class _GrantStorage:
             self._signins.refreshed, self.grant.resource, self.grant.grant_id, tokens_json, expires_at
         )
 
+    def adopt(self, tokens: OAuthToken) -> None:
+        """Tokens another process stored for this grant are the ones in use now (to mask them)."""
+        self._on_tokens(tokens)
+
     async def get_client_info(self) -> OAuthClientInformationFull | None:
         return OAuthClientInformationFull.model_validate_json(self.grant.client_json)
 
@@ -126,36 +130,70 @@ class _RunProvider(OAuthClientProvider):
 
 
 class _NoSignInHere(httpx2.Auth):
-    """The run's provider, stopped where it would start a new sign-in.
+    """The run's provider, renewed once where the SDK would start a new sign-in, then stopped.
 
     The SDK answers a 401 (or a 403 ``insufficient_scope``) to the request it authorized
-    with the whole authorization flow, ending in the browser. A run has no browser: that
-    answer is handed back as it is, to the transport, which words it (a server that no
-    longer accepts the sign-in), and ``on_refused`` is told. So nothing raises inside the
-    SDK's request (which would end the whole session), and discovery, registration and
-    the browser are never reached in a run. Everything before it (a refresh of an expired
-    access token) is the SDK's."""
+    with the whole authorization flow, ending in the browser; it never tries its refresh
+    token there. A run has no browser, but a 401 often needs none:
+
+    * another process (a service and a terminal share the sign-in file) refreshed the
+      grant meanwhile, and the tokens in memory are spent (a rotated refresh token is good
+      once): the grant is read again, and its newer tokens are used;
+    * the server dropped the access token before its time: the refresh token gets a new one.
+
+    The request is sent again once, so. A 401 after that is handed back as it is, to the
+    transport, which words it (a server that no longer accepts the sign-in), and
+    ``on_refused`` is told. So nothing raises inside the SDK's request (which would end the
+    whole session), and discovery, registration and the browser are never reached in a run."""
 
     requires_response_body = True
 
-    def __init__(self, inner: OAuthClientProvider, on_refused: Callable[[], None]):
+    def __init__(self, inner: _RunProvider, signins: SignIns, on_refused: Callable[[], None]):
         self._inner = inner
+        self._signins = signins
         self._on_refused = on_refused
 
     async def async_auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
-        flow = self._inner.async_auth_flow(request)
-        try:
-            outgoing = await flow.__anext__()
-            while True:
-                response = yield outgoing
-                if outgoing is request and _asks_for_sign_in(response):
-                    self._on_refused()
-                    return
-                outgoing = await flow.asend(response)
-        except StopAsyncIteration:
-            return
-        finally:
-            await flow.aclose()
+        for attempt in (1, 2):
+            flow = self._inner.async_auth_flow(request)
+            again = False
+            try:
+                outgoing = await flow.__anext__()
+                while True:
+                    response = yield outgoing
+                    if outgoing is request and _asks_for_sign_in(response):
+                        again = attempt == 1 and await self._renew()
+                        if not again:
+                            self._on_refused()
+                        break
+                    outgoing = await flow.asend(response)
+            except StopAsyncIteration:
+                return
+            finally:
+                await flow.aclose()
+            if not again:
+                return
+
+    async def _renew(self) -> bool:
+        """Whether there is something to try once more: newer tokens of the same grant in the
+        sign-in file, or a refresh token (the SDK then refreshes first)."""
+        storage = self._inner._grant_storage
+        context = self._inner.context
+        stored = await trio.to_thread.run_sync(self._signins.get, storage.grant.resource)
+        if stored is None or stored.grant_id != storage.grant.grant_id:
+            return False  # signed out, or signed in again: not the grant this session was bound to
+        tokens = OAuthToken.model_validate_json(stored.tokens_json)
+        used = context.current_tokens
+        if used is None or tokens.access_token != used.access_token:
+            storage.grant = stored
+            storage.adopt(tokens)
+            context.current_tokens = tokens
+            context.token_expiry_time = stored.expires_at
+            return True
+        if context.can_refresh_token():
+            context.token_expiry_time = 1.0  # long past (0 would read as "never expires"): the SDK refreshes first
+            return True
+        return False
 
 
 def _asks_for_sign_in(response: httpx2.Response) -> bool:
@@ -213,7 +251,7 @@ def run_auth(
     provider = _RunProvider(url, metadata, storage, redirect_handler=no_browser, callback_handler=no_callback)
     provider._grant_storage = storage
     on_tokens(OAuthToken.model_validate_json(grant.tokens_json))
-    return _NoSignInHere(provider, on_refused)
+    return _NoSignInHere(provider, signins, on_refused)
 
 
 # -- signing in --------------------------------------------------------------------------
