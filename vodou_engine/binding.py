@@ -55,6 +55,7 @@ from .servers import (
     load_servers,
     template_vars,
 )
+from .servers.signins import SignIns, resource_key
 
 __all__ = [
     "BoundFile",
@@ -117,6 +118,12 @@ class ServerBinding(msgspec.Struct, frozen=True, omit_defaults=True):
     (``command``, ``args[0]``, ``-m chat: chat.py``)."""
     inherited: dict[str, str] = {}
     """Each of BOUND_INHERITED the server gets from the caller -> salted sha256 of its value."""
+    auth: dict[str, str] = {}
+    """For an ``"auth": "oauth"`` server: ``issuer`` (the authorization server, as it names
+    itself) and ``grant``, a salted sha256 of the grant's identity (issuer, client id, the
+    grant id a sign-in draws and its refreshes keep), or ``none`` when no sign-in is stored.
+    Never a token: a refresh changes the tokens, not the grant, so it leaves the binding as
+    it was; a new sign-in is another grant (maybe another account), so it does not."""
 
     def command_line(self) -> str:
         """What a person is shown: the command line, or the URL of an HTTP server."""
@@ -173,6 +180,7 @@ def bind(
             headers={key: _value_digest(salt, key, value) for key, value in sorted(here.headers.items())},
             vars=used,
             source=source,
+            auth=_grant(here, salt) if config.oauth else {},
         )
     workdir = os.path.realpath(start or config.cwd or os.getcwd())
     base = _base_environment()
@@ -195,6 +203,16 @@ def bind(
             key: _value_digest(salt, key, base[key]) for key in BOUND_INHERITED if key in base and key not in here.env
         },
     )
+
+
+def _grant(here: ServerConfig, salt: str) -> dict[str, str]:
+    """What an OAuth server's binding holds of its grant (see ``ServerBinding.auth``)."""
+    assert here.url is not None
+    grant = SignIns().get(resource_key(here.url))
+    if grant is None:
+        return {"grant": "none"}
+    identity = f"{grant.issuer}\0{grant.client_id}\0{grant.grant_id}"
+    return {"issuer": grant.issuer, "grant": _value_digest(salt, "oauth grant", identity)}
 
 
 def _files(
@@ -290,6 +308,7 @@ def differences(stored: ServerBinding, here: ServerBinding) -> list[str]:
                 out.append(f"{kind} {name}: set here, not set for the run")
             elif a[name] != b[name]:
                 out.append(f"{kind} {name}: a different value here")
+    out.extend(_auth_differences(stored.auth, here.auth))
     for name in sorted(set(stored.vars) & set(here.vars)):
         if stored.vars[name] != here.vars[name]:
             out.append(f"${{{name}}}: a different value here")
@@ -298,6 +317,21 @@ def differences(stored: ServerBinding, here: ServerBinding) -> list[str]:
             out.append(f"directory: the run's servers start in {stored.workdir!r}, here it is {here.workdir!r}")
         out.extend(_file_differences(stored, here))
     return out
+
+
+def _auth_differences(stored: Mapping[str, str], here: Mapping[str, str]) -> list[str]:
+    """How the OAuth grant differs, in words (never a token: there is none here)."""
+    if stored == here:
+        return []
+    if not stored:
+        return ["oauth: the run reached the server without a sign-in, here it needs one"]
+    if not here:
+        return ["oauth: the run reached the server with a sign-in, here it takes none"]
+    if here.get("grant") == "none":
+        return ["oauth: no sign-in is stored here for this server (the run's was removed); a new one is another grant"]
+    if stored.get("issuer") != here.get("issuer"):
+        return [f"oauth: the run was signed in with {stored.get('issuer')!r}, here with {here.get('issuer')!r}"]
+    return ["oauth: signed in again since the run started (another grant, maybe another account)"]
 
 
 def _file_differences(stored: ServerBinding, here: ServerBinding) -> list[str]:
@@ -386,7 +420,10 @@ def verify_bindings(
             f"run {run_id} was started against other servers than the ones configured here "
             f"({servers.source}); nothing was run:\n  " + "\n  ".join(lines),
             hint=(
-                "use the server file the run was started with"
+                "the sign-in the run was started (and approved) under is gone or was replaced: start a new run, "
+                "which uses the sign-in stored now"
+                if all(d.startswith("oauth:") for diff in problems.values() for d in diff)
+                else "use the server file the run was started with"
                 + (f" ({', '.join(sources)})" if sources else "")
                 + ", or start a new run against these servers"
                 if configured

@@ -278,6 +278,36 @@ def _parser() -> argparse.ArgumentParser:
     agr.add_argument("name", help="the agent's name")
     store(agr)
 
+    sg = sub.add_parser(
+        "servers", help='sign in to servers reached by URL that ask for OAuth ("auth": "oauth"), once, in a browser'
+    )
+    sgsub = sg.add_subparsers(dest="servers_command", metavar="ACTION")
+    sgsub.required = True
+    sgi = sgsub.add_parser(
+        "login", help="sign in to server NAME: prints the address to open in a browser, and keeps the grant"
+    )
+    sgi.add_argument("name", help="the server's name in the server file")
+    sgi.add_argument(
+        "--no-browser", dest="browser", action="store_false", help="only print the address (do not open a browser)"
+    )
+    sgi.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="how long to wait for the browser to come back (default 300)",
+    )
+    servers(sgi)
+    sgo = sgsub.add_parser(
+        "logout", help="forget the sign-in of server NAME (runs that need it stop before they start)"
+    )
+    sgo.add_argument("name", help="the server's name in the server file")
+    servers(sgo)
+    sgs = sgsub.add_parser(
+        "status", help="list the servers that sign in, and whether each is signed in (never a token)"
+    )
+    servers(sgs)
+
     po = sub.add_parser("policy", help="check the tool policy file against the configured servers")
     posub = po.add_subparsers(dest="policy_command", metavar="ACTION")
     posub.required = True
@@ -398,6 +428,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "approver": ("people", "cmd_approver"),
     "agent": ("people", "cmd_agent"),
     "policy": ("people", "cmd_policy_check"),
+    "servers": ("signin", "cmd_servers"),
     "save": ("saved", "cmd_save"),
     "schedule": ("saved", "cmd_schedule"),
     "serve": ("services", "cmd_serve"),

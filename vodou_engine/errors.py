@@ -8,7 +8,7 @@ Exit codes (docs/exit-codes.md): 0 succeeded, 1 failed, 2 invalid input or
 usage, 3 parked waiting for a person, 4 declined or rejected, 5 refused by the
 store (unknown run, already decided, not allowed, expired, stale), 6 store
 unreadable or corrupt, 7 no queue here (work handed to the workers needs a
-PostgreSQL store).
+PostgreSQL store), 8 a server needs a person to sign in (OAuth) first.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ EXIT_DECLINED = 4
 EXIT_REFUSED = 5
 EXIT_STORE = 6
 EXIT_QUEUE = 7
+EXIT_SIGN_IN = 8
 
 
 class VodouError(Exception):
@@ -164,6 +165,18 @@ class ServerStartError(NotSentError):
     code = "server.start_failed"
     server: str | None = None
     """The server that did not start (of several, the first)."""
+
+
+class SignInRequiredError(ServerStartError):
+    """A server reached by URL with ``"auth": "oauth"`` has no usable sign-in here: none was
+    made, it was removed, or the authorization server no longer honours it. Nothing was sent
+    to the server (no tool was called); a person signs in once, then the run can start.
+
+    Its own exit code: a script must tell "a person must sign in" from a failure, since the
+    remedy is a person at a browser, not a retry or an edit."""
+
+    exit_code = EXIT_SIGN_IN
+    code = "server.sign_in_required"
 
 
 class UnknownToolError(NotSentError):

@@ -246,6 +246,11 @@ class Mask:
     def __bool__(self) -> bool:
         return bool(self._values)
 
+    def with_values(self, more: Mapping[str, str]) -> Mask:
+        """This mask and ``more`` (variable -> value) besides: for values a session only learns
+        as it goes (an OAuth server's tokens, ``tools/oauth.py``)."""
+        return Mask({**dict(self._values), **more})
+
     def _compiled(self) -> list[_Secret]:
         if self._secrets is None:
             self._secrets = [_Secret(var, value) for var, value in self._values]

@@ -76,6 +76,16 @@ class ServerConfig(msgspec.Struct, omit_defaults=True):
     type: str | None = None
     inherit: list[str] = []
     """Names of the caller's environment variables a started server gets, besides the minimal set."""
+    auth: str | None = None
+    """``"oauth"``: an HTTP server reached with an OAuth 2.1 grant a person signed in for once
+    (``tools/oauth.py``; the grant is kept in the sign-in file, ``servers/signins.py``)."""
+    scopes: list[str] = []
+    """The OAuth scopes asked for at sign-in (none: what the server's metadata asks for)."""
+
+    @property
+    def oauth(self) -> bool:
+        """Whether this server is reached with a signed-in OAuth grant."""
+        return self.auth is not None and self.auth.strip().lower() == "oauth"
 
     @property
     def transport(self) -> str:

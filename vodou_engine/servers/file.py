@@ -150,6 +150,7 @@ def parse_server_file(data: bytes | str, path: str) -> tuple[dict[str, ServerCon
                 f'{path}: server {name!r}: "maxMessageBytes" must be a number of bytes greater than 0, not {config.max_message_bytes}',
                 hint=_SIZE_HINT,
             )
+        _check_auth(config, name, path)
         _check_templates(config, name, path)
         if config.cwd is not None and base is not None and not os.path.isabs(config.cwd):
             # Relative to the file, so a project's mcp.json works wherever it is run from.
@@ -201,6 +202,32 @@ def _settle_transport(config: ServerConfig, name: str, path: str) -> None:
             )
         config.url, config.headers = None, {}
     config.type = None
+
+
+_AUTH_HINT = '"auth": "oauth" on a server with a "url" (optionally "scopes": ["read", ...]); sign in once with `recipe servers login NAME`'
+
+
+def _check_auth(config: ServerConfig, name: str, path: str) -> None:
+    """``auth`` is ``"oauth"`` (on an HTTP server) or absent; ``scopes`` only goes with it; and an
+    OAuth server takes no ``Authorization`` header of its own (which credential would be meant?)."""
+    where = f"{path}: server {name!r}"
+    if config.auth is None:
+        if config.scopes:
+            raise ServerConfigError(f'{where}: "scopes" are for an OAuth server ("auth": "oauth")', hint=_AUTH_HINT)
+        return
+    if not config.oauth:
+        raise ServerConfigError(f'{where}: unknown "auth" {config.auth!r}', hint=_AUTH_HINT)
+    if config.url is None:
+        raise ServerConfigError(f'{where}: "auth": "oauth" is for a server reached by "url"', hint=_AUTH_HINT)
+    if any(key.lower() == "authorization" for key in config.headers):
+        raise ServerConfigError(
+            f'{where}: has both "auth": "oauth" and an "Authorization" header; which credential is meant?',
+            hint='keep "auth": "oauth" (the engine sends the signed-in token) or the header, not both',
+        )
+    for scope in config.scopes:
+        if not scope or any(c.isspace() for c in scope):
+            raise ServerConfigError(f'{where}: "scopes" holds {scope!r}, which is not an OAuth scope', hint=_AUTH_HINT)
+    config.auth = "oauth"
 
 
 def _check_templates(config: ServerConfig, name: str, path: str) -> None:

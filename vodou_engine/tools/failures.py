@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, cast
 
 import trio
 
-from vodou_engine.errors import NoReplyError, NotSentError, ServerStartError, UnknownToolError
+from vodou_engine.errors import NoReplyError, NotSentError, ServerStartError, SignInRequiredError, UnknownToolError
 from vodou_engine.limits import size_words
+from vodou_engine.servers.signins import sign_in_error
 from vodou_engine.tools.live import LiveServer
 from vodou_engine.tools.wire import HttpWire
 
@@ -228,6 +229,10 @@ def _connection_closed() -> int | None:
 
 def _http_start_error(srv: LiveServer, exc: BaseException) -> ServerStartError:
     cause = leaves(exc)[0]
+    if isinstance(cause, SignInRequiredError) or (isinstance(srv.link, HttpWire) and srv.link.sign_in_refused):
+        # An OAuth server without a usable sign-in: a person must sign in (tools/oauth.py).
+        reason = cause.facts.get("reason") if isinstance(cause, SignInRequiredError) else "refused"
+        return sign_in_error(srv.name, srv.config.url, str(reason or "refused"))
     sdk_error = _sdk_error(cause)
     url = srv.config.url
     failure = srv.link.last_failure if isinstance(srv.link, HttpWire) else None

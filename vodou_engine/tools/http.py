@@ -53,11 +53,13 @@ from typing import TYPE_CHECKING, Any
 
 import httpx2
 import msgspec
+import trio
 from mcp.client.streamable_http import streamable_http_client
 
 from vodou_engine.limits import MAX_MESSAGE_BYTES
 from vodou_engine.masking import Mask
 from vodou_engine.servers import ServerConfig
+from vodou_engine.tools import oauth
 from vodou_engine.tools.http_body import BodyKind, ScreenedBody, error_words
 from vodou_engine.tools.wire import CallWatch, HttpWire, WatchedWrites, request_key
 
@@ -104,6 +106,13 @@ def _rpc(request: httpx2.Request) -> tuple[str | None, object]:
         return None, None
     method = body.get("method")
     return (method if isinstance(method, str) else None), body.get("id")
+
+
+def _oauth_traffic(request: httpx2.Request, wire: HttpWire) -> bool:
+    """Whether ``request`` is the SDK's OAuth traffic (discovery, registration, tokens): any
+    request of an OAuth session to another place than the MCP endpoint."""
+    url = request.url
+    return wire.endpoint is not None and (url.scheme, url.host, url.port, url.path) != wire.endpoint
 
 
 def _status_words(response: httpx2.Response) -> str:
@@ -199,7 +208,9 @@ class _WatchingTransport(httpx2.AsyncBaseTransport):
             if is_request and status >= 300:
                 wire.last_failure = f"{wire.url} answered {_status_words(response)}"
             if kind is not None:
-                response.stream = ScreenedBody(response, kind, wire, None, rpc_id)
+                response.stream = ScreenedBody(
+                    response, kind, wire, None, rpc_id, masked=not _oauth_traffic(request, wire)
+                )
             return response
         # Each response is a new attempt (the SDK follows a redirect on the endpoint's own origin).
         watch.lost = None
@@ -207,6 +218,10 @@ class _WatchingTransport(httpx2.AsyncBaseTransport):
             watch.lost = "the server answered 202 Accepted, which carries no reply"
         elif 300 <= status < 400:
             watch.lost = f"the server answered {_status_words(response)}, a redirect that was not followed"
+        elif wire.endpoint is not None and status in (401, 403):  # an OAuth server's refusal (tools/oauth.py)
+            watch.lost = (
+                f"the server answered {_status_words(response)}: it no longer accepts the sign-in (sign in again)"
+            )
         elif status >= 400 and kind != "json":
             watch.lost = f"the server answered {_status_words(response)}"
         elif status < 300 and kind is None:
@@ -261,9 +276,28 @@ async def session_streams(
     client waits as long as its caller does, except the DELETE that ends the session.
     """
     wire = HttpWire(shown_url, limit, masking)
+    auth: httpx2.Auth | None = None
+    if config.oauth:
+        assert config.url is not None
+        endpoint = httpx2.URL(config.url)
+        wire.endpoint = (endpoint.scheme, endpoint.host, endpoint.port, endpoint.path)
+        base = wire.masking
+
+        def use(tokens: Any) -> None:
+            wire.masking = base.with_values(oauth.token_secrets(tokens))
+
+        def refused() -> None:
+            wire.sign_in_refused = True
+
+        # Reads the sign-in file; raises SignInRequiredError, before any request, without a grant.
+        auth = await trio.to_thread.run_sync(oauth.run_auth, config.url, use, refused)
     transport = _WatchingTransport(connection_transport(), wire)
     client = httpx2.AsyncClient(
-        headers=dict(config.headers), timeout=httpx2.Timeout(None), transport=transport, mounts=_proxies(wire)
+        headers=dict(config.headers),
+        timeout=httpx2.Timeout(None),
+        transport=transport,
+        mounts=_proxies(wire),
+        auth=auth,
     )
     async with client:
         assert config.url is not None

@@ -27,6 +27,7 @@ import mcp_types
 import msgspec
 import trio
 
+from vodou_engine.masking import Mask
 from vodou_engine.tools.wire import OFF_THREAD_BYTES, CallWatch, HttpWire, RequestId, describe, same_request
 
 __all__ = ["BodyKind", "ScreenedBody", "Verdict", "error_words", "judge"]
@@ -159,6 +160,9 @@ def judge(data: bytes) -> Verdict:
     return Verdict("other")
 
 
+_NO_MASK = Mask({})
+
+
 class ScreenedBody(httpx2.AsyncByteStream):
     """A JSON or event-stream response body on its way to the SDK: bounded, masked, and, for
     a ``tools/call``, watched (``watch``).
@@ -169,9 +173,18 @@ class ScreenedBody(httpx2.AsyncByteStream):
     (``HttpWire.overflowed``) and wakes the caller at once."""
 
     def __init__(
-        self, response: httpx2.Response, kind: BodyKind, wire: HttpWire, watch: CallWatch | None, rpc_id: object
+        self,
+        response: httpx2.Response,
+        kind: BodyKind,
+        wire: HttpWire,
+        watch: CallWatch | None,
+        rpc_id: object,
+        *,
+        masked: bool = True,
     ):
-        """``rpc_id``: the id of the request it answers, if a request (a stand-in error carries it)."""
+        """``rpc_id``: the id of the request it answers, if a request (a stand-in error carries it).
+        ``masked=False``: bounded, not masked (an OAuth answer the SDK reads for its tokens, which
+        masking would replace with their names)."""
         # An async client's responses stream asynchronously.
         self._inner = cast(httpx2.AsyncByteStream, response.stream)
         self._declared = response.headers.get("content-length", "")
@@ -185,6 +198,11 @@ class ScreenedBody(httpx2.AsyncByteStream):
         self._events = Events(wire.limit)
         self._iterator: AsyncIterator[bytes]  # set by __aiter__, which comes first
         self._done = False
+        self._masked = masked
+
+    @property
+    def _masking(self) -> Mask:
+        return self._wire.masking if self._masked else _NO_MASK
 
     def __aiter__(self) -> ScreenedBody:
         self._iterator = self._inner.__aiter__()
@@ -231,7 +249,7 @@ class ScreenedBody(httpx2.AsyncByteStream):
 
         A message's data is JSON, where a line break is only ever whitespace: it is handed on
         as one line. Another kind of event is only logged by the SDK: its data is dropped."""
-        masking = self._wire.masking
+        masking = self._masking
         out: list[bytes] = []
         verdicts: list[Verdict] = []
         for event in events:
@@ -286,7 +304,7 @@ class ScreenedBody(httpx2.AsyncByteStream):
         return msgspec.json.encode({"jsonrpc": "2.0", "id": self._rpc_id, "error": error})
 
     def _masked_json(self, body: bytes) -> tuple[bytes, list[Verdict]]:
-        body = self._wire.masking.message(body)
+        body = self._masking.message(body)
         return body, [judge(body)] if self._watch is not None else []
 
     async def _off_thread(self, fn: Callable[[_In], _Out], arg: _In, *, size: int) -> _Out:

@@ -302,6 +302,12 @@ class HttpWire(Wire):
         """Why the server no longer serves this session (set: every later call is not sent)."""
         self.last_failure: str | None = None
         """The last request that got no usable answer, in words (a start error shows it)."""
+        self.endpoint: tuple[str, str, int | None, str] | None = None
+        """For a server reached with OAuth: (scheme, host, port, path) of its MCP endpoint. The
+        answers to other requests (discovery, registration, tokens) are the SDK's own, bounded
+        and handed on unmasked (masking would replace the tokens the SDK reads in them)."""
+        self.sign_in_refused = False
+        """The authorization server no longer honours the server's sign-in (``tools/oauth.py``)."""
 
     def holds_requests(self) -> bool:
         return self.traced

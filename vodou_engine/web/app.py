@@ -20,6 +20,10 @@ POST   ``/schedules``                 add one; ``/schedules/{n}/pause|resume|rem
 GET    ``/signin``                    ``?token=``: the sign-in page for a one-time link
 POST   ``/signin``                    spend the link, get a session cookie
 POST   ``/signout``                   end the session
+GET    ``/servers``                   the servers that sign in (OAuth), and whether each is
+POST   ``/servers/{name}/signin``     sign the service in: the browser goes to the
+                                      authorization server (``servers.py``)
+GET    ``/oauth/callback``            where it comes back: no session, the flow's ``state``
 GET    ``/static/app.css``, ``/healthz``
 any    ``/mcp``                       the agent MCP server (streamable HTTP), for a bearer token
                                       from ``recipe agent add``: no session, no form token
@@ -59,6 +63,8 @@ from .guard import Guard
 from .handlers import action, page
 from .identity import Signer
 from .recipes import add_schedule, recipe, recipes, run_recipe, schedule_action, schedules
+from .servers import CALLBACK_PATH, ServerSignIns, callback, servers_page
+from .servers import sign_in as server_sign_in
 from .signin import signin, signin_page, signout
 
 
@@ -92,17 +98,22 @@ def create_app(service: Any, config: WebConfig | None = None, *, manage_service:
 
         web.signer = Signer(await trio.to_thread.run_sync(key))
         try:
-            if not manage_service:
-                async with agents.running():
-                    yield
-                return
-            async with trio.open_nursery() as nursery:
-                await nursery.start(service.serve)
+            async with trio.open_nursery() as background:  # sign-ins to servers under way (servers.py)
+                web.sign_ins = ServerSignIns(background)
                 try:
-                    async with agents.running():
-                        yield
+                    if not manage_service:
+                        async with agents.running():
+                            yield
+                        return
+                    async with trio.open_nursery() as nursery:
+                        await nursery.start(service.serve)
+                        try:
+                            async with agents.running():
+                                yield
+                        finally:
+                            service.stop()
                 finally:
-                    service.stop()
+                    background.cancel_scope.cancel()
         finally:
             web.readers.close()
             web.writers.close()
@@ -126,6 +137,9 @@ def create_app(service: Any, config: WebConfig | None = None, *, manage_service:
         Route("/schedules/{name}/pause", action(schedule_action("pause")), methods=["POST"]),
         Route("/schedules/{name}/resume", action(schedule_action("resume")), methods=["POST"]),
         Route("/schedules/{name}/remove", action(schedule_action("remove")), methods=["POST"]),
+        Route("/servers", page(servers_page)),
+        Route("/servers/{name}/signin", action(server_sign_in), methods=["POST"]),
+        Route(CALLBACK_PATH, callback),
         Route("/signin", signin_page),
         Route("/signin", signin, methods=["POST"]),
         Route("/signout", action(signout), methods=["POST"]),

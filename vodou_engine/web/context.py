@@ -109,6 +109,8 @@ class Web:
         self.css = (files("vodou_engine.web") / "static" / "app.css").read_bytes()
         self.port: int | None = None
         """The port actually bound (``--port 0`` picks one)."""
+        self.sign_ins: Any = None
+        """The sign-ins to servers started here (``servers.ServerSignIns``), set by the app's lifespan."""
         location = service.store_location
         self.readers = StorePool(location, readonly=True)
         self.writers = StorePool(location, readonly=False)
