@@ -71,7 +71,20 @@ LAYERS: list[tuple[str, set[str]]] = [
     # `""` is the package's own __init__.py: __version__, and the public names as strings, loaded on first use
     (
         "what every layer shares",
-        {"plan", "reports", "states", "errors", "limits", "text_safety", "osuser", "owners", "standalone", "demo", ""},
+        {
+            "plan",
+            "reports",
+            "states",
+            "errors",
+            "limits",
+            "text_safety",
+            "osuser",
+            "owners",
+            "standalone",
+            "logs",
+            "demo",
+            "",
+        },
     ),
 ]
 LAYER_OF = {unit: depth for depth, (_, units) in enumerate(LAYERS) for unit in units}
