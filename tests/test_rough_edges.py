@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -242,3 +244,142 @@ def test_serve_logs_each_event_as_one_json_line(tmp_path):
     ]
     assert len(demo_calls(serving.demo_db, "slack_post_message")) == 1
     assert not any("json-logged" in json.dumps(d) for d in docs)
+
+
+# --- the approve: line a parked run prints --------------------------------------------------------------
+
+
+def printed(res, verb: str) -> list[list[str]]:
+    """Each `verb:` command line the run printed, as argv after `recipe`."""
+    lines = [line.split(":", 1)[1].strip() for line in (res.out + res.err).splitlines() if line.startswith(f"{verb}:")]
+    assert lines, res.out + res.err
+    return [shlex.split(line)[1:] for line in lines]
+
+
+def test_the_printed_approve_line_works_as_printed_without_a_terminal(cli):
+    (cli.tmp / "post.recipe").write_text(
+        'recipe "post"\npost: slack.slack_post_message {"channel": "#daily", "text": "as printed"}\n'
+    )
+    parked = cli.proc("run", "post.recipe", expect=3)
+    (line,) = printed(parked, "approve")
+    assert "--yes" in line
+    cli.proc(*line, expect=0)
+    assert [c["arguments"]["text"] for c in demo_calls(cli.demo_db, "slack_post_message")] == ["as printed"]
+
+
+def test_the_printed_approve_line_names_the_approver_when_the_user_is_not_one(cli):
+    ana = cli.approver("ana")
+    (cli.tmp / "post.recipe").write_text(
+        'recipe "post"\napprovers: ana\npost: slack.slack_post_message {"channel": "#daily", "text": "by ana"}\n'
+    )
+    parked = cli.proc("run", "post.recipe", expect=3)
+    (line,) = printed(parked, "approve")
+    assert line[-2:] != ["--as", "ana"] and "--as" in line and line[line.index("--as") + 1] == "ana"
+    assert "VODOU_APPROVER_TOKEN" in parked.out + parked.err
+    (reject,) = printed(parked, "reject")
+    assert "--as" in reject
+    cli.proc(*line, env=ana, expect=0)
+    assert len(demo_calls(cli.demo_db, "slack_post_message")) == 1
+
+
+# --- words that name the wrong command ---------------------------------------------------------------
+
+
+def test_a_missing_input_hint_says_set(cli):
+    (cli.tmp / "x.recipe").write_text('recipe "x"\ninputs:\n  email\nsay: vodou.echo {"value": "{email}"}\n')
+    res = cli.proc("run", "x.recipe", expect=2)
+    assert "the recipe needs the input `email`" in res.err
+    assert "--set email=VALUE" in res.err
+    from vodou_engine.errors import MissingInputError
+
+    runs = Runs(store=cli.tmp / "api.db", servers={})
+    try:
+        with pytest.raises(MissingInputError) as caught:
+            trio.run(lambda: runs.start(cli.tmp / "x.recipe", actor="ana"))
+        assert caught.value.code == "input.missing" and caught.value.facts["input"] == "email"
+        assert "recipe" not in (caught.value.hint or "") and "--set" not in (caught.value.hint or "")
+    finally:
+        runs.close()
+
+
+def test_a_used_sign_in_link_points_at_approver_link_which_keeps_the_secret(tmp_path):
+    from starlette.testclient import TestClient
+
+    from vodou_engine.servers import ServerSet
+    from vodou_engine.service import Service
+    from vodou_engine.web.app import create_app
+    from vodou_engine.web.config import WebConfig
+    from vodou_engine.web.identity import add_approver, sign_in_link
+
+    svc = Service(store=str(tmp_path / "runs.db"), servers=ServerSet({}, "none"), policy=Policy())
+    runs = svc.runs()
+    _, link = add_approver(runs, "carol", by="test", base_url="http://testserver")
+    app = create_app(svc, WebConfig(allowed_hosts=["testserver"]))
+    with TestClient(app, backend="trio", base_url="http://testserver") as client:
+        fields = form(client.get(path_of(link)).text, "/signin")
+        assert client.post("/signin", data=fields, follow_redirects=False).status_code == 303
+        client.cookies.clear()
+        again = client.get(path_of(link)).text
+        assert "already used" in again
+        assert "recipe approver link carol" in again
+        fresh = form(
+            client.get(path_of(sign_in_link(runs, "carol", by="test", base_url="http://testserver"))).text, "/signin"
+        )
+        refused = client.post("/signin", data={**fresh, "token": fields["token"]})
+        assert refused.status_code == 403 and "recipe approver link" in refused.text
+        assert "approver add NAME</code> prints one" not in again
+    runs.close()
+
+
+def test_follow_up_mail_says_what_it_does_one_person_sends_it(cli):
+    """It used to say two people must read it; one approver answers its question and approves the send."""
+    recipe = ROOT / "recipes" / "follow-up-mail.recipe"
+    header = " ".join(line.lstrip("# ") for line in recipe.read_text().splitlines() if line.startswith("#"))
+    assert "two people" not in header and "one person may do both" in header
+    ana = cli.approver("ana")
+    rep = cli.proc(
+        "run", str(recipe), "--set", "event=evt-design", "--set", "to=ana@example.com", "--json", expect=3
+    ).json()
+    decided = 0
+    while rep["state"] == "parked":
+        step = rep["pending"][0]["step"]
+        rep = cli.proc("approve", rep["run"], step, "--yes", "--as", "ana", "--json", env=ana).json()
+        decided += 1
+    assert rep["state"] == "succeeded" and decided == 2
+    assert len(demo_calls(cli.demo_db, "send_message")) == 1
+
+
+# --- the demo stays the same from run to run -----------------------------------------------------------
+
+
+def demo_from_here(cli, **slow: int) -> None:
+    """./mcp.json: the demo servers as the bundled ones, but running this checkout's code
+    (a server inherits only a minimal environment); ``slow``: a tool's latency in ms."""
+    latency = ",".join(f"{tool}={ms}" for tool, ms in slow.items())
+    env = {"VODOU_DEMO_DB": str(cli.demo_db), "PYTHONPATH": str(ROOT), "VODOU_DEMO_LATENCY": latency}
+    cli.servers_file(
+        {
+            name: {"command": sys.executable, "args": ["-m", f"vodou_engine.demo.{module}"], "env": env}
+            for name, module in (
+                ("google-calendar", "calendar_server"),
+                ("gmail", "mail_server"),
+                ("slack", "chat_server"),
+            )
+        }
+    )
+
+
+def test_the_morning_briefing_does_not_quote_itself_run_after_run(cli):
+    """Each briefing quotes the messages that mention @me and is posted as @me; the next
+    run's `mentions:me` must not find it, or every briefing nests the one before."""
+    demo_from_here(cli, messages_list=20000)  # calendar and slack always make the quorum
+    recipe = ROOT / "recipes" / "morning-briefing.recipe"
+    sizes = []
+    for _ in range(4):
+        parked = cli.proc("run", str(recipe), "--json", expect=3).json()
+        cli.proc("approve", parked["run"], "--yes", expect=0)
+        posted = demo_calls(cli.demo_db, "slack_post_message")[-1]["arguments"]["text"]
+        sizes.append(len(posted))
+    assert len(demo_calls(cli.demo_db, "slack_post_message")) == 4
+    assert "slack:" in posted and "@me" in posted and "missing: mail" in posted
+    assert sizes[-1] == sizes[0], sizes  # the 4th briefing is the size of the 1st

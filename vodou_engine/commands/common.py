@@ -211,11 +211,15 @@ def _answer_inline(args: Any, runs: Any, rep: Any, code: int, actor: str, proof:
             return code
         if answer == "yes":
             rep = _run_async(
-                lambda: runs.approve(rep.run, card.step, actor=actor, fingerprint=card.fingerprint, proof=proof)
+                lambda rep=rep, card=card: runs.approve(
+                    rep.run, card.step, actor=actor, fingerprint=card.fingerprint, proof=proof
+                )
             )
         else:
             rep = _run_async(
-                lambda: runs.reject(rep.run, card.step, actor=actor, fingerprint=card.fingerprint, proof=proof)
+                lambda rep=rep, card=card: runs.reject(
+                    rep.run, card.step, actor=actor, fingerprint=card.fingerprint, proof=proof
+                )
             )
-        code = report(rep, json_out=False, store_flag=_store_flag(args))
+        code = report(rep, json_out=False, store_flag=_store_flag(args), actor=actor)
     return code

@@ -93,7 +93,7 @@ def cmd_run(args: Any) -> int:
                 args.file, inputs=inputs, actor=actor, model=args.model, on_change=progress.change, run_id=run_id
             )
         )
-    code = report(rep, json_out=args.json, store_flag=_store_flag(args))
+    code = report(rep, json_out=args.json, store_flag=_store_flag(args), actor=actor)
     return _answer_inline(args, runs, rep, code, actor, "os-user")
 
 
