@@ -64,7 +64,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("long-running surfaces", {"service", "agents", "notify"}),
     ("the workers", {"workers"}),
     ("the run API", {"runs"}),
-    ("running a plan", {"runtime", "cards", "planning", "scheduler"}),
+    ("running a plan", {"runtime", "cards", "planning", "toolcache", "scheduler"}),
     ("reaching servers", {"tools", "binding", "servers", "launch", "masking", "gcpause"}),
     ("compiling", {"compiler", "graph", "policy", "bounds"}),
     ("the store and its queue", {"store", "jobs"}),

@@ -49,6 +49,7 @@ RUFF_CLEAN = [
     "vodou_engine/cards.py",
     "vodou_engine/reports.py",
     "vodou_engine/planning.py",
+    "vodou_engine/toolcache.py",
     "vodou_engine/scheduler.py",
     "vodou_engine/masking.py",
     "vodou_engine/gcpause.py",
