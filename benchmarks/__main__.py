@@ -38,6 +38,7 @@ CASES = {
     "h": "compile speed: 100 / 1,000 / 10,000 steps",
     "i": "CLI cold start",
     "j": "a quorum's slow branch never holds the process (exit after the K-th success)",
+    "q": "recipe plan on the bundled recipes: every server started (--refresh) against the tool cache (nothing changed), and --offline",
     "s": "recipe serve: approve on the page → effect, the inbox with 1,000 parked runs, 100 runs at once, a schedule's lag",
     "n": "recipe serve's editor: one keystroke's compile + card for a 50-step recipe, server side",
     "m": "recipe mcp: initialize against the SDK's floor, check_recipe round trip",

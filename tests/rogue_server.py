@@ -42,6 +42,7 @@ Environment
 
     * every ``tools/call``: ``{"tool", "arguments", "pid", "mode", "id"}``;
     * at start: ``{"event": "start", "pid"}``;
+    * every ``tools/list``: ``{"event": "tools/list", "pid"}``;
     * every ``notifications/cancelled``: ``{"event": "cancelled", "request_id", "pid"}``.
 
     Count calls with the lines that have a ``"tool"`` key.
@@ -493,6 +494,7 @@ def main() -> None:
         elif method == "ping":
             reply(request_id, {})
         elif method == "tools/list":
+            log({"event": "tools/list", "pid": PID})
             listing = []
             for name, base in tools.items():
                 tool = {"name": name, **TOOLS[base]}

@@ -331,7 +331,7 @@ def test_runs_json_on_an_empty_store_is_an_empty_list(cli):
 def test_online_plan_lists_tools_and_calls_none(cli):
     res = cli("plan", MORNING, expect=0)
     assert "✗" not in res.out
-    assert "servers from embedded defaults; tools listed, none called" in res.out
+    assert "servers from embedded defaults; tools listed just now, none called" in res.out
     assert "⚠ post" in res.out
     assert cli.demo_db.exists()  # the servers did start ...
     assert demo_calls(cli.demo_db) == []  # ... and were never called

@@ -64,14 +64,27 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("long-running surfaces", {"service", "agents", "notify"}),
     ("the workers", {"workers"}),
     ("the run API", {"runs"}),
-    ("running a plan", {"runtime", "cards", "planning", "scheduler"}),
+    ("running a plan", {"runtime", "cards", "planning", "toolcache", "scheduler"}),
     ("reaching servers", {"tools", "binding", "servers", "launch", "masking", "gcpause"}),
     ("compiling", {"compiler", "graph", "policy", "bounds"}),
     ("the store and its queue", {"store", "jobs"}),
     # `""` is the package's own __init__.py: __version__, and the public names as strings, loaded on first use
     (
         "what every layer shares",
-        {"plan", "reports", "states", "errors", "limits", "text_safety", "osuser", "owners", "standalone", "demo", ""},
+        {
+            "plan",
+            "reports",
+            "states",
+            "errors",
+            "limits",
+            "text_safety",
+            "osuser",
+            "owners",
+            "standalone",
+            "logs",
+            "demo",
+            "",
+        },
     ),
 ]
 LAYER_OF = {unit: depth for depth, (_, units) in enumerate(LAYERS) for unit in units}

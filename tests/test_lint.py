@@ -38,6 +38,7 @@ CLEAN = [
     "vodou_engine/runs",
     "vodou_engine/cli.py",
     "vodou_engine/commands",
+    "vodou_engine/logs.py",
 ]
 # What ruff checks: the whole tree, as .ci/run does (pyproject.toml's excludes apply).
 RUFF_PATHS = ["."]

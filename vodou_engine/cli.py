@@ -93,9 +93,15 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("-o", "--output", metavar="OUT", help="write here instead of stdout")
     policy(c)
 
-    pl = sub.add_parser("plan", help="print the plan card (starts servers to list tools; never calls one)")
+    pl = sub.add_parser(
+        "plan",
+        help="print the plan card (lists the servers' tools, starting a server whose kept list is missing or out of date; never calls one)",
+    )
     pl.add_argument("file", help="a .recipe file or an actions.json")
     pl.add_argument("--offline", action="store_true", help="do not start servers")
+    pl.add_argument(
+        "--refresh", action="store_true", help="start every server and list its tools again, whatever was kept"
+    )
     fmt = pl.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print the plan and a graph summary as JSON")
     fmt.add_argument(

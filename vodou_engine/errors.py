@@ -55,6 +55,13 @@ class UsageError(VodouError):
     code = "usage"
 
 
+class MissingInputError(UsageError):
+    """A run was started without a value for an input the recipe requires (fact ``input``):
+    each surface says how its own users give one (the CLI: ``--set NAME=VALUE``)."""
+
+    code = "input.missing"
+
+
 class RecipeError(VodouError):
     """A recipe (or actions.json) is invalid; carries the place it went wrong.
 

@@ -41,13 +41,16 @@ CREATE TABLE IF NOT EXISTS vodou_queue_workers (
 
 
 def load_procrastinate() -> Any:
-    """The ``procrastinate`` module; :class:`QueueError` (exit 7) when it is not installed."""
+    """The ``procrastinate`` module; :class:`QueueError` (exit 7) when it or psycopg (the
+    ``workers`` extra) is not installed: the queue needs both, and the fix is the same."""
     try:
         import procrastinate
-    except ImportError:
+        import psycopg  # noqa: F401 - Procrastinate imports it lazily; missing, the worker would fail later
+    except ImportError as exc:
+        missing = "psycopg" if (exc.name or "").startswith("psycopg") else "Procrastinate"
         raise QueueError(
-            "the workers' queue needs Procrastinate, which is not installed; nothing was queued",
-            hint="install vodou_engine[workers]",
+            f"the workers' queue needs {missing}, which is not installed; nothing was queued",
+            hint='install the workers extra: pip install "vodou_engine[workers]"',
             reason="not installed",
         ) from None
     return procrastinate

@@ -3,17 +3,24 @@
 ``recipe plan`` (online) and ``recipe run`` both resolve every step's
 ``server.tool`` here first, so a wrong address or a missing server is seen
 while it is free to fix, and MCP annotations can raise a tool's risk.
+``plan`` takes a server's tools from the cache (``toolcache.py``) while its
+binding is unchanged, and says how old they are; a run lists them live.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Collection, Mapping
+import hashlib
+import time
+from collections.abc import Callable, Collection, Mapping
 
+import msgspec
+
+from . import toolcache
 from .cards import ToolStatus
 from .compiler.words import written_address, written_server
 from .plan import Plan, ToolNode
-from .policy import BUILTIN_SERVER, BUILTIN_TOOLS, Hints, hints_from
+from .policy import BUILTIN_SERVER, BUILTIN_TOOLS, Hints, Policy, hints_from
 from .servers import ServerConfig
 
 
@@ -79,6 +86,127 @@ def resolve(
             if node.check is not None:
                 one(f"{node.id}#check", node.check.server, node.check.tool)
     return status, hints
+
+
+class Listed(msgspec.Struct, frozen=True, kw_only=True):
+    """When each server's tools were listed (epoch seconds) and whether from the cache."""
+
+    at: float
+    cached: bool
+
+
+async def list_tools_cached(
+    servers: Mapping[str, ServerConfig],
+    names: list[str],
+    *,
+    source: str,
+    cached: bool = True,
+    clock: Callable[[], float] = time.time,
+) -> tuple[dict[str, dict], dict[str, Listed]]:
+    """Tools of the configured ones of ``names``: from the cache (``toolcache.py``) for a
+    server whose binding has not changed since it was listed, when ``cached``; the rest
+    started and listed live, and the cache written. Only ``plan`` asks for the cache: a
+    run always lists live (:func:`list_tools` through the run's hub)."""
+    import trio
+
+    wanted = [n for n in names if n in servers]
+    if not wanted:
+        return {}, {}
+
+    def keys() -> dict[str, str | None]:  # binds each server: reads its files, so off the trio thread
+        return {n: toolcache.key(n, servers[n], source=source) for n in wanted}
+
+    def look(k: dict[str, str | None]) -> dict[str, toolcache.Listing]:
+        return {n: hit for n in wanted if (hit := toolcache.get(n, k[n])) is not None}
+
+    k = await trio.to_thread.run_sync(keys)
+    hits = await trio.to_thread.run_sync(look, k) if cached else {}
+    tools: dict[str, dict] = {n: dict(hit.tools) for n, hit in hits.items()}
+    listed = {n: Listed(at=hit.listed_at, cached=True) for n, hit in hits.items()}
+    live = [n for n in wanted if n not in hits]
+    if live:
+        fresh = await list_tools(servers, live)
+        now = clock()
+
+        def keep() -> None:
+            for n, got in fresh.items():
+                toolcache.put(n, k.get(n), got, now=now)
+
+        await trio.to_thread.run_sync(keep)
+        tools.update(fresh)
+        listed.update({n: Listed(at=now, cached=False) for n in fresh})
+    return {n: tools[n] for n in wanted if n in tools}, listed
+
+
+def kept_tools(
+    servers: Mapping[str, ServerConfig], names: list[str], *, source: str
+) -> tuple[dict[str, dict], dict[str, Listed]] | None:
+    """Every configured one of ``names`` from the cache, or None when one must be started.
+    Blocking (it reads the servers' files): not on a trio thread."""
+    wanted = [n for n in names if n in servers]
+    tools: dict[str, dict] = {}
+    listed: dict[str, Listed] = {}
+    for n in wanted:
+        hit = toolcache.get(n, toolcache.key(n, servers[n], source=source))
+        if hit is None:
+            return None
+        tools[n] = dict(hit.tools)
+        listed[n] = Listed(at=hit.listed_at, cached=True)
+    return tools, listed
+
+
+def stale(plan: Plan, tools: Mapping[str, Mapping[str, object]], listed: Mapping[str, Listed]) -> list[str]:
+    """Servers whose tools came from the cache and lack a tool a step names: listed again
+    live before the card calls the tool missing (it may have been added since)."""
+    out: list[str] = []
+    for node in plan.nodes:
+        if isinstance(node, ToolNode):
+            for server, tool in (
+                (node.server, node.tool),
+                *((ref.server, ref.tool) for ref in (node.preview, node.check) if ref is not None),
+            ):
+                hit = listed.get(server)
+                if hit is not None and hit.cached and tool not in tools.get(server, {}) and server not in out:
+                    out.append(server)
+    return out
+
+
+def compile_with_hints(
+    text: str, path: str | None, policy: Policy, hints: Mapping[str, Hints | None], *, memo: bool = False
+) -> Plan:
+    """The recipe compiled with the servers' annotations; ``memo`` (the card only, never a
+    run): from the compile memo, keyed by the annotations too."""
+    from .compiler import compile_recipe
+
+    if not memo:
+        return compile_recipe(text, path, policy=policy, hints=hints)
+    from .compiler import cache
+
+    said = hashlib.sha256(msgspec.json.encode(dict(hints), order="deterministic")).hexdigest()
+    k = cache.key(text, path, f"{policy.digest}:{policy.source}:hints:{said}")
+    plan = cache.get(k)
+    if plan is None:
+        plan = compile_recipe(text, path, policy=policy, hints=hints)
+        cache.put(k, plan)
+    return plan
+
+
+def listed_note(listed: Mapping[str, Listed], now: float) -> str:
+    """The card's words for when the tools were listed: "tools listed just now" when every
+    server was started, else how old each cached list is and how to list them again."""
+    if not listed:
+        return "tools listed"
+    if not any(v.cached for v in listed.values()):
+        return "tools listed just now"
+    by_age: dict[str, list[str]] = {}
+    for name, v in sorted(listed.items(), key=lambda kv: -kv[1].at):
+        by_age.setdefault(toolcache.age(now - v.at), []).append(name)
+    if len(by_age) == 1:
+        (when,) = by_age
+        said = f"tools listed {when}"
+    else:
+        said = "tools listed " + ", ".join(f"{when} ({', '.join(names)})" for when, names in by_age.items())
+    return said + " (kept from then: `plan --refresh` lists them again)"
 
 
 async def list_tools(servers: Mapping[str, ServerConfig], names: list[str]) -> dict[str, dict]:

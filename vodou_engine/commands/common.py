@@ -222,5 +222,5 @@ def _answer_inline(args: Any, runs: Any, rep: Any, code: int, actor: str, proof:
             rep = _run_async(
                 partial(runs.reject, rep.run, card.step, actor=actor, fingerprint=card.fingerprint, proof=proof)
             )
-        code = report(rep, json_out=False, store_flag=_store_flag(args))
+        code = report(rep, json_out=False, store_flag=_store_flag(args), actor=actor)
     return code

@@ -87,7 +87,7 @@ def _decide(args: Any, prespawned: Any) -> int:
             say(
                 f"rejected {card.step} as {actor}; run {args.run} is {rep.state} and nothing more runs.", style="yellow"
             )
-    code = report(rep, json_out=args.json, store_flag=_store_flag(args))
+    code = report(rep, json_out=args.json, store_flag=_store_flag(args), actor=actor)
     return _answer_inline(args, runs, rep, code, actor, proof)
 
 

@@ -67,6 +67,7 @@ def _error(exc: Any) -> None:
 
 _CLI_HINTS: dict[str, Callable[[dict[str, Any]], str]] = {  # an error's facts, as it raised them
     "run.unknown": lambda f: "`recipe runs` lists the runs in this store",
+    "input.missing": lambda f: f"give it a value: --set {f.get('input')}=VALUE",
     "plan.edited": lambda f: (
         f"if the edit is intended, `recipe compile {f.get('path') or 'actions.json'} -o {f.get('path') or 'actions.json'}` verifies and fingerprints it again"
     ),

@@ -34,7 +34,9 @@ def cmd_plan(args: Any) -> int:
             warnings=source_warnings(text or "", args.file),
         )
     else:
-        seen = _run_async(lambda: runs.inspect(args.file))
+        refresh = getattr(args, "refresh", False)
+        kept = None if refresh else runs.inspect_kept(args.file)  # every server's tools kept: no event loop
+        seen = kept or _run_async(lambda: runs.inspect(args.file, cached=not refresh))
     plan = seen.plan
     if args.json:
         from ..graph.summary import summary  # here: only --json needs graph/verify.py and bounds.py
@@ -44,6 +46,8 @@ def cmd_plan(args: Any) -> int:
             doc["tools"] = {k: {"exists": v.exists, "note": v.note} for k, v in seen.status.items()}
         if seen.servers:
             doc["servers"] = {"source": seen.servers_source, "commands": seen.servers}
+        if seen.listed:
+            doc["tools_listed"] = {n: {"at": at, "cached": n in seen.cached} for n, at in seen.listed.items()}
         if seen.warnings:
             doc["warnings"] = seen.warnings
         sys.stdout.buffer.write(
@@ -93,7 +97,7 @@ def cmd_run(args: Any) -> int:
                 args.file, inputs=inputs, actor=actor, model=args.model, on_change=progress.change, run_id=run_id
             )
         )
-    code = report(rep, json_out=args.json, store_flag=_store_flag(args))
+    code = report(rep, json_out=args.json, store_flag=_store_flag(args), actor=actor)
     return _answer_inline(args, runs, rep, code, actor, "os-user")
 
 

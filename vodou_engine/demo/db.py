@@ -671,11 +671,20 @@ def search_chat(conn: sqlite3.Connection, query: str) -> list[ChatMessage]:
 
     ``mentions:NAME`` is Slack's search operator for messages that mention
     ``@NAME``; it is translated so the seed recipe's query finds something.
+    As in Slack, what NAME posted is not a mention of NAME: a briefing the
+    demo posts as @me quotes the messages that mention @me, and counted as a
+    mention itself, each run's search would quote the last briefing, nesting
+    every earlier one in the next.
     """
+    author = None
     if query.lower().startswith("mentions:"):
-        query = "@" + query.split(":", 1)[1].strip().lstrip("@")
+        author = query.split(":", 1)[1].strip().lstrip("@")
+        query = "@" + author
     pattern = "%" + query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-    rows = conn.execute("SELECT * FROM chat WHERE text LIKE ? ESCAPE '\\' ORDER BY seq", (pattern,)).fetchall()
+    rows = conn.execute(
+        "SELECT * FROM chat WHERE text LIKE ? ESCAPE '\\' AND (? IS NULL OR lower(user) <> lower(?)) ORDER BY seq",
+        (pattern, author, author),
+    ).fetchall()
     return [_chat(r) for r in rows]
 
 

@@ -19,6 +19,7 @@ from email.utils import parseaddr
 
 import trio
 
+from .. import logs
 from ..reports import PendingApproval, RunReport
 from .config import Email, ServeConfig, Webhook
 from .delivery import Delivery, Sleep, _scrub
@@ -59,7 +60,11 @@ async def notify_parked(
             report.run,
             _scrub(f"{type(exc).__name__}: {exc}", *_secrets_of(config)),
         )
-    return [results[i] for i in sorted(results)]
+    done = [results[i] for i in sorted(results)]
+    for d in done:
+        if d.status == "sent":
+            logs.event("notification.sent", run=d.run, step=d.step, to=d.target, channel=d.kind)
+    return done
 
 
 def _secrets_of(config: ServeConfig) -> list[str]:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import RecipeError, UsageError
+from ..errors import MissingInputError, RecipeError, UsageError
 from ..limits import MAX_DEPTH, value_depth
 from ..plan import Plan, ToolNode
 
@@ -67,7 +67,9 @@ def resolve_inputs(plan: Plan, given: Mapping[str, Any]) -> dict[str, Any]:
         if name in given:
             values[name] = given[name]
         elif decl.required:
-            raise UsageError(f"the recipe needs the input `{name}`", hint=f"give it a value ({name}=VALUE)", input=name)
+            raise MissingInputError(
+                f"the recipe needs the input `{name}`", hint=f"give the input `{name}` a value", input=name
+            )
         else:
             values[name] = decl.default
     return values

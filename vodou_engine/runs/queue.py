@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import UsageError
-from ..jobs import defer_drive_in, no_queue, store_queue
+from ..jobs import defer_drive_in, load_procrastinate, no_queue, store_queue
 from ..osuser import os_user
 from ..reports import RunReport
 from ..states import TERMINAL_RUN_STATES
@@ -97,6 +97,7 @@ class QueueMixin(ViewsMixin):
         workers' queue (PostgreSQL); nothing is opened or created to find out."""
         if not self._on_postgres():
             raise no_queue(self._location())
+        load_procrastinate()  # the workers extra, before the store is opened (without psycopg it could not be)
 
     def _queue_drive(self, run_id: str, spec: Mapping[str, Any] | None) -> str:
         self.require_queue()

@@ -37,6 +37,10 @@ class Inspection(msgspec.Struct, kw_only=True):
     """Per server the plan uses: the command it resolves to."""
     servers_source: str = ""
     warnings: list[str] = []
+    listed: dict[str, float] = {}
+    """Per server listed: when its tools were listed (epoch seconds)."""
+    cached: list[str] = []
+    """The servers whose tools came from the cache (not started)."""
 
 
 class PolicyProblem(msgspec.Struct, kw_only=True):
@@ -74,25 +78,81 @@ class ViewsMixin(RunsCore):
 
     # --- looking before running ----------------------------------------------------------
     async def inspect(
-        self, source: str | os.PathLike[str] | Plan, *, text: str | None = None, online: bool = True
+        self,
+        source: str | os.PathLike[str] | Plan,
+        *,
+        text: str | None = None,
+        online: bool = True,
+        cached: bool = False,
     ) -> Inspection:
         """The plan as it would run here: every tool resolved on its live server (listed,
         never called), risks raised by annotations, and where each server comes from.
-        ``online=False`` starts nothing."""
-        from ..compiler import compile_recipe
-        from ..planning import check_hints, list_tools, resolve, servers_of
+        ``online=False`` starts nothing. ``cached`` (what ``recipe plan`` does): a server
+        whose binding is unchanged since its tools were last listed is not started, its
+        kept list is used, and ``listed`` says when it was listed (docs/cli.md, "The tool
+        cache"); the plans compiled for the card come from the compile memo. Every live
+        listing is kept for the next time."""
+        from ..planning import list_tools_cached, servers_of, stale
 
-        plan, recipe_text, path = self.load(source, text=text)
-        hidden = source_warnings(recipe_text or "", path)  # characters written into the recipe that nobody sees
+        plan, recipe_text, path = self._load_for_card(source, text, memo=cached)
         if not online:
+            hidden = source_warnings(recipe_text or "", path)  # characters written into the recipe that nobody sees
             return Inspection(
                 plan=plan, path=path, note="offline: servers not started, tool names not checked", warnings=hidden
             )
         servers = self.servers()
-        tools = await list_tools(servers.servers, servers_of(plan))
+        tools, listed = await list_tools_cached(
+            servers.servers, servers_of(plan), source=servers.source, cached=cached, clock=self.clock
+        )
+        again = stale(plan, tools, listed)
+        if again:  # a step names a tool the kept list lacks: it may have been added since
+            fresh, when = await list_tools_cached(
+                servers.servers, again, source=servers.source, cached=False, clock=self.clock
+            )
+            tools, listed = {**tools, **fresh}, {**listed, **when}
+        return self._inspection(plan, recipe_text, path, servers, tools, listed, memo=cached)
+
+    def inspect_kept(self, source: str | os.PathLike[str] | Plan, *, text: str | None = None) -> Inspection | None:
+        """``inspect(cached=True)`` when every server's tools are kept for its current
+        binding: nothing started, no event loop; None when a server must be started."""
+        from ..planning import kept_tools, servers_of, stale
+
+        plan, recipe_text, path = self._load_for_card(source, text, memo=True)
+        servers = self.servers()
+        kept = kept_tools(servers.servers, servers_of(plan), source=servers.source)
+        if kept is None or stale(plan, *kept):
+            return None
+        tools, listed = kept
+        return self._inspection(plan, recipe_text, path, servers, tools, listed, memo=True)
+
+    def _load_for_card(
+        self, source: str | os.PathLike[str] | Plan, text: str | None, *, memo: bool
+    ) -> tuple[Plan, str | None, str | None]:
+        if memo and text is None and not isinstance(source, Plan):
+            from ..compiler import load_source
+
+            path = os.fspath(source)
+            plan, recipe_text = load_source(path, policy=self.policy(), memo=True)
+            return plan, recipe_text, path
+        return self.load(source, text=text)
+
+    def _inspection(
+        self,
+        plan: Plan,
+        recipe_text: str | None,
+        path: str | None,
+        servers: ServerSet,
+        tools: Mapping[str, Mapping[str, Any]],
+        listed: Mapping[str, Any],
+        *,
+        memo: bool,
+    ) -> Inspection:
+        from ..planning import check_hints, compile_with_hints, listed_note, resolve, servers_of
+
+        hidden = source_warnings(recipe_text or "", path)  # characters written into the recipe that nobody sees
         status, hints = resolve(plan, servers.servers, tools, servers.disabled)
         if recipe_text is not None and hints:
-            plan = compile_recipe(recipe_text, path, policy=self.policy(), hints=hints)
+            plan = compile_with_hints(recipe_text, path, self.policy(), hints, memo=memo)
         elif recipe_text is None:
             check_hints(plan, self.policy(), hints)
         used = {n: servers.servers[n].command_line() for n in servers_of(plan) if n in servers.servers}
@@ -101,9 +161,11 @@ class ViewsMixin(RunsCore):
             for p in policy_problems(self.policy(), servers, tools)
             if p.server in tools or p.server not in servers.servers
         ]
+        note = f"servers from {servers.source}; {listed_note(listed, self.clock())}, none called"
         return Inspection(
-            plan=plan, path=path, status=status, note=f"servers from {servers.source}; tools listed, none called",
-            servers=used, servers_source=servers.source, warnings=warnings,
+            plan=plan, path=path, status=status, note=note, servers=used, servers_source=servers.source,
+            warnings=warnings, listed={n: v.at for n, v in listed.items()},
+            cached=sorted(n for n, v in listed.items() if v.cached),
         )  # fmt: skip
 
     async def check_policy(self) -> list[PolicyProblem]:

@@ -299,6 +299,8 @@ class ApprovalsMixin(StoreCore):
             won = cur.rowcount == 1
             if not won and self._one(SELECT_EFFECT, (run_id, step)) is None:
                 raise RefusedError(f"no effect for step {step!r} of run {run_id} in {self.location}")
+            if won:
+                self._say(f"effect.{state}", run_id, step, None, None)
         return won
 
     def settle_effect(

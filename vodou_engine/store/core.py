@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from .. import logs
 from ..errors import LostRunError, RefusedError, UnknownRunError, VodouError
 from ..states import RunState
 from .dialect import Connection, Cursor, Dialect, Row, _text
@@ -45,6 +46,8 @@ class StoreCore:
         self._cur = conn.cursor()
         self._depth = 0
         self.location = location
+        self._said: list[tuple[Any, ...]] = []
+        """Events this transaction recorded, logged (``logs.py``) once it commits."""
 
     # -- plumbing ---------------------------------------------------------
 
@@ -74,6 +77,7 @@ class StoreCore:
             yield cur
         except BaseException as exc:
             self._depth = 0
+            self._said.clear()
             self._rollback()
             if isinstance(exc, self._d.Error):
                 new = self._translate(exc)
@@ -84,8 +88,21 @@ class StoreCore:
         try:
             cur.execute("COMMIT")
         except self._d.Error as exc:
+            self._said.clear()
             self._rollback()
             raise self._translate(exc) from exc
+        if self._said:
+            self._tell()
+
+    def _say(self, kind: str, run_id: str, node_id: str | None, actor: str | None, data: Any) -> None:
+        """An event to log once the write that records it commits (nothing when nobody listens)."""
+        if logs.enabled():
+            self._said.append((kind, run_id, node_id, actor, data))
+
+    def _tell(self) -> None:
+        said, self._said = self._said, []
+        for kind, run_id, node_id, actor, data in said:
+            logs.run_event(kind, run_id, node_id, actor, data)
 
     def _rollback(self) -> None:
         try:
@@ -122,7 +139,9 @@ class StoreCore:
         self, cur: Cursor, run_id: str, kind: str, node_id: str | None, actor: str | None, data_json: Any, ts: float
     ) -> int:
         params = (run_id, ts, kind, node_id, actor, _text(data_json))
-        return self._d.insert_returning(cur, self._q(INSERT_EVENT), params, "seq")
+        seq = self._d.insert_returning(cur, self._q(INSERT_EVENT), params, "seq")
+        self._say(kind, run_id, node_id, actor, data_json)
+        return seq
 
     def _unknown_run(self, run_id: str) -> UnknownRunError:
         message = f"no run {run_id!r} in the store at {self.location}"

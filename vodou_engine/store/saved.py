@@ -184,6 +184,8 @@ class SavedMixin(StoreCore):
                 cur.execute(self._q(MOVE_NEXT_DUE), (next_due, firing.decided_at, firing.schedule, firing.due_at))
                 if cur.rowcount != 1:
                     raise _Lost  # paused, removed or moved meanwhile: roll the firing back
+                if firing.outcome == "fired" and firing.run_id:
+                    self._say("schedule.fired", firing.run_id, None, firing.decided_by, {"schedule": firing.schedule})
         except _Lost:
             return False
         return True

@@ -7,12 +7,14 @@ every string that may hold a server's words goes through ``printable``.
 from __future__ import annotations
 
 import json
+import sys
 from datetime import datetime
 from typing import Any, ClassVar
 
 import msgspec
 
 from ..errors import EXIT_DECLINED, EXIT_FAILED, EXIT_OK, EXIT_PARKED
+from ..osuser import os_user
 from ..reports import EffectView, RunReport, RunSummary, RunView, Together
 from ..text_safety import json_text
 from .term import cell, console, json_safe, out, say
@@ -137,8 +139,9 @@ def changed_lines(change: dict) -> list[str]:
 _MISSING = object()
 
 
-def report(rep: RunReport, *, json_out: bool = False, store_flag: str = "") -> int:
-    """The end of `run`, `approve` or `resume`; returns the exit code."""
+def report(rep: RunReport, *, json_out: bool = False, store_flag: str = "", actor: str | None = None) -> int:
+    """The end of `run`, `approve` or `resume`; returns the exit code. ``actor``: who this
+    command acted as (``--as``), so the commands it prints act as them too."""
     if json_out:
         _json(rep)
         return EXIT_OK if rep.queued else EXIT_FOR.get(rep.state, EXIT_FAILED)
@@ -170,8 +173,14 @@ def report(rep: RunReport, *, json_out: bool = False, store_flag: str = "") -> i
                 say(f"cancel:   recipe cancel {rep.run}{store_flag}")
                 continue
             say(a.card)
-            say(f"approve:  recipe approve {rep.run} {a.step} --fingerprint {a.fingerprint}{store_flag}", style="bold")
-            say(f"reject:   recipe reject {rep.run} {a.step}{store_flag}")
+            for as_flag in _as_flags(a.approvers, actor):
+                say(
+                    f"approve:  recipe approve {rep.run} {a.step} --fingerprint {a.fingerprint}{as_flag}{_yes()}{store_flag}",
+                    style="bold",
+                )
+                say(f"reject:   recipe reject {rep.run} {a.step}{as_flag}{store_flag}")
+            if a.approvers and os_user() not in a.approvers:
+                say("          (--as NAME needs NAME's approver secret in $VODOU_APPROVER_TOKEN)", style="dim")
         for step, why in rep.unknown.items():
             say(
                 f"⚠ {step}: {why}\n  settle: recipe reconcile {rep.run} {step} --executed{store_flag}   (it happened)\n"
@@ -194,6 +203,23 @@ def report(rep: RunReport, *, json_out: bool = False, store_flag: str = "") -> i
         for step, why in rep.errors.items():
             say(f"  {step}: {why}", style="red")
     return EXIT_FOR.get(rep.state, EXIT_FAILED)
+
+
+def _as_flags(approvers: list[str], actor: str | None) -> list[str]:
+    """How the printed commands say who decides: nothing when this user may (no approvers
+    named, or one of them), ``--as`` the approver this command acted as, else one line per
+    approver (the first few): the printed line must work as printed."""
+    me = os_user()
+    if not approvers or me in approvers:
+        return [""]
+    if actor in approvers:
+        return [f" --as {actor}"]
+    return [f" --as {name}" for name in approvers[:3]]
+
+
+def _yes() -> str:
+    """``--yes`` where ``approve`` would need it to run as printed: without a terminal."""
+    return "" if sys.stdin.isatty() and sys.stdout.isatty() else " --yes"
 
 
 def queued_run(run: str, *, json_out: bool = False, store_flag: str = "") -> None:

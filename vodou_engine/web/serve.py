@@ -18,6 +18,7 @@ runs the same command on its own.
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import signal
@@ -25,6 +26,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ..logs import configure as configure_logging
 from .config import GRACE_S, WebConfig, from_flags
 
 logger = logging.getLogger("vodou_engine.web")
@@ -65,6 +67,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         metavar="SECONDS",
         help=f"on SIGTERM, how long running steps get to finish before their runs are left interrupted (default {GRACE_S:.0f})",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        help="how each event (run started, parked, decided, effect, schedule fired, notification) is logged on stderr: text lines or one JSON object a line (default: $VODOU_LOG_FORMAT, else text)",
     )
 
 
@@ -110,22 +117,23 @@ def parked_hook(cfg: WebConfig, web: Callable[[], Any]) -> Callable[[Any], Await
 
 def run(args: Any) -> int:
     """``recipe serve``: serve until a signal; 0 after a clean stop."""
-    if not logging.getLogger().handlers:
-        logging.basicConfig(
-            level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr
-        )
+    configure_logging(getattr(args, "log_format", None))
     cfg = from_flags(args)
+    hc, sockets = listen(cfg)  # before anything starts: a busy port ends here, in one line
     service, app = build(cfg)
     import trio
 
-    trio.run(_serve, service, app, cfg, not getattr(args, "no_signin_link", False))
+    trio.run(_serve, service, app, cfg, hc, sockets, not getattr(args, "no_signin_link", False))
     return 0
 
 
-async def _serve(service: Any, app: Any, cfg: WebConfig, signin_link: bool = False) -> None:
-    import trio
+def listen(cfg: WebConfig) -> tuple[Any, Any]:
+    """(Hypercorn's configuration, its listening sockets) for ``cfg``: the address is taken
+    here, before the service or a server starts, so a port already in use (or an address
+    this machine does not have) is a :class:`UsageError` (exit 2) naming the fix."""
     from hypercorn.config import Config as HypercornConfig
-    from hypercorn.trio import serve as hypercorn_serve
+
+    from ..errors import UsageError
 
     hc = HypercornConfig()
     host = f"[{cfg.host}]" if ":" in cfg.host and not cfg.host.startswith("[") else cfg.host
@@ -137,6 +145,31 @@ async def _serve(service: Any, app: Any, cfg: WebConfig, signin_link: bool = Fal
     hc.errorlog = logging.getLogger("hypercorn.error")  # through this process's logging, once
     hc.include_server_header = False
     hc.keep_alive_timeout = 20
+    try:
+        sockets = hc.create_sockets()
+        for sock in sockets.insecure_sockets:
+            sock.listen(hc.backlog)
+    except OSError as exc:
+        busy = exc.errno == errno.EADDRINUSE
+        raise UsageError(
+            f"cannot listen on {host}:{cfg.port}: "
+            + ("another process already listens there" if busy else (exc.strerror or str(exc)))
+            + "; nothing was started",
+            hint=(
+                f"choose another port (--port {cfg.port + 1 if cfg.port else 8401}, or --port 0 for any free one), or stop what listens there"
+                if busy
+                else "choose another --host or --port"
+            ),
+            host=cfg.host,
+            port=cfg.port,
+        ) from None
+    return hc, sockets
+
+
+async def _serve(service: Any, app: Any, cfg: WebConfig, hc: Any, sockets: Any, signin_link: bool = False) -> None:
+    import trio
+    from hypercorn.trio.run import worker_serve
+    from hypercorn.utils import wrap_app
 
     shutdown = trio.Event()
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
@@ -160,20 +193,18 @@ async def _serve(service: Any, app: Any, cfg: WebConfig, signin_link: bool = Fal
 
             async def serving(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
                 try:
-                    await hypercorn_serve(app, hc, shutdown_trigger=shutdown.wait, task_status=task_status)
+                    await worker_serve(
+                        wrap_app(app, hc.wsgi_max_body_size, "asgi"),
+                        hc,
+                        sockets=sockets,
+                        shutdown_trigger=shutdown.wait,
+                        task_status=task_status,
+                    )
                 finally:
                     nursery.cancel_scope.cancel()
 
             nursery.start_soon(watch)
-            try:
-                binds = await nursery.start(serving)
-            except OSError as exc:
-                from ..errors import UsageError
-
-                raise UsageError(
-                    f"cannot listen on {host}:{cfg.port}: {exc.strerror or exc}; nothing was started",
-                    hint="choose another --port, or stop what listens there",
-                ) from None
+            binds = await nursery.start(serving)
             port = _port(binds)
             app.state.web.port = port
             from ..store import default_store_path

@@ -133,7 +133,7 @@ async def signin(request: Request) -> Response:
             status=403,
             title="Not signed in",
             message=f"{why[0].upper()}{why[1:]}; nothing was changed.",
-            hint="ask for a new sign-in link (`recipe approver add NAME` prints one)",
+            hint="ask for a new sign-in link (`recipe approver link NAME` prints one; your approver secret stays as it is)",
             code="web.signin",
             back="/signin",
         )

@@ -90,11 +90,11 @@ def queue_url(store: str | None = None) -> str:
 # --- the queue's schema --------------------------------------------------------------------
 def ensure_schema(url: str) -> None:
     """Create Procrastinate's tables (and ours) in the store's schema, once, whoever races."""
+    load_procrastinate()  # psycopg too: exit 7 with the install hint, not an ImportError
     import psycopg
 
     from ..store.postgres import _safe
 
-    load_procrastinate()
     try:
         conn = psycopg.connect(url, autocommit=True, connect_timeout=10)
     except psycopg.OperationalError as exc:

@@ -68,24 +68,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help=f"on SIGTERM, how long running steps get to finish before their runs are left interrupted and queued again (default {GRACE_S:.0f})",
     )
+    parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        help="how each event (run started, parked, decided, effect, schedule fired, notification) is logged on stderr: text lines or one JSON object a line (default: $VODOU_LOG_FORMAT, else text)",
+    )
 
 
 def run(args: Any) -> int:
     """``recipe worker``: work until a signal; 0 after a clean stop."""
     from ..errors import UsageError
+    from ..jobs import load_procrastinate
+    from ..logs import configure as configure_logging
     from ..policy import load_policy
     from ..servers import load_servers
     from .app import queue_url
 
-    if not logging.getLogger().handlers:
-        logging.basicConfig(
-            level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr
-        )
-        logging.getLogger("procrastinate").setLevel(logging.WARNING)
+    configure_logging(getattr(args, "log_format", None), quiet=("procrastinate",))
     concurrency = getattr(args, "concurrency", CONCURRENCY)
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
         raise UsageError("--concurrency must be a whole number of at least 1", concurrency=concurrency)
     url = queue_url(getattr(args, "store", None))
+    load_procrastinate()  # the workers extra (Procrastinate, psycopg): exit 7 with the install hint
     servers = load_servers(getattr(args, "servers", None))
     policy = load_policy(getattr(args, "policy", None))
     import asyncio
