@@ -17,7 +17,8 @@ POST   ``/schedules``                 add one; ``/schedules/{n}/pause|resume|rem
 GET    ``/signin``                    ``?token=``: the sign-in page for a one-time link
 POST   ``/signin``                    spend the link, get a session cookie
 POST   ``/signout``                   end the session
-GET    ``/static/app.css``, ``/healthz``
+GET    ``/live``, ``/runs/{run}/live`` server-sent events: the inbox's, a run's changes (``live.py``)
+GET    ``/static/app.css``, ``/static/live.js``, ``/healthz``
 any    ``/mcp``                       the agent MCP server (streamable HTTP), for a bearer token
                                       from ``recipe agent add``: no session, no form token
                                       (``agents.py``)
@@ -54,12 +55,17 @@ from .decisions import approve, history, inbox, reject, resume, run_page
 from .guard import Guard
 from .handlers import action, page
 from .identity import Signer
+from .live import inbox_stream, run_stream
 from .recipes import add_schedule, recipe, recipes, run_recipe, schedule_action, schedules
 from .signin import signin, signin_page, signout
 
 
 async def stylesheet(request: Request) -> Response:
     return Response(request.app.state.web.css, media_type="text/css", headers={"cache-control": "max-age=3600"})
+
+
+async def script(request: Request) -> Response:
+    return Response(request.app.state.web.js, media_type="text/javascript", headers={"cache-control": "max-age=3600"})
 
 
 async def healthz(request: Request) -> Response:
@@ -121,7 +127,10 @@ def create_app(service: Any, config: WebConfig | None = None, *, manage_service:
         Route("/signin", signin_page),
         Route("/signin", signin, methods=["POST"]),
         Route("/signout", action(signout), methods=["POST"]),
+        Route("/live", inbox_stream),
+        Route("/runs/{run}/live", run_stream),
         Route("/static/app.css", stylesheet),
+        Route("/static/live.js", script),
         Route("/healthz", healthz),
         Route(MCP_PATH, agents),
     ]

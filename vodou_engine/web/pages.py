@@ -16,6 +16,8 @@ from typing import Any
 import msgspec
 
 from ..text_safety import json_text, shown
+from . import decide
+from .graph_svg import svg as graph_svg
 
 MAX_SHOWN = 64 * 1024
 """A step output longer than this (pretty-printed) is cut on the page."""
@@ -109,7 +111,9 @@ def inbox(runs: Any, me: str, now: float) -> dict[str, Any]:
     dec = msgspec.json.Decoder(list[str])
     store = runs.store(create=False, readonly=True)
     rows = store.inbox()
-    edited = _tampered(store, rows)
+    plans: dict[tuple[str, str], Any] = {}
+    edited = _tampered(store, rows, plans)
+    said = _summaries(store, rows, edited, plans)
     for row in rows:
         if row.approval_id in edited:
             tampered.append(
@@ -134,6 +138,7 @@ def inbox(runs: Any, me: str, now: float) -> dict[str, Any]:
             "expired": row.expires_at is not None and row.expires_at <= now,
             "approvers": approvers,
             "fingerprint": row.fingerprint,
+            **said.get(row.approval_id, {"does": None, "first": None}),
         }
         (mine if not approvers or me in approvers else others).append(item)
     mine.reverse()  # newest first
@@ -188,7 +193,7 @@ def parked_why(store: Any, run_id: str, now: float) -> dict[str, Any]:
     return {"kind": "other", "text": "No question is open.", "detail": []}
 
 
-def _tampered(store: Any, rows: list[Any]) -> dict[str, str]:
+def _tampered(store: Any, rows: list[Any], plans: dict[tuple[str, str], Any] | None = None) -> dict[str, str]:
     """Of the inbox's questions, those whose stored row no longer gives its fingerprint (or
     whose run's plan was edited): approval id -> the refusal. What the inbox lists beside a
     question (who may decide, its expiry) is read from the same row, so it is checked first.
@@ -204,7 +209,7 @@ def _tampered(store: Any, rows: list[Any]) -> dict[str, str]:
     for row in rows:
         if row.approval_id in pending:  # else decided since the inbox was read
             by_run.setdefault(row.run_id, []).append(pending[row.approval_id])
-    plans: dict[tuple[str, str], Any] = {}
+    plans = {} if plans is None else plans
     out: dict[str, str] = {}
     for run_id, questions in by_run.items():
         run = store.get_run(run_id)
@@ -225,6 +230,26 @@ def _tampered(store: Any, rows: list[Any]) -> dict[str, str]:
     return out
 
 
+def _summaries(
+    store: Any, rows: list[Any], edited: dict[str, str], plans: dict[tuple[str, str], Any]
+) -> dict[str, dict[str, str | None]]:
+    """For each question of the inbox that gives its fingerprint: what will be done (the
+    effect in words) and the first line of its message (``decide.summary``), from the
+    frozen payload and the run's plan, checked by :func:`_tampered` just before."""
+    pending = {a.id: a for a in store.pending_approvals()}
+    out: dict[str, dict[str, str | None]] = {}
+    for row in rows:
+        a = pending.get(row.approval_id)
+        if a is None or row.approval_id in edited:
+            continue
+        run = store.get_run(row.run_id)
+        plan = plans.get((run.plan_json, run.plan_fingerprint))
+        if plan is None or isinstance(plan, Exception):
+            continue
+        out[row.approval_id] = decide.summary(plan, row.step, _decode(a.payload_json))
+    return out
+
+
 # --- a run ------------------------------------------------------------------------------------------
 
 
@@ -233,6 +258,10 @@ def run_page(runs: Any, run_id: str, me: str, now: float) -> dict[str, Any]:
     extras = store.approval_extras(run_id)  # read before Runs.show checks each question against its fingerprint
     view = runs.show(run_id)
     record = store.get_run(run_id)
+    try:
+        plan = stored_plan(record)
+    except Exception:  # noqa: BLE001 - the page still shows the run; the drive refuses a tampered plan
+        plan = None
     pending: list[dict[str, Any]] = []
     history: list[dict[str, Any]] = []
     for a in view.approvals:
@@ -259,14 +288,17 @@ def run_page(runs: Any, run_id: str, me: str, now: float) -> dict[str, Any]:
             "preview": None if a.tampered or preview_json is None else pretty(_decode(preview_json)),
             "check": None if a.tampered or check_json is None else _decode(check_json),
         }
+        item["decide"] = (
+            None
+            if a.tampered
+            else decide.decision(plan, a.step, a.payload, None if preview_json is None else _decode(preview_json))
+        )
         if item["check"] is not None:
             item["check"] = {"args": pretty(item["check"].get("args")), "result": pretty(item["check"].get("result"))}
         (pending if a.state == "pending" else history).append(item)
     history.reverse()
-    try:
-        plan_card = card_text(stored_plan(record))
-    except Exception:  # noqa: BLE001 - the page still shows the run; the drive refuses a tampered plan
-        plan_card = None
+    plan_card = None if plan is None else card_text(plan)
+    states = {n.node: str(n.state) for n in view.nodes}
     t0 = min((n.ready_at or n.started_at for n in view.nodes if (n.ready_at or n.started_at) is not None), default=None)
     nodes = []
     for n in view.nodes:
@@ -289,6 +321,7 @@ def run_page(runs: Any, run_id: str, me: str, now: float) -> dict[str, Any]:
     return {
         "view": view,
         "plan_card": plan_card,
+        "graph": None if plan is None else graph_svg(plan, states),
         "state": str(view.state),
         "created": clock(view.created_at),
         "created_ago": ago(view.created_at, now),
