@@ -33,12 +33,11 @@ from vodou_engine.demo import db as demo  # noqa: E402
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
 
-WATCH = """() => new Promise(resolve => {
+WATCH = """() => {
   const seen = () => document.querySelector('#effects .badge.s-executed');
-  if (seen()) { resolve(Date.now()); return; }
-  new MutationObserver((_, obs) => { if (seen()) { obs.disconnect(); resolve(Date.now()); } })
+  new MutationObserver((_, obs) => { if (seen()) { obs.disconnect(); window.seenAt = Date.now(); } })
     .observe(document.getElementById('main'), {childList: true, subtree: true});
-})"""
+}"""
 
 
 def main(samples: int = 10) -> int:
@@ -81,10 +80,10 @@ def main(samples: int = 10) -> int:
                 wait_for(asking, "the run to ask", every=0.1)
                 watcher = context.new_page()
                 watcher.goto(f"{serving.url}/runs/{run_id}")
-                seen = watcher.evaluate_handle(WATCH)
+                watcher.evaluate(WATCH)
                 page.get_by_role("button", name="Approve post").click()
                 page.wait_for_url("**done=approved")
-                at_ms = seen.json_value()
+                at_ms = watcher.wait_for_function("() => window.seenAt", timeout=30_000).json_value()
                 call = next(
                     c
                     for c in demo.calls(serving.demo_db, tool="slack_post_message")
