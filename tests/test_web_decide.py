@@ -92,3 +92,31 @@ def test_a_label_is_made_visible_and_escaped_in_the_drawing():
     plan = compile_recipe('ask me:\n- say <b>"hi"</b>\u200b?\nx: slack.slack_search_messages {}\n', "q.recipe")
     drawing = str(svg(plan, {}))
     assert "<b>" not in drawing and "&lt;b&gt;" in drawing and "\u200b" not in drawing and "U+200B" in drawing
+
+
+def test_a_question_following_several_outputs_shows_the_first_above_the_buttons_and_the_rest_below():
+    from types import SimpleNamespace
+
+    from vodou_engine.web.context import templates
+
+    plan = compile_recipe("a: write a note\nb: write another\nask me:\n- both fine?\n", "q.recipe")
+    q = next(n for n in plan.nodes if type(n).__name__ == "QuestionNode")
+    d = decide.decision(plan, q.id, {"outputs": {"a": "one\ntwo", "b": {"x": 1}}}, None)
+    item = {
+        "id": "a1", "step": q.id, "state": "pending", "fingerprint": "sha256:" + "0" * 64, "asked": "", "asked_ago": "",
+        "expires": "", "countdown": "", "expired": False, "approvers": [], "may_decide": True, "decided_by": None,
+        "decided": "", "reason": None, "card": "the card", "refused": False, "payload": "{}", "preview": None,
+        "check": None, "decide": d,
+    }  # fmt: skip
+    view = SimpleNamespace(
+        recipe="q", started_by="ana", driven_by=None, error=None, ended_at=None, plan_fingerprint="p"
+    )
+    me = SimpleNamespace(name="ana", csrf="t")
+    html = templates().get_template("run.html").render(
+        me=me, request_path="/runs/r", done=None, run="r", view=view, plan_card=None, graph=None, state="parked",
+        created="", created_ago="", ended="", took="", inputs=None, saved=None, schedule=None, pending=[item],
+        history=[], nodes=[], effects=[], timeline=None, together=[], why=None, resumable=False, finished=False, live="",
+    )  # fmt: skip
+    approve = html.index('class="approve"')
+    assert html.index("one\ntwo") < approve < html.index("Also what it asks about") < html.index("&#34;x&#34;: 1")
+    assert "(and 1 more below the buttons)" in html

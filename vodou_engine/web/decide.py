@@ -27,6 +27,7 @@ TARGET_KEYS = (
     ("to", "to"),
     ("email", "for"),
     ("eventId", "event"),
+    ("start", "at"),
     ("calendarId", "in calendar"),
     ("repo_path", "in"),
     ("path", "at"),
