@@ -5,6 +5,7 @@ graph drawn as the nodes and edges of ``recipe plan --format mermaid``."""
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
 
 import pytest
 from conftest import RECIPES
@@ -120,3 +121,33 @@ def test_a_question_following_several_outputs_shows_the_first_above_the_buttons_
     approve = html.index('class="approve"')
     assert html.index("one\ntwo") < approve < html.index("Also what it asks about") < html.index("&#34;x&#34;: 1")
     assert "(and 1 more below the buttons)" in html
+
+
+def test_a_pages_stream_says_change_then_end_once_the_run_has_ended_and_stops_with_the_inbox():
+    import trio
+
+    from vodou_engine.web import live
+
+    class FakeWeb:
+        def __init__(self, tokens):
+            self.svc = SimpleNamespace(accepting=True)
+            self.tokens = iter(tokens)
+
+        async def read(self, fn):
+            return next(self.tokens)
+
+    async def collect(web, since):
+        return [e async for e in live._changes(web, None, None, since)]
+
+    ended = trio.run(collect, FakeWeb(["a", "a", "b.end"]), "a")
+    assert ended == [{"event": "change", "data": "b.end"}, {"event": "end", "data": "b.end"}]
+    stopping = FakeWeb(["a", "b"])
+
+    async def stop_after_one():
+        out = []
+        async for e in live._changes(stopping, None, None, "a"):
+            out.append(e)
+            stopping.svc.accepting = False
+        return out
+
+    assert trio.run(stop_after_one) == [{"event": "change", "data": "b"}]

@@ -33,15 +33,22 @@ def _digest(parts: Any) -> str:
     return hashlib.blake2b(repr(parts).encode(), digest_size=8).hexdigest()
 
 
+ENDED = frozenset({"succeeded", "failed", "declined", "cancelled"})
+"""A run in one of these states changes no more (an effect settled later is in its own log):
+its page's stream says ``end`` and the page stops listening."""
+
+
 def run_token(store: Any, run_id: str) -> str:
     """What a run's page shows, in a word: its state, its last event, each node's and
-    each effect's state, and its questions; a change to any is a change to the page."""
+    each effect's state, and its questions; a change to any is a change to the page. An
+    ended run's token ends with ``.end``."""
     run = store.get_run(run_id)
     events = store.events(run_id)
     nodes = sorted((k, v.state) for k, v in store.get_nodes(run_id).items())
     effects = sorted((e.step, e.state) for e in store.effects(run_id))
     asked = sorted((a.id, a.state) for a in store.approvals(run_id))
-    return _digest((run.state, run.updated_at, events[-1].seq if events else 0, nodes, effects, asked))
+    token = _digest((run.state, run.updated_at, events[-1].seq if events else 0, nodes, effects, asked))
+    return token + (".end" if str(run.state) in ENDED else "")
 
 
 def inbox_token(store: Any) -> str:
@@ -59,8 +66,9 @@ def inbox_live(token: str) -> str:
 
 
 async def _changes(web: Web, request: Request, read: Any, since: str) -> AsyncIterator[dict[str, str]]:
-    """A ``change`` event each time ``read(store)`` gives another token; ends when the
-    inbox stops (so a stopping server is not held open by a page left open)."""
+    """A ``change`` event each time ``read(store)`` gives another token; ``end`` once the
+    run has ended; ends when the inbox stops (so a stopping server is not held open by a
+    page left open)."""
     last = since
     while web.svc.accepting:
         try:
@@ -70,6 +78,9 @@ async def _changes(web: Web, request: Request, read: Any, since: str) -> AsyncIt
         if now != last:
             last = now
             yield {"event": "change", "data": now}
+        if now.endswith(".end"):
+            yield {"event": "end", "data": now}  # the page stops listening (else EventSource reconnects)
+            return
         await trio.sleep(POLL_S)
 
 

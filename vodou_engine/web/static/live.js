@@ -61,5 +61,6 @@
 
   var stream = new EventSource(src);
   stream.addEventListener("change", refresh);
+  stream.addEventListener("end", function () { stream.close(); });  /* the run ended: nothing more to follow */
   window.addEventListener("pagehide", function () { stream.close(); });
 })();
