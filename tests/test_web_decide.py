@@ -96,7 +96,6 @@ def test_a_label_is_made_visible_and_escaped_in_the_drawing():
 
 
 def test_a_question_following_several_outputs_shows_the_first_above_the_buttons_and_the_rest_below():
-    from types import SimpleNamespace
 
     from vodou_engine.web.context import templates
 
