@@ -111,9 +111,9 @@ def inbox(runs: Any, me: str, now: float) -> dict[str, Any]:
     dec = msgspec.json.Decoder(list[str])
     store = runs.store(create=False, readonly=True)
     rows = store.inbox()
-    plans: dict[tuple[str, str], Any] = {}
-    edited = _tampered(store, rows, plans)
-    said = _summaries(store, rows, edited, plans)
+    seen: dict[str, Any] = {}
+    edited = _tampered(store, rows, seen)
+    said = _summaries(rows, edited, seen)
     for row in rows:
         if row.approval_id in edited:
             tampered.append(
@@ -193,12 +193,13 @@ def parked_why(store: Any, run_id: str, now: float) -> dict[str, Any]:
     return {"kind": "other", "text": "No question is open.", "detail": []}
 
 
-def _tampered(store: Any, rows: list[Any], plans: dict[tuple[str, str], Any] | None = None) -> dict[str, str]:
+def _tampered(store: Any, rows: list[Any], seen: dict[str, Any] | None = None) -> dict[str, str]:
     """Of the inbox's questions, those whose stored row no longer gives its fingerprint (or
     whose run's plan was edited): approval id -> the refusal. What the inbox lists beside a
     question (who may decide, its expiry) is read from the same row, so it is checked first.
     One read of the pending questions, one of each run, and each distinct plan decoded once:
-    the runs of one recipe share it."""
+    the runs of one recipe share it. ``seen`` gets what was read (``pending``: the questions
+    by id; ``plans``: each run's plan, or the refusal of an edited one) for :func:`_summaries`."""
     from ..binding import decode_bindings
     from ..cards import REFUSED, check_untampered
     from ..errors import VodouError
@@ -206,10 +207,11 @@ def _tampered(store: Any, rows: list[Any], plans: dict[tuple[str, str], Any] | N
 
     pending = {a.id: a for a in store.pending_approvals()}
     by_run: dict[str, list[Any]] = {}
+    run_plans: dict[str, Any] = {}
     for row in rows:
         if row.approval_id in pending:  # else decided since the inbox was read
             by_run.setdefault(row.run_id, []).append(pending[row.approval_id])
-    plans = {} if plans is None else plans
+    plans: dict[tuple[str, str], Any] = {}
     out: dict[str, str] = {}
     for run_id, questions in by_run.items():
         run = store.get_run(run_id)
@@ -219,7 +221,7 @@ def _tampered(store: Any, rows: list[Any], plans: dict[tuple[str, str], Any] | N
                 plans[key] = check_stored_plan(run.plan_json, run.plan_fingerprint)
             except VodouError as exc:  # an edited plan: none of its questions can be decided
                 plans[key] = exc
-        plan = plans[key]
+        plan = run_plans[run_id] = plans[key]
         for a in questions:
             try:
                 if isinstance(plan, VodouError):
@@ -227,23 +229,23 @@ def _tampered(store: Any, rows: list[Any], plans: dict[tuple[str, str], Any] | N
                 check_untampered(a, plan, decode_bindings(run.servers_json))
             except VodouError as exc:
                 out[a.id] = REFUSED + exc.message
+    if seen is not None:
+        seen.update(pending=pending, plans=run_plans)
     return out
 
 
-def _summaries(
-    store: Any, rows: list[Any], edited: dict[str, str], plans: dict[tuple[str, str], Any]
-) -> dict[str, dict[str, str | None]]:
+def _summaries(rows: list[Any], edited: dict[str, str], seen: dict[str, Any]) -> dict[str, dict[str, str | None]]:
     """For each question of the inbox that gives its fingerprint: what will be done (the
     effect in words) and the first line of its message (``decide.summary``), from the
-    frozen payload and the run's plan, checked by :func:`_tampered` just before."""
-    pending = {a.id: a for a in store.pending_approvals()}
+    frozen payload and the run's plan, both read and checked by :func:`_tampered` just
+    before (no second read of the store)."""
+    pending, plans = seen.get("pending", {}), seen.get("plans", {})
     out: dict[str, dict[str, str | None]] = {}
     for row in rows:
         a = pending.get(row.approval_id)
         if a is None or row.approval_id in edited:
             continue
-        run = store.get_run(row.run_id)
-        plan = plans.get((run.plan_json, run.plan_fingerprint))
+        plan = plans.get(row.run_id)
         if plan is None or isinstance(plan, Exception):
             continue
         out[row.approval_id] = decide.summary(plan, row.step, _decode(a.payload_json))
