@@ -78,7 +78,11 @@ def test_right_to_left_text_next_to_numbers_is_said_and_the_page_shows_it_in_the
     assert "right-to-left" not in cli("show", plain, "--json", expect=0).json()["approvals"][0]["card"]
     with run_page_for(cli) as (me, _):
         page = me.get(f"/runs/{runs[0]}").text
-        assert '<pre class="card">' in page and "mixes right-to-left letters" in page
+        assert '<pre class="card"' in page and "mixes right-to-left letters" in page
+        warned = page.split('<ul class="problem warnings">')[1].split("</ul>")[
+            0
+        ]  # before the buttons, not only on the card
+        assert "mixes right-to-left letters" in warned and page.index(warned) < page.index('class="approve"')
         css = me.get("/static/app.css").text
     # the card's block is laid out in stored order, left to right, whatever its letters
     rule = re.search(r"pre\.card, pre\.payload \{([^}]*)\}", css)

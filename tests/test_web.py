@@ -8,6 +8,7 @@ Effects are counted where they land: the demo chat server's call log.
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -595,3 +596,22 @@ def test_serve_stops_on_sigterm_leaving_a_run_mid_step_interrupted(tmp_path):
     assert runs.show(run_id).state == "interrupted"
     assert "SIGTERM: stopping" in serving.log.read_text()
     runs.close()
+
+
+def test_scripts_come_only_from_the_inbox_and_a_live_stream_needs_a_session(inbox):
+    ana = inbox.person("ana")
+    run_id, _ = inbox.park(ana)
+    for path in ("/", f"/runs/{run_id}"):
+        res = ana.get(path)
+        csp = res.headers["content-security-policy"]
+        assert "script-src 'self'" in csp and "connect-src 'self'" in csp and "unsafe" not in csp
+        scripts = re.findall(r"<script[^>]*>", res.text)
+        assert scripts == ['<script src="/static/live.js" defer>'] and "</script>" in res.text
+        assert re.search(r"<script[^>]*>\s*[^<\s]", res.text) is None  # nothing inline
+        live = re.search(r'<main id="main" data-live="([^"]+)">', res.text).group(1)
+        assert live.startswith("/live?v=" if path == "/" else f"/runs/{run_id}/live?v=")
+        refused = inbox.nobody().get(live.replace("&amp;", "&"), follow=False)
+        assert refused.status_code == 401 and "text/event-stream" not in refused.headers.get("content-type", "")
+    js = inbox.client.get("/static/live.js")
+    assert js.status_code == 200 and js.headers["content-type"].startswith("text/javascript")
+    assert "eval(" not in js.text and "innerHTML = fresh.innerHTML" in js.text

@@ -18,8 +18,13 @@ runs approved effects in this process on its warm servers.
   host names, cross-site POSTs refused, bounded bodies.
 * ``identity.py``: sign-in links, signed session cookies, form tokens
   (imported by the CLI for ``recipe approver add``: light, no web framework).
-* ``pages.py``: what each page shows, as plain data for the templates.
-* ``templates/``, ``static/``: Jinja2 pages and one stylesheet; no script.
+* ``pages.py``: what each page shows, as plain data for the templates;
+  ``decide.py`` a decision as a person reads it (the effect in words, the
+  payload once, a preview's diff), ``graph_svg.py`` the run's graph as SVG.
+* ``live.py``: server-sent events that let the inbox and a run's page follow
+  the run (``static/live.js`` swaps the page's ``<main>``).
+* ``templates/``, ``static/``: Jinja2 pages, one stylesheet and one optional
+  script of the app's own; every page works without it.
 
 docs/serve.md is the guide.
 """

@@ -24,7 +24,8 @@ GET    ``/servers``                   the servers that sign in (OAuth), and whet
 POST   ``/servers/{name}/signin``     sign the service in: the browser goes to the
                                       authorization server (``servers.py``)
 GET    ``/oauth/callback``            where it comes back: no session, the flow's ``state``
-GET    ``/static/app.css``, ``/healthz``
+GET    ``/live``, ``/runs/{run}/live`` server-sent events: the inbox's, a run's changes (``live.py``)
+GET    ``/static/app.css``, ``/static/live.js``, ``/static/editor.js``, ``/static/editor.css``, ``/healthz``
 any    ``/mcp``                       the agent MCP server (streamable HTTP), for a bearer token
                                       from ``recipe agent add``: no session, no form token
                                       (``agents.py``)
@@ -62,6 +63,7 @@ from .decisions import approve, history, inbox, reject, resume, run_page
 from .guard import Guard
 from .handlers import action, page
 from .identity import Signer
+from .live import inbox_stream, run_stream
 from .recipes import add_schedule, recipe, recipes, run_recipe, schedule_action, schedules
 from .servers import CALLBACK_PATH, ServerSignIns, callback, servers_page
 from .servers import sign_in as server_sign_in
@@ -70,6 +72,10 @@ from .signin import signin, signin_page, signout
 
 async def stylesheet(request: Request) -> Response:
     return Response(request.app.state.web.css, media_type="text/css", headers={"cache-control": "max-age=3600"})
+
+
+async def script(request: Request) -> Response:
+    return Response(request.app.state.web.js, media_type="text/javascript", headers={"cache-control": "max-age=3600"})
 
 
 async def healthz(request: Request) -> Response:
@@ -143,9 +149,12 @@ def create_app(service: Any, config: WebConfig | None = None, *, manage_service:
         Route("/signin", signin_page),
         Route("/signin", signin, methods=["POST"]),
         Route("/signout", action(signout), methods=["POST"]),
+        Route("/live", inbox_stream),
+        Route("/runs/{run}/live", run_stream),
         Route("/static/app.css", stylesheet),
         Route("/static/editor.js", asset),
         Route("/static/editor.css", asset),
+        Route("/static/live.js", script),
         Route("/healthz", healthz),
         Route(MCP_PATH, agents),
     ]

@@ -107,6 +107,7 @@ class Web:
         self.hosts = {h.lower() for h in config.hosts()}
         self.env = templates()
         self.css = (files("vodou_engine.web") / "static" / "app.css").read_bytes()
+        self.js = (files("vodou_engine.web") / "static" / "live.js").read_bytes()
         self.port: int | None = None
         """The port actually bound (``--port 0`` picks one)."""
         self.sign_ins: Any = None

@@ -18,7 +18,7 @@ from starlette.responses import Response
 
 from ..errors import StaleError, UnknownRunError, UsageError, VodouError
 from ..states import RUN_STATES
-from . import pages
+from . import live, pages
 from .context import Me, Web
 from .handlers import see
 
@@ -26,7 +26,8 @@ from .handlers import see
 
 
 def inbox(runs: Any, request: Request, me: Me, now: float) -> tuple[str, dict[str, Any]]:
-    return "inbox.html", pages.inbox(runs, me.name, now)
+    token = live.inbox_token(runs.store(create=False, readonly=True))  # before the page: a change between shows
+    return "inbox.html", {**pages.inbox(runs, me.name, now), "live": live.inbox_live(token)}
 
 
 def history(runs: Any, request: Request, me: Me, now: float) -> tuple[str, dict[str, Any]]:
@@ -39,12 +40,13 @@ def history(runs: Any, request: Request, me: Me, now: float) -> tuple[str, dict[
 def run_page(runs: Any, request: Request, me: Me, now: float) -> tuple[str, dict[str, Any]]:
     run_id = request.path_params["run"]
     try:
+        token = live.run_token(runs.store(create=False, readonly=True), run_id)
         data = pages.run_page(runs, run_id, me.name, now)
     except UnknownRunError:
         if request.query_params.get("done") == "started":
             return "starting.html", {"run": run_id}
         raise
-    return "run.html", {"run": run_id, **data}
+    return "run.html", {"run": run_id, **data, "live": live.run_live(run_id, token)}
 
 
 # --- decisions ------------------------------------------------------------------------------------------

@@ -23,7 +23,12 @@ from .context import MAX_FORM_BYTES, Web
 
 logger = logging.getLogger("vodou_engine.web")
 
-CSP = "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+CSP = (
+    "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+"""Scripts only from the inbox itself (``static/live.js``, ``static/editor.js``: no inline script, no eval); its
+stream of changes and the page it fetches again from the same origin (``connect-src``)."""
 SECURITY_HEADERS = [
     (b"content-security-policy", CSP.encode()),
     (b"x-frame-options", b"DENY"),

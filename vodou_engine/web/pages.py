@@ -16,6 +16,8 @@ from typing import Any
 import msgspec
 
 from ..text_safety import json_text, shown
+from . import decide
+from .graph_svg import svg as graph_svg
 
 MAX_SHOWN = 64 * 1024
 """A step output longer than this (pretty-printed) is cut on the page."""
@@ -109,7 +111,9 @@ def inbox(runs: Any, me: str, now: float) -> dict[str, Any]:
     dec = msgspec.json.Decoder(list[str])
     store = runs.store(create=False, readonly=True)
     rows = store.inbox()
-    edited = _tampered(store, rows)
+    seen: dict[str, Any] = {}
+    edited = _tampered(store, rows, seen)
+    said = _summaries(rows, edited, seen)
     for row in rows:
         if row.approval_id in edited:
             tampered.append(
@@ -134,6 +138,7 @@ def inbox(runs: Any, me: str, now: float) -> dict[str, Any]:
             "expired": row.expires_at is not None and row.expires_at <= now,
             "approvers": approvers,
             "fingerprint": row.fingerprint,
+            **said.get(row.approval_id, {"does": None, "first": None}),
         }
         (mine if not approvers or me in approvers else others).append(item)
     mine.reverse()  # newest first
@@ -188,12 +193,13 @@ def parked_why(store: Any, run_id: str, now: float) -> dict[str, Any]:
     return {"kind": "other", "text": "No question is open.", "detail": []}
 
 
-def _tampered(store: Any, rows: list[Any]) -> dict[str, str]:
+def _tampered(store: Any, rows: list[Any], seen: dict[str, Any] | None = None) -> dict[str, str]:
     """Of the inbox's questions, those whose stored row no longer gives its fingerprint (or
     whose run's plan was edited): approval id -> the refusal. What the inbox lists beside a
     question (who may decide, its expiry) is read from the same row, so it is checked first.
     One read of the pending questions, one of each run, and each distinct plan decoded once:
-    the runs of one recipe share it."""
+    the runs of one recipe share it. ``seen`` gets what was read (``pending``: the questions
+    by id; ``plans``: each run's plan, or the refusal of an edited one) for :func:`_summaries`."""
     from ..binding import decode_bindings
     from ..cards import REFUSED, check_untampered
     from ..errors import VodouError
@@ -201,6 +207,7 @@ def _tampered(store: Any, rows: list[Any]) -> dict[str, str]:
 
     pending = {a.id: a for a in store.pending_approvals()}
     by_run: dict[str, list[Any]] = {}
+    run_plans: dict[str, Any] = {}
     for row in rows:
         if row.approval_id in pending:  # else decided since the inbox was read
             by_run.setdefault(row.run_id, []).append(pending[row.approval_id])
@@ -214,7 +221,7 @@ def _tampered(store: Any, rows: list[Any]) -> dict[str, str]:
                 plans[key] = check_stored_plan(run.plan_json, run.plan_fingerprint)
             except VodouError as exc:  # an edited plan: none of its questions can be decided
                 plans[key] = exc
-        plan = plans[key]
+        plan = run_plans[run_id] = plans[key]
         for a in questions:
             try:
                 if isinstance(plan, VodouError):
@@ -222,6 +229,26 @@ def _tampered(store: Any, rows: list[Any]) -> dict[str, str]:
                 check_untampered(a, plan, decode_bindings(run.servers_json))
             except VodouError as exc:
                 out[a.id] = REFUSED + exc.message
+    if seen is not None:
+        seen.update(pending=pending, plans=run_plans)
+    return out
+
+
+def _summaries(rows: list[Any], edited: dict[str, str], seen: dict[str, Any]) -> dict[str, dict[str, str | None]]:
+    """For each question of the inbox that gives its fingerprint: what will be done (the
+    effect in words) and the first line of its message (``decide.summary``), from the
+    frozen payload and the run's plan, both read and checked by :func:`_tampered` just
+    before (no second read of the store)."""
+    pending, plans = seen.get("pending", {}), seen.get("plans", {})
+    out: dict[str, dict[str, str | None]] = {}
+    for row in rows:
+        a = pending.get(row.approval_id)
+        if a is None or row.approval_id in edited:
+            continue
+        plan = plans.get(row.run_id)
+        if plan is None or isinstance(plan, Exception):
+            continue
+        out[row.approval_id] = decide.summary(plan, row.step, _decode(a.payload_json))
     return out
 
 
@@ -233,6 +260,10 @@ def run_page(runs: Any, run_id: str, me: str, now: float) -> dict[str, Any]:
     extras = store.approval_extras(run_id)  # read before Runs.show checks each question against its fingerprint
     view = runs.show(run_id)
     record = store.get_run(run_id)
+    try:
+        plan = stored_plan(record)
+    except Exception:  # noqa: BLE001 - the page still shows the run; the drive refuses a tampered plan
+        plan = None
     pending: list[dict[str, Any]] = []
     history: list[dict[str, Any]] = []
     for a in view.approvals:
@@ -259,14 +290,17 @@ def run_page(runs: Any, run_id: str, me: str, now: float) -> dict[str, Any]:
             "preview": None if a.tampered or preview_json is None else pretty(_decode(preview_json)),
             "check": None if a.tampered or check_json is None else _decode(check_json),
         }
+        item["decide"] = (
+            None
+            if a.tampered
+            else decide.decision(plan, a.step, a.payload, None if preview_json is None else _decode(preview_json))
+        )
         if item["check"] is not None:
             item["check"] = {"args": pretty(item["check"].get("args")), "result": pretty(item["check"].get("result"))}
         (pending if a.state == "pending" else history).append(item)
     history.reverse()
-    try:
-        plan_card = card_text(stored_plan(record))
-    except Exception:  # noqa: BLE001 - the page still shows the run; the drive refuses a tampered plan
-        plan_card = None
+    plan_card = None if plan is None else card_text(plan)
+    states = {n.node: str(n.state) for n in view.nodes}
     t0 = min((n.ready_at or n.started_at for n in view.nodes if (n.ready_at or n.started_at) is not None), default=None)
     nodes = []
     for n in view.nodes:
@@ -289,6 +323,7 @@ def run_page(runs: Any, run_id: str, me: str, now: float) -> dict[str, Any]:
     return {
         "view": view,
         "plan_card": plan_card,
+        "graph": None if plan is None else graph_svg(plan, states),
         "state": str(view.state),
         "created": clock(view.created_at),
         "created_ago": ago(view.created_at, now),

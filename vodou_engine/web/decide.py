@@ -1,0 +1,211 @@
+"""What a decision page shows about one question, in the order a person decides by.
+
+A person deciding on a phone needs, in the first screen: the question, what will
+happen in words ("post message to #daily on slack"), the message as it will
+read, and the buttons. This module shapes a frozen payload for that: the step's
+effect in words, its text fields as text (their line breaks kept, never JSON
+escapes), the other fields as a small table, and a ``preview:`` before/after as
+a diff. The card itself (``cards.approval_card_text``, the same text on every
+surface) stays on the page behind a toggle, with the raw JSON; every value here
+is made visible by the templates exactly as the card makes it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Any
+
+from ..plan import ApprovalNode, Plan, QuestionNode, ToolNode
+from ..text_safety import findings, json_text, visible
+
+TEXT_KEYS = ("text", "message", "body", "content", "markdown", "description", "summary", "notes")
+"""Argument names whose string value is a message a person reads (shown first, as text)."""
+
+TARGET_KEYS = (
+    ("channel", "to"),
+    ("to", "to"),
+    ("email", "for"),
+    ("eventId", "event"),
+    ("start", "at"),
+    ("calendarId", "in calendar"),
+    ("repo_path", "in"),
+    ("path", "at"),
+    ("id", ""),
+)
+"""Argument names that say where an effect lands, and the word put before their value."""
+
+FIRST_LINE = 120
+"""The inbox shows this many characters of a message's first line."""
+
+
+def as_text(text: str) -> str:
+    """A payload's string shown as text: its line breaks kept, every other hidden character,
+    look-alike letter and ``⟨`` marked on each line (``text_safety.visible``), so it reads as
+    the card reads it."""
+    return "\n".join(visible(line) for line in text.split("\n"))
+
+
+def effect_words(step: ToolNode, payload: Any) -> str:
+    """What the step does, in words: the tool's name as a verb phrase (the server's name
+    taken off its front), where it lands, and on which server: ``post message to #daily on
+    slack``. Read from the frozen payload, so it names what would run."""
+    tool = step.tool
+    for prefix in (step.server + "_", step.server + "-", step.server + "."):
+        if tool.lower().startswith(prefix.lower()):
+            tool = tool[len(prefix) :]
+    words = re.sub(r"([a-z])([A-Z])", r"\1 \2", tool)
+    words = re.sub(r"[_\-.]+", " ", words).strip().lower() or step.tool
+    where = ""
+    if isinstance(payload, dict):
+        for key, word in TARGET_KEYS:
+            value = payload.get(key)
+            if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value).strip():
+                where = f" {word} {visible(str(value))}" if word else f" {visible(str(value))}"
+                break
+    return f"{visible(words)}{where} on {visible(step.server)}"
+
+
+def text_keys(payload: Any) -> list[str]:
+    """The payload's strings a person reads as text: those named like a message, and any
+    holding a line break or longer than a line; the message-named first."""
+    if not isinstance(payload, dict):
+        return []
+    named = [k for k in TEXT_KEYS if isinstance(payload.get(k), str)]
+    other = [
+        k for k, v in payload.items() if k not in named and isinstance(v, str) and ("\n" in v or len(v) > FIRST_LINE)
+    ]
+    return [*named, *other]
+
+
+def text_fields(payload: Any) -> list[tuple[str, str]]:
+    """:func:`text_keys` with their values, both made visible (:func:`as_text`)."""
+    return [(visible(k), as_text(payload[k])) for k in text_keys(payload)]
+
+
+def payload_view(payload: Any) -> dict[str, Any]:
+    """The payload shown once: ``texts`` (name, text) as text blocks, ``fields`` (name, value)
+    as a small table (a string as itself, anything else as compact JSON), ``raw`` the JSON as
+    every card renders it."""
+    keys = text_keys(payload)
+    texts = text_fields(payload)
+    fields: list[tuple[str, str]] = []
+    if isinstance(payload, dict):
+        for k, v in payload.items():
+            if k in keys:
+                continue
+            fields.append((visible(k), visible(v) if isinstance(v, str) else json_text(v)))
+    elif payload is not None:
+        fields.append(("value", json_text(payload)))
+    return {"texts": texts, "fields": fields, "raw": json_text(payload)}
+
+
+def first_line(text: str, limit: int = FIRST_LINE) -> str:
+    """The first non-empty line of ``text``, cut at ``limit`` characters (saying so)."""
+    line = next((ln.strip() for ln in text.split("\n") if ln.strip()), "")
+    return visible(line) if len(line) <= limit else visible(line[: limit - 1]) + "…"
+
+
+def _lines(value: Any, indent: str = "") -> list[str]:
+    """A value as lines for a diff: a mapping as ``key: value``, text with its own line
+    breaks (continued under ``│``), anything else as JSON."""
+    out: list[str] = []
+    if isinstance(value, dict):
+        for k, v in value.items():
+            k = visible(k)
+            if isinstance(v, dict):
+                out.append(f"{indent}{k}:")
+                out.extend(_lines(v, indent + "  "))
+            elif isinstance(v, str):
+                first, *rest = as_text(v).split("\n")
+                out.append(f"{indent}{k}: {first}")
+                out.extend(f"{indent}  │ {line}" for line in rest)
+            else:
+                out.append(f"{indent}{k}: {json_text(v)}")
+        return out
+    if isinstance(value, str):
+        return [indent + line for line in as_text(value).split("\n")]
+    return [indent + line for line in json_text(value).split("\n")]
+
+
+def preview_diff(preview: Any) -> list[tuple[str, str]] | None:
+    """A ``preview:`` result with ``before`` and ``after`` as diff lines ``(kind, text)``,
+    kind ``same``, ``del`` or ``add``; None for any other shape (shown as JSON instead)."""
+    if not (isinstance(preview, dict) and "before" in preview and "after" in preview):
+        return None
+    before, after = _lines(preview["before"]), _lines(preview["after"])
+    out: list[tuple[str, str]] = []
+    for line in difflib.ndiff(before, after):
+        tag, text = line[:2], line[2:]
+        if tag == "  ":
+            out.append(("same", text))
+        elif tag == "- ":
+            out.append(("del", text))
+        elif tag == "+ ":
+            out.append(("add", text))
+    return out
+
+
+def gate_of(plan: Plan | None, step: str) -> tuple[str | None, ToolNode | None]:
+    """The question asked for ``step`` and the tool node it gates (None for a question
+    with no effect of its own)."""
+    if plan is None:
+        return None, None
+    index = plan.index()
+    for node in plan.nodes:
+        if isinstance(node, ApprovalNode) and node.step == step:
+            tool = index.get(node.step)
+            return node.question, tool if isinstance(tool, ToolNode) else None
+    found = index.get(step)
+    if isinstance(found, QuestionNode):
+        return found.text, None
+    return None, found if isinstance(found, ToolNode) else None
+
+
+def decision(plan: Plan | None, step: str, payload: Any, preview: Any) -> dict[str, Any]:
+    """What the decision page shows first for one question: the question, the effect in
+    words, the message as it will read, the card's warnings (hidden or look-alike
+    characters, right-to-left text beside numbers: said before the buttons, as on the
+    card), the payload once, the preview as a diff; for a question with no effect, the
+    outputs it asks about."""
+    question, tool = gate_of(plan, step)
+    if tool is None:
+        outputs = payload.get("outputs") if isinstance(payload, dict) else None
+        about = []
+        for name, value in (outputs or {}).items():
+            about.append(
+                {
+                    "name": name,
+                    "text": value if isinstance(value, str) else None,
+                    "json": None if isinstance(value, str) else json_text(value),
+                }
+            )
+        return {"question": question or (payload.get("question") if isinstance(payload, dict) else None),
+                "does": None, "message": None, "payload": None, "about": about,
+                "warnings": findings(outputs or {}).lines("what it asks about"),
+                "diff": None, "preview_raw": None if preview is None else json_text(preview)}  # fmt: skip
+    view = payload_view(payload)
+    message = view["texts"][0] if view["texts"] else None
+    return {
+        "question": question,
+        "does": effect_words(tool, payload),
+        "message": message,
+        "payload": {**view, "texts": view["texts"][1:]},
+        "about": None,
+        "warnings": findings(payload).lines("the payload")
+        + ([] if preview is None else findings(preview).lines("the preview")),
+        "diff": preview_diff(preview),
+        "preview_raw": None if preview is None else json_text(preview),
+    }
+
+
+def summary(plan: Plan | None, step: str, payload: Any) -> dict[str, str | None]:
+    """For an inbox item: what will be done (the effect in words, or the question) and the
+    first line of its message (or of the first text it asks about)."""
+    question, tool = gate_of(plan, step)
+    if tool is not None:
+        keys = text_keys(payload)
+        return {"does": effect_words(tool, payload), "first": first_line(payload[keys[0]]) if keys else None}
+    outputs = payload.get("outputs") if isinstance(payload, dict) else None
+    text = next((v for v in (outputs or {}).values() if isinstance(v, str) and v.strip()), None)
+    return {"does": f"answer: {visible(question)}" if question else None, "first": first_line(text) if text else None}
