@@ -21,6 +21,7 @@ from ..runtime.plans import check_stored_plan
 from ..servers import ServerSet
 from ..states import EffectState, NodeState, RunState
 from ..text_safety import source_warnings
+from ..tools.results import stored_contents
 from .common import effective_state
 from .core import RunsCore
 
@@ -259,6 +260,7 @@ def _view(store: Any, run: Any, now: float) -> RunView:
     # `unknown` never stands for "not finished yet".
     by_effect = {e.step: _EFFECT_STEP.get(e.state, NodeState.UNKNOWN) for e in effects}
     bindings = decode_bindings(run.servers_json)
+    contents = stored_contents(store.events(run.id))
     for n in plan.nodes:
         rec = nodes.get(n.id)
         st = by_effect.get(n.id) or (rec.state if rec else NodeState.PENDING)
@@ -270,6 +272,7 @@ def _view(store: Any, run: Any, now: float) -> RunView:
             node=n.id, kind=node_kind(n), state=st,
             ready_at=rec.ready_at if rec else None, started_at=rec.started_at if rec else None, ended_at=rec.ended_at if rec else None,
             error=rec.error if rec else None, output=dec.decode(rec.output_json) if has_output else None, has_output=has_output,
+            content=contents.get(n.id) if st == NodeState.SUCCEEDED else None,
         ))  # fmt: skip
     return RunView(
         run=run.id,

@@ -33,14 +33,21 @@ class Tools:
     async def read(self, server: str, tool: str, args: dict[str, Any], *, timeout: float | None = None) -> Any:
         """A read's value; ToolError (the step fails) for an error or no usable reply.
         ``timeout``: the step's own limit (else the server's ``callTimeout``)."""
+        value, _ = await self.read_whole(server, tool, args, timeout=timeout)
+        return value
+
+    async def read_whole(
+        self, server: str, tool: str, args: dict[str, Any], *, timeout: float | None = None
+    ) -> tuple[Any, list[Any] | None]:
+        """A read's value and the content blocks the value does not give back (``ToolResult.content``)."""
         if server == BUILTIN_SERVER:
             fn, blocking = builtin.TOOLS[tool]
             if not blocking:
-                return fn(args)
+                return fn(args), None
             if timeout is None:
-                return await self.threads.run(fn, args)
+                return await self.threads.run(fn, args), None
             with trio.move_on_after(timeout):
-                return await self.threads.run(fn, args)
+                return await self.threads.run(fn, args), None
             raise NoReplyError(
                 f"{server}.{tool} did not finish within the step's timeout of {timeout:g} s",
                 server=server,
@@ -55,7 +62,7 @@ class Tools:
             raise ToolError(
                 f"{server}.{tool} failed{code}: {result.text}", server=server, tool=tool, code=result.error_code
             )
-        return result.value
+        return result.value, result.content
 
     async def prepare_effect(self, server: str, tool: str, payload: Any, key: str) -> dict[str, Any]:
         """The arguments an effect will be called with, once every local check has passed.

@@ -15,6 +15,7 @@ import msgspec
 from ..errors import EXIT_DECLINED, EXIT_FAILED, EXIT_OK, EXIT_PARKED
 from ..reports import EffectView, RunReport, RunSummary, RunView, Together
 from ..text_safety import json_text
+from ..tools.results import describe_block
 from .term import cell, console, json_safe, out, say
 
 EXIT_FOR = {
@@ -313,6 +314,10 @@ def show(
                 say("\n".join("  " + line for line in n.output.splitlines()))
             else:
                 _block(n.node, _result(n.output, full))
+            if n.content:
+                say(f"  content ({len(n.content)} block{'' if len(n.content) == 1 else 's'}; --json has them whole):")
+                for block in n.content:
+                    say(f"    {describe_block(block)}")
     if view.approvals:
         say("\napprovals:", style="bold")
     for a in view.approvals:
