@@ -10,6 +10,7 @@ and, end to end, on the published reference server ``@modelcontextprotocol/serve
 
 from __future__ import annotations
 
+import html
 import json
 
 import pytest
@@ -23,10 +24,18 @@ from mcp.types import (
     TextContent,
     TextResourceContents,
 )
+from starlette.testclient import TestClient
 from test_existing_configs import EVERYTHING, everything_cached, write
+from web_helpers import sign_in
 
 from vodou_engine.compiler import template
+from vodou_engine.policy import Policy
+from vodou_engine.servers import ServerSet
+from vodou_engine.service import Service
 from vodou_engine.tools.results import describe_block, to_result
+from vodou_engine.web.app import create_app
+from vodou_engine.web.config import WebConfig
+from vodou_engine.web.identity import add_approver
 from vodou_engine.web.pages import content_item
 
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
@@ -106,7 +115,7 @@ said: ev.echo {"message": "{tiny.content.1.mimeType} {links.content.1.uri}"}
 """
 
 
-def test_every_block_of_server_everything_is_stored_shown_and_readable(cli, tmp_path):
+def test_every_block_of_server_everything_is_stored_shown_and_readable(cli, tmp_path, store_location):
     if not everything_cached():
         pytest.skip(f"npm's cache has no {EVERYTHING} (npx -y {EVERYTHING} puts it there)")
     write(
@@ -145,3 +154,12 @@ def test_every_block_of_server_everything_is_stored_shown_and_readable(cli, tmp_
     assert "image image/png, " in shown and " KB" in shown
     assert f"link {links[1]['uri']} ({links[1]['name']}), text/plain" in shown
     assert "priority: 1" in shown
+
+    # the run page: the picture itself (a data: URL, which the page's CSP allows) and each link's line
+    svc = Service(store=store_location, servers=ServerSet({}, "none"), policy=Policy())
+    with TestClient(create_app(svc, WebConfig(allowed_hosts=["testserver"])), backend="trio") as client:
+        _, link = add_approver(svc.runs(), "ana", by="test", base_url="http://testserver")
+        page = sign_in(client, link, "ana").get(f"/runs/{ran['run']}")
+    assert "img-src 'self' data:" in page.headers["content-security-policy"]
+    assert f'<img src="data:image/png;base64,{tiny[1]["data"]}"' in page.text
+    assert html.escape(f"link {links[1]['uri']} ({links[1]['name']}), text/plain", quote=False) in page.text
