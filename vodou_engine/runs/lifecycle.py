@@ -59,7 +59,7 @@ class LifecycleMixin(DriveMixin):
         ``hub``: servers already running (kept warm by a long-lived process) to use
         instead of starting them."""
         from ..compiler import compile_recipe
-        from ..planning import check_hints, missing, resolve
+        from ..planning import check_arguments, check_hints, missing, resolve
 
         plan, recipe_text, path = self.load(source, text=text)
         servers = self.servers()
@@ -91,6 +91,7 @@ class LifecycleMixin(DriveMixin):
                 final = compile_recipe(recipe_text, path, policy=self.policy(), hints=hints)
             else:
                 check_hints(plan, self.policy(), hints)
+            check_arguments(final, tools, recipe_text, path)  # no card shows what the server would refuse
             yield Prepared(plan=final, text=recipe_text, path=path, servers=servers, hub=hub, status=status)
 
     @plain

@@ -81,7 +81,7 @@ class ViewsMixin(RunsCore):
         never called), risks raised by annotations, and where each server comes from.
         ``online=False`` starts nothing."""
         from ..compiler import compile_recipe
-        from ..planning import check_hints, list_tools, resolve, servers_of
+        from ..planning import check_arguments, check_hints, list_tools, missing, resolve, servers_of
 
         plan, recipe_text, path = self.load(source, text=text)
         hidden = source_warnings(recipe_text or "", path)  # characters written into the recipe that nobody sees
@@ -96,6 +96,8 @@ class ViewsMixin(RunsCore):
             plan = compile_recipe(recipe_text, path, policy=self.policy(), hints=hints)
         elif recipe_text is None:
             check_hints(plan, self.policy(), hints)
+        if not missing(status):  # a missing tool is shown on the card first; its arguments wait
+            check_arguments(plan, tools, recipe_text, path)
         used = {n: servers.servers[n].command_line() for n in servers_of(plan) if n in servers.servers}
         warnings = hidden + [
             p.message

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..errors import NoReplyError, NotSentError, ToolError
+from ..errors import ArgumentsRejectedError, NoReplyError, NotSentError, ToolError
 from ..policy import BUILTIN_SERVER
+from ..tools.schema_check import problems, where
 from . import builtin
 from .freeze import IDEMPOTENCY_FIELDS
 from .threads import Blocking
@@ -63,6 +64,35 @@ class Tools:
                 f"{server}.{tool} failed{code}: {result.text}", server=server, tool=tool, code=result.error_code
             )
         return result.value, result.content
+
+    async def check_payload(self, step: str, server: str, tool: str, payload: Any) -> None:
+        """Raise ArgumentsRejectedError (nothing asked, nothing called) when the payload a
+        question is about to freeze breaks the tool's input schema: a card must never show
+        what the server would refuse. The idempotency key counts as given where the schema
+        has a place for it (:meth:`prepare_effect` puts it there after the approval)."""
+        if server == BUILTIN_SERVER or self.hub is None:
+            return
+        await self.hub.wait_ready()
+        schema = self.hub.tool(server, tool).input_schema  # UnknownToolError (not sent) if it is gone
+        args = payload
+        if isinstance(payload, dict):
+            properties = (schema or {}).get("properties") or {}
+            for name in IDEMPOTENCY_FIELDS:
+                if name in properties:
+                    args = {name: "the run's idempotency key", **payload}
+                    break
+        faults = problems(schema, args)
+        if faults:
+            said = "; ".join(f"{where(f.path)}: {f.message}" for f in faults)
+            raise ArgumentsRejectedError(
+                f"step `{step}`: the payload breaks {server}.{tool}'s input schema, so nobody was asked "
+                f"and nothing was called: {said}",
+                hint="the values a reference filled are the ones at fault; change what the step reads, or the recipe",
+                server=server,
+                tool=tool,
+                step=step,
+                problems=[{"path": list(f.path), "message": f.message, "keyword": f.keyword} for f in faults],
+            )
 
     async def prepare_effect(self, server: str, tool: str, payload: Any, key: str) -> dict[str, Any]:
         """The arguments an effect will be called with, once every local check has passed.
