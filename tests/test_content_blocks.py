@@ -32,7 +32,7 @@ from vodou_engine.compiler import template
 from vodou_engine.policy import Policy
 from vodou_engine.servers import ServerSet
 from vodou_engine.service import Service
-from vodou_engine.tools.results import describe_block, to_result
+from vodou_engine.tools.results import blocks_of, describe_block, to_result
 from vodou_engine.web.app import create_app
 from vodou_engine.web.config import WebConfig
 from vodou_engine.web.identity import add_approver
@@ -73,6 +73,16 @@ def test_a_plain_text_answer_is_kept_once_and_structured_content_keeps_its_block
         CallToolResult(content=[TextContent(type="text", text="5")], structured_content={"sum": 5}), 0.0
     )
     assert structured.value == {"sum": 5} and structured.content == [{"type": "text", "text": "5"}]
+    # the text a server sends beside its structured content, or JSON text: the value gives it back
+    same = [TextContent(type="text", text='{"sum": 5}')]
+    assert to_result(CallToolResult(content=same, structured_content={"sum": 5}), 0.0).content is None
+    assert to_result(CallToolResult(content=same), 0.0).content is None
+    assert blocks_of({"sum": 5}) == [{"type": "text", "text": '{"sum":5}'}] and blocks_of(None) == []
+    # but not when JSON reads it otherwise: `true` is not `1`
+    other = [TextContent(type="text", text='{"sum": true}')]
+    assert to_result(CallToolResult(content=other, structured_content={"sum": 1}), 0.0).content is not None
+    quoted = to_result(CallToolResult(content=[TextContent(type="text", text='"hi"')]), 0.0)
+    assert quoted.value == "hi" and quoted.content == [{"type": "text", "text": '"hi"'}]
 
 
 def test_each_block_in_a_line_and_on_the_page():
@@ -112,6 +122,7 @@ links: ev.get-resource-links {"count": 2}
 ref: ev.get-resource-reference {"resourceType": "Text", "resourceId": 1}
 note: ev.get-annotated-message {"messageType": "error", "includeImage": true}
 said: ev.echo {"message": "{tiny.content.1.mimeType} {links.content.1.uri}"}
+again: ev.echo {"message": "{said.content.0.text}"}
 """
 
 
@@ -124,13 +135,13 @@ def test_every_block_of_server_everything_is_stored_shown_and_readable(cli, tmp_
     )
     (tmp_path / "e.recipe").write_text(RECIPE)
     ran = json.loads(cli("run", "e.recipe", "--json").out)
-    for _ in range(5):  # tools whose names and annotations say no more than "may change something" ask
+    for _ in range(10):  # tools whose names and annotations say no more than "may change something" ask
         pending = [a["step"] for a in cli("show", ran["run"], "--json").json()["approvals"] if a["state"] == "pending"]
         if not pending:
             break
         cli("approve", ran["run"], pending[0], "--yes")
     nodes = {n["node"]: n for n in cli("show", ran["run"], "--json", expect=0).json()["nodes"]}
-    assert all(nodes[s]["state"] == "succeeded" for s in ("tiny", "links", "ref", "note", "said")), nodes
+    assert all(nodes[s]["state"] == "succeeded" for s in ("tiny", "links", "ref", "note", "said", "again")), nodes
 
     tiny = nodes["tiny"]["content"]
     assert [b["type"] for b in tiny] == ["text", "image", "text"]
@@ -149,6 +160,8 @@ def test_every_block_of_server_everything_is_stored_shown_and_readable(cli, tmp_
     assert [b["type"] for b in note] == ["text", "image"]
 
     assert f"image/png {links[1]['uri']}" in json.dumps(nodes["said"]["output"])  # {step.content} read them
+    assert nodes["said"]["content"] is None  # one plain text block: its value gives it back, kept once
+    assert nodes["again"]["output"] == f"Echo: {nodes['said']['output']}"  # ... and {said.content.0.text} reads it
 
     shown = cli("show", ran["run"], expect=0).out
     assert "image image/png, " in shown and " KB" in shown

@@ -32,6 +32,7 @@ from ..errors import LostRunError, ToolError, VodouError
 from ..plan import ApprovalNode, JoinNode, QuestionNode, ToolNode, WriteNode
 from ..policy import BUILTIN_SERVER
 from ..states import NodeState, RunState
+from ..tools.results import blocks_of
 from . import builtin, writer
 from .calls import Tools
 from .context import RunContext
@@ -456,15 +457,15 @@ class Scheduler:
         raise template.MissingValue(f"{{{name}}} has no value")
 
     def _content(self, name: str) -> list[Any] | None:
-        """A tool step's content blocks, for ``{step.content}``: as kept, or the one plain
-        text block its value is; None for anything else (an input, a `write`, a built-in)."""
+        """A tool step's content blocks, for ``{step.content}``: as kept, or the one text
+        block its value gives back (``blocks_of``); None for anything else (an input, a
+        `write`, a built-in)."""
         kept = self.journal.contents.get(name)
         if kept is not None:
             return kept
         node = self.ctx.index.get(name)
-        value = self.journal.outputs.get(name)
-        if isinstance(node, ToolNode) and node.server != BUILTIN_SERVER and isinstance(value, str):
-            return [{"type": "text", "text": value}]
+        if isinstance(node, ToolNode) and node.server != BUILTIN_SERVER and name in self.journal.outputs:
+            return blocks_of(self.journal.outputs[name])
         return None
 
     def render(self, args: dict[str, Any]) -> Any:

@@ -26,6 +26,7 @@ __all__ = [
     "CONTENT_EVENT",
     "ToolInfo",
     "ToolResult",
+    "blocks_of",
     "byte_words",
     "describe_block",
     "is_plain",
@@ -34,6 +35,8 @@ __all__ = [
     "tool_info",
 ]
 
+
+_canonical = msgspec.json.Encoder(order="deterministic")
 
 CONTENT_EVENT = "content"
 """The run event that keeps a tool step's content blocks, ``{"content": [block, ...]}``,
@@ -81,8 +84,8 @@ class ToolResult(msgspec.Struct):
     content: list[dict[str, Any]] | None = None
     """Every content block as the server sent it (its JSON form: images, audio, resource
     links, embedded resources, text, each with its annotations and ``_meta``), in order;
-    None when the answer is one plain text block that ``value`` already is, so the record
-    keeps it once. What a recipe reads as ``{step.content}`` (docs/recipe-language.md)."""
+    None when ``value`` gives them back whole (:func:`is_plain`: one plain text block that is
+    the value, or its JSON), so the record keeps it once. What a recipe reads as ``{step.content}`` (docs/recipe-language.md)."""
 
 
 def tool_info(tool: Tool) -> ToolInfo:
@@ -117,12 +120,37 @@ def maybe_json(text: str) -> Any:
 
 
 def is_plain(blocks: list[dict[str, Any]], value: Any) -> bool:
-    """Whether the value alone gives back every block: one text block, with no annotations
-    and no ``_meta``, whose text is the value itself (not decoded as JSON)."""
+    """Whether the value alone gives back every block (:func:`blocks_of`): no block at all
+    and no value, or one text block with no annotations and no ``_meta`` whose text is the
+    value itself, or an object or array that is the value (the structured content a server
+    also sends as text, or a text decoded as JSON). Then nothing is kept twice."""
+    if not blocks:
+        return value is None
     if len(blocks) != 1:
         return False
     block = blocks[0]
-    return block.keys() == {"type", "text"} and block["type"] == "text" and block["text"] == value
+    if block.keys() != {"type", "text"} or block["type"] != "text":
+        return False
+    text = block["text"]
+    if text == value:
+        return True
+    if not isinstance(value, (dict, list)) or not isinstance(text, str) or text.lstrip()[:1] not in ("{", "["):
+        return False
+    try:
+        same = msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        return False
+    # compared as JSON, not as Python values: `true` is not `1`, nor `1.0` `1`
+    return bool(_canonical.encode(same) == _canonical.encode(value))
+
+
+def blocks_of(value: Any) -> list[dict[str, Any]]:
+    """The content blocks of an answer the value gives back whole (:func:`is_plain`): its one
+    text block (an object or array written as compact JSON), or none."""
+    if value is None:
+        return []
+    text = value if isinstance(value, str) else msgspec.json.encode(value).decode()
+    return [{"type": "text", "text": text}]
 
 
 def to_result(result: CallToolResult, duration: float) -> ToolResult:
@@ -150,7 +178,7 @@ def to_result(result: CallToolResult, duration: float) -> ToolResult:
         is_error=bool(result.is_error),
         text="\n".join(texts),
         duration_s=duration,
-        content=None if result.structured_content is None and is_plain(blocks, value) else blocks,
+        content=None if is_plain(blocks, value) else blocks,
     )
 
 
