@@ -13,6 +13,10 @@ Tools
     A read (``readOnlyHint: true``): answers the notes added so far (one per line).
 ``notes.add``
     An effect (``readOnlyHint: false``): adds ``text`` to the notes.
+``notes.tag``
+    An effect (``readOnlyHint: false``): adds ``text`` with a ``priority`` (one of
+    ``low``, ``normal``, ``high``, required) ``copies`` times (an integer, default 1):
+    a schema with a required field, an enum and an integer, for the argument checks.
 
 Environment
 -----------
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Literal
 
 LOG = os.environ.get("SDK_LOG")
 
@@ -79,12 +84,27 @@ def notes_add(text: str) -> str:
     return "added"
 
 
+def notes_tag(text: str, priority: Literal["low", "normal", "high"], copies: int = 1) -> str:
+    """Add a note with a priority, ``copies`` times."""
+    log({"tool": "notes.tag", "arguments": {"text": text, "priority": priority, "copies": copies}})
+    for _ in range(copies):
+        _memory.append(f"[{priority}] {text}")
+    return "tagged"
+
+
 READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 server.add_tool(get_env, name="get-env", annotations=READ)
 server.add_tool(notes_list, name="notes.list", annotations=READ)
 server.add_tool(
     notes_add,
     name="notes.add",
+    annotations=ToolAnnotations(
+        read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+    ),
+)
+server.add_tool(
+    notes_tag,
+    name="notes.tag",
     annotations=ToolAnnotations(
         read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
     ),

@@ -322,6 +322,19 @@ def test_check_recipe_gives_structured_errors_and_the_card(cli, listed_once):
                 "slack.slack_post_mesage"
             )
 
+            wrong = 'post: slack.slack_post_message {"channel": 5}\n'  # what the server's schema refuses
+            data = await agent.ok("check_recipe", recipe=wrong)
+            said = sorted((e["code"], e["line"], e["column"], e["message"]) for e in data["errors"])
+            assert said == [
+                ("recipe.arguments", 1, 32, "step `post`: slack.slack_post_message: 'text' is a required property"),
+                (
+                    "recipe.arguments",
+                    1,
+                    44,
+                    "step `post`: slack.slack_post_message at `channel`: 5 is not of type 'string'",
+                ),
+            ]
+
             data = await agent.ok("check_recipe", recipe=MORNING, name="morning")
             assert data["ok"] and data["errors"] == []
             assert (

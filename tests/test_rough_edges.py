@@ -229,7 +229,7 @@ def test_serve_logs_each_event_as_one_json_line(tmp_path):
     assert code == 0
     docs = []
     for line in serving.log.read_text().splitlines():
-        if line.startswith("vodou inbox: ") or line.startswith("  http://"):
+        if line.startswith(("vodou inbox: ", "  http://")):
             continue  # serve's banner for the person who started it (its address, the first run's sign-in link)
         docs.append(json.loads(line))  # every other line is one JSON object
     mine = [(d["event"], d.get("step")) for d in docs if d.get("run") == run_id]

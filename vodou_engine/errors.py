@@ -13,6 +13,8 @@ PostgreSQL store), 8 a server needs a person to sign in (OAuth) first.
 
 from __future__ import annotations
 
+from typing import Any
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -106,6 +108,20 @@ class RecipeError(VodouError):
         return "\n".join(out)
 
 
+class ArgumentsError(RecipeError):
+    """A tool step's arguments break the tool's own input schema, so the server would refuse
+    them: refused before any card shows them. ``also``: the other places, each rendered in turn."""
+
+    code = "recipe.arguments"
+
+    def __init__(self, message: str, *, also: list[RecipeError] | None = None, **where: Any):
+        super().__init__(message, **where)
+        self.also = list(also or [])
+
+    def __str__(self) -> str:
+        return "\n".join([super().__str__(), *(str(e) for e in self.also)])
+
+
 class PlanError(RecipeError):
     """An actions.json document is malformed or fails verification."""
 
@@ -149,6 +165,13 @@ class NotSentError(ToolError):
     arguments refused locally): nothing can have happened on the server."""
 
     code = "tool.not_sent"
+
+
+class ArgumentsRejectedError(NotSentError):
+    """The payload a question would freeze breaks the tool's input schema: the server would
+    refuse it, so nobody is asked to approve it and nothing is called."""
+
+    code = "tool.arguments"
 
 
 class NoReplyError(ToolError):

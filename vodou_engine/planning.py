@@ -13,15 +13,23 @@ import difflib
 import hashlib
 import time
 from collections.abc import Callable, Collection, Mapping
+from typing import Any
 
 import msgspec
 
 from . import toolcache
 from .cards import ToolStatus
+from .compiler import ast, template
+from .compiler.places import argument_places
+from .compiler.source import Source
 from .compiler.words import written_address, written_server
-from .plan import Plan, ToolNode
+from .errors import ArgumentsError, RecipeError
+from .plan import Plan, ToolNode, Where
 from .policy import BUILTIN_SERVER, BUILTIN_TOOLS, Hints, Policy, hints_from
+from .runtime.freeze import IDEMPOTENCY_FIELDS
 from .servers import ServerConfig
+from .tools.schema_check import problems
+from .tools.schema_check import where as place_words
 
 
 def servers_of(plan: Plan) -> list[str]:
@@ -237,3 +245,75 @@ def check_hints(plan: Plan, policy, hints: Mapping[str, Hints | None]) -> None:
 
 def missing(status: Mapping[str, ToolStatus]) -> list[str]:
     return [k for k, v in status.items() if not v.exists]
+
+
+def templated_paths(value: Any, path: tuple[str | int, ...] = ()) -> list[tuple[str | int, ...]]:
+    """Paths of the strings inside ``value`` that hold a ``{reference}``: filled at run time."""
+    if isinstance(value, str):
+        return [path] if template.ref_names(value) else []
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in templated_paths(v, (*path, k))]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in templated_paths(v, (*path, i))]
+    return []
+
+
+def with_engine_fields(args: Any, schema: Mapping[str, Any]) -> Any:
+    """The arguments as the call will carry them: the idempotency key goes in when the
+    schema has a place for it (``runtime/calls.py``), so a schema that requires it is met."""
+    properties = schema.get("properties") if isinstance(schema, Mapping) else None
+    if not isinstance(args, dict) or not isinstance(properties, Mapping):
+        return args
+    for name in IDEMPOTENCY_FIELDS:
+        if name in properties:
+            return {**args, name: args.get(name, "the run's idempotency key")}
+    return args
+
+
+def check_arguments(plan: Plan, tools: Mapping[str, Mapping[str, Any]], text: str | None, path: str | None) -> None:
+    """Raise ArgumentsError when the literal arguments of a step (or of its ``preview:`` or
+    ``check:``) break the tool's input schema, pointing at each value (or at the object
+    a required field is missing from) as the compiler points at its own errors. Values a
+    reference fills are left to the gate, which checks the frozen payload."""
+    source = Source(text or "", path)
+    found: list[RecipeError] = []
+    for node in plan.nodes:
+        if not isinstance(node, ToolNode):
+            continue
+        calls: list[tuple[str, str, dict[str, Any], Where | None, str]] = [
+            (node.server, node.tool, node.args, node.where, f"step `{node.id}`")
+        ]
+        for label, ref in (("preview", node.preview), ("check", node.check)):
+            if ref is not None:
+                calls.append((ref.server, ref.tool, ref.args, ref.where, f"the {label} of `{node.id}`"))
+        for server, tool, args, where, who in calls:
+            info = tools.get(server, {}).get(tool)
+            schema = getattr(info, "input_schema", None)
+            if not schema:
+                continue
+            faults = problems(schema, with_engine_fields(args, schema), templated=templated_paths(args))
+            if not faults:
+                continue
+            places = argument_places(text, where.line, where.column) if text and where else None
+            for fault in faults:
+                pos = None
+                if places is not None:
+                    on_key = fault.keyword == "additionalProperties" or fault.path not in places.values
+                    pos = (places.keys if on_key else places.values).get(fault.path) or places.values.get(())
+                if pos is None and where is not None:
+                    pos = ast.Pos(where.line, where.column)
+                at = "" if fault.keyword == "required" or not fault.path else f" at `{place_words(fault.path)}`"
+                found.append(
+                    source.error(
+                        f"{who}: {written_address(server, tool)}{at}: {fault.message}",
+                        pos if text else None,
+                        hint=f"the server's input schema says so ({fault.keyword}); change the value, "
+                        "or see the tool's schema with `recipe plan --json`",
+                        cls=ArgumentsError,
+                    )
+                )
+    if found:
+        first = found[0]
+        assert isinstance(first, ArgumentsError)
+        first.also = found[1:]
+        raise first

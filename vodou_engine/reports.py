@@ -104,6 +104,10 @@ class NodeView(Doc, frozen=True):
     error: str | None = None
     output: Any = None
     has_output: bool = False
+    content: list[Any] | None = None
+    """A tool step's content blocks as its server sent them (images, audio, resource links,
+    embedded resources, text, with their annotations), whole; None when its output, a plain
+    text, is all the server sent."""
 
 
 class ApprovalView(Doc, frozen=True):

@@ -24,9 +24,9 @@ from rich.console import Console
 from ..cards import plan_card
 from ..compiler import compile_recipe
 from ..compiler.words import written_address
-from ..errors import RecipeError, VodouError
+from ..errors import ArgumentsError, RecipeError, VodouError
 from ..plan import ApprovalNode, JoinNode, QuestionNode, ToolNode, ToolRef, WriteNode
-from ..planning import missing, resolve, servers_of
+from ..planning import check_arguments, missing, resolve, servers_of
 from ..text_safety import source_warnings
 from .error_data import error_data
 
@@ -239,6 +239,13 @@ def check_text(
             )
             out.add(unknown)
             out.errors[-1]["code"] = "tool.unknown"
+        if not missing(status):  # arguments the server would refuse: each at its value, as `recipe plan` says
+            try:
+                check_arguments(plan, catalogue.listed, text, path)
+            except ArgumentsError as exc:
+                faults, exc.also = [exc, *exc.also], []
+                for fault in faults:
+                    out.add(fault)
     out.plan = plan
     if agent:
         opt_out = opt_out_error(plan)

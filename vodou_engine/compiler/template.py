@@ -113,39 +113,59 @@ class MissingValue(LookupError):
     """A reference names a value that does not exist at run time."""
 
 
-def lookup_path(value: Any, ref: Ref) -> Any:
+def lookup_path(value: Any, ref: Ref, before: tuple[str, ...] = ()) -> Any:
+    """The value at ``ref.path`` inside ``value``; ``before``: the path already taken to reach it."""
     for key in ref.path:
         if isinstance(value, dict) and key in value:
             value = value[key]
         elif isinstance(value, list) and key.isdigit() and int(key) < len(value):
             value = value[int(key)]
         else:
-            dotted = ".".join((ref.name, *ref.path))
-            raise MissingValue(f"{{{dotted}}}: {key!r} is not in the value of {ref.name}")
+            dotted = ".".join((ref.name, *before, *ref.path))
+            where = f"the content of {ref.name}" if before else f"the value of {ref.name}"
+            raise MissingValue(f"{{{dotted}}}: {key!r} is not in {where}")
     return value
 
 
-def render(value: Any, resolve: Callable[[str], Any]) -> Any:
+CONTENT = "content"
+"""``{step.content}``: the content blocks of a tool step's answer, unless its value has a
+field of that name (docs/recipe-language.md)."""
+
+
+def lookup(ref: Ref, resolve: Callable[[str], Any], content: Callable[[str], Any] | None = None) -> Any:
+    """What one reference stands for. ``{step.content...}`` reads the step's content blocks
+    (``content(name)``) when its value is not an object with a ``content`` field of its own:
+    a recipe that reads such a field today keeps reading it."""
+    value = resolve(ref.name)
+    if content is not None and ref.path[:1] == (CONTENT,) and not (isinstance(value, dict) and CONTENT in value):
+        blocks = content(ref.name)
+        if blocks is not None:
+            return lookup_path(blocks, Ref(ref.name, ref.path[1:], ref.start, ref.end), (CONTENT,))
+    return lookup_path(value, ref)
+
+
+def render(value: Any, resolve: Callable[[str], Any], content: Callable[[str], Any] | None = None) -> Any:
     """Resolve every reference in a JSON value.
 
     A string that is exactly one reference takes the value as is (a list stays
     a list); otherwise each value is formatted into the text (strings as they
-    are, anything else as compact JSON).
+    are, anything else as compact JSON). ``content``: a step's content blocks, or
+    None when it has none (see :func:`lookup`).
     """
     if isinstance(value, str):
         parts = parse(value)
         if len(parts) == 1 and isinstance(parts[0], Ref):
-            return lookup_path(resolve(parts[0].name), parts[0])
+            return lookup(parts[0], resolve, content)
         out = []
         for p in parts:
             if isinstance(p, Ref):
-                v = lookup_path(resolve(p.name), p)
+                v = lookup(p, resolve, content)
                 out.append(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, sort_keys=True))
             else:
                 out.append(p)
         return "".join(out)
     if isinstance(value, dict):
-        return {k: render(v, resolve) for k, v in value.items()}
+        return {k: render(v, resolve, content) for k, v in value.items()}
     if isinstance(value, list):
-        return [render(v, resolve) for v in value]
+        return [render(v, resolve, content) for v in value]
     return value

@@ -25,6 +25,7 @@ from ..runtime.faults import crashpoint
 from ..runtime.plans import check_stored_plan, recipe_unchanged
 from ..servers import ServerSet, servers_to_finish
 from ..states import TERMINAL_RUN_STATES, RunState
+from ..tools.results import stored_contents
 from .common import busy, in_thread
 from .inputs import thread_limit
 from .views import ViewsMixin
@@ -32,8 +33,8 @@ from .views import ViewsMixin
 if TYPE_CHECKING:  # the store package is imported when a store is opened, not with the run API
     from ..store.records import ApprovalRecord, EffectRecord, EventRecord, NodeRecord, RunRecord
 
-    Restore = tuple[dict[str, NodeRecord], dict[str, EffectRecord], list[ApprovalRecord]]
-    """What a drive picks up from the store: the nodes, the effects by step, the questions."""
+    Restore = tuple[dict[str, NodeRecord], dict[str, EffectRecord], list[ApprovalRecord], dict[str, list[Any]]]
+    """What a drive picks up from the store: the nodes, the effects by step, the questions, the content blocks."""
 
 
 class DriveMixin(ViewsMixin):
@@ -123,7 +124,12 @@ class DriveMixin(ViewsMixin):
             store.mark_unknown(run_id)
             plan = check_stored_plan(run.plan_json, run.plan_fingerprint)
             started = store.events(run_id, limit=1)
-            restore = (store.get_nodes(run_id), {e.step: e for e in store.effects(run_id)}, store.approvals(run_id))
+            restore = (
+                store.get_nodes(run_id),
+                {e.step: e for e in store.effects(run_id)},
+                store.approvals(run_id),
+                stored_contents(store.events(run_id)),
+            )
             return store.get_run(run_id), plan, restore, started
 
         taken = await in_thread(take)

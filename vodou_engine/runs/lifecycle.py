@@ -66,7 +66,7 @@ class LifecycleMixin(DriveMixin):
         """``prepare`` from a plan already compiled offline (``load``'s triple), so a start
         compiles the recipe once before the servers' annotations and once after."""
         from ..compiler import compile_recipe
-        from ..planning import check_hints, missing, resolve
+        from ..planning import check_arguments, check_hints, missing, resolve
 
         plan, recipe_text, path = loaded
         servers = self.servers()
@@ -98,6 +98,7 @@ class LifecycleMixin(DriveMixin):
                 final = compile_recipe(recipe_text, path, policy=self.policy(), hints=hints)
             else:
                 check_hints(plan, self.policy(), hints)
+            check_arguments(final, tools, recipe_text, path)  # no card shows what the server would refuse
             yield Prepared(plan=final, text=recipe_text, path=path, servers=servers, hub=hub, status=status)
 
     @plain

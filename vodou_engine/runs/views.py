@@ -21,6 +21,7 @@ from ..runtime.plans import check_stored_plan
 from ..servers import ServerSet
 from ..states import EffectState, NodeState, RunState
 from ..text_safety import source_warnings
+from ..tools.results import stored_contents
 from .common import effective_state
 from .core import RunsCore
 
@@ -147,7 +148,15 @@ class ViewsMixin(RunsCore):
         *,
         memo: bool,
     ) -> Inspection:
-        from ..planning import check_hints, compile_with_hints, listed_note, resolve, servers_of
+        from ..planning import (
+            check_arguments,
+            check_hints,
+            compile_with_hints,
+            listed_note,
+            missing,
+            resolve,
+            servers_of,
+        )
 
         hidden = source_warnings(recipe_text or "", path)  # characters written into the recipe that nobody sees
         status, hints = resolve(plan, servers.servers, tools, servers.disabled)
@@ -155,6 +164,8 @@ class ViewsMixin(RunsCore):
             plan = compile_with_hints(recipe_text, path, self.policy(), hints, memo=memo)
         elif recipe_text is None:
             check_hints(plan, self.policy(), hints)
+        if not missing(status):  # a missing tool is shown on the card first; its arguments wait
+            check_arguments(plan, tools, recipe_text, path)
         used = {n: servers.servers[n].command_line() for n in servers_of(plan) if n in servers.servers}
         warnings = hidden + [
             p.message
@@ -321,6 +332,7 @@ def _view(store: Any, run: Any, now: float) -> RunView:
     # `unknown` never stands for "not finished yet".
     by_effect = {e.step: _EFFECT_STEP.get(e.state, NodeState.UNKNOWN) for e in effects}
     bindings = decode_bindings(run.servers_json)
+    contents = stored_contents(store.events(run.id))
     for n in plan.nodes:
         rec = nodes.get(n.id)
         st = by_effect.get(n.id) or (rec.state if rec else NodeState.PENDING)
@@ -332,6 +344,7 @@ def _view(store: Any, run: Any, now: float) -> RunView:
             node=n.id, kind=node_kind(n), state=st,
             ready_at=rec.ready_at if rec else None, started_at=rec.started_at if rec else None, ended_at=rec.ended_at if rec else None,
             error=rec.error if rec else None, output=dec.decode(rec.output_json) if has_output else None, has_output=has_output,
+            content=contents.get(n.id) if st == NodeState.SUCCEEDED else None,
         ))  # fmt: skip
     return RunView(
         run=run.id,

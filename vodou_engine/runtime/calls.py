@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..errors import NoReplyError, NotSentError, ToolError
+from ..errors import ArgumentsRejectedError, NoReplyError, NotSentError, ToolError
 from ..policy import BUILTIN_SERVER
+from ..tools.schema_check import problems, where
 from . import builtin
 from .freeze import IDEMPOTENCY_FIELDS
 from .threads import Blocking
@@ -33,14 +34,21 @@ class Tools:
     async def read(self, server: str, tool: str, args: dict[str, Any], *, timeout: float | None = None) -> Any:
         """A read's value; ToolError (the step fails) for an error or no usable reply.
         ``timeout``: the step's own limit (else the server's ``callTimeout``)."""
+        value, _ = await self.read_whole(server, tool, args, timeout=timeout)
+        return value
+
+    async def read_whole(
+        self, server: str, tool: str, args: dict[str, Any], *, timeout: float | None = None
+    ) -> tuple[Any, list[Any] | None]:
+        """A read's value and the content blocks the value does not give back (``ToolResult.content``)."""
         if server == BUILTIN_SERVER:
             fn, blocking = builtin.TOOLS[tool]
             if not blocking:
-                return fn(args)
+                return fn(args), None
             if timeout is None:
-                return await self.threads.run(fn, args)
+                return await self.threads.run(fn, args), None
             with trio.move_on_after(timeout):
-                return await self.threads.run(fn, args)
+                return await self.threads.run(fn, args), None
             raise NoReplyError(
                 f"{server}.{tool} did not finish within the step's timeout of {timeout:g} s",
                 server=server,
@@ -55,7 +63,36 @@ class Tools:
             raise ToolError(
                 f"{server}.{tool} failed{code}: {result.text}", server=server, tool=tool, code=result.error_code
             )
-        return result.value
+        return result.value, result.content
+
+    async def check_payload(self, step: str, server: str, tool: str, payload: Any) -> None:
+        """Raise ArgumentsRejectedError (nothing asked, nothing called) when the payload a
+        question is about to freeze breaks the tool's input schema: a card must never show
+        what the server would refuse. The idempotency key counts as given where the schema
+        has a place for it (:meth:`prepare_effect` puts it there after the approval)."""
+        if server == BUILTIN_SERVER or self.hub is None:
+            return
+        await self.hub.wait_ready()
+        schema = self.hub.tool(server, tool).input_schema  # UnknownToolError (not sent) if it is gone
+        args = payload
+        if isinstance(payload, dict):
+            properties = (schema or {}).get("properties") or {}
+            for name in IDEMPOTENCY_FIELDS:
+                if name in properties:
+                    args = {name: "the run's idempotency key", **payload}
+                    break
+        faults = problems(schema, args)
+        if faults:
+            said = "; ".join(f"{where(f.path)}: {f.message}" for f in faults)
+            raise ArgumentsRejectedError(
+                f"step `{step}`: the payload breaks {server}.{tool}'s input schema, so nobody was asked "
+                f"and nothing was called: {said}",
+                hint="the values a reference filled are the ones at fault; change what the step reads, or the recipe",
+                server=server,
+                tool=tool,
+                step=step,
+                problems=[{"path": list(f.path), "message": f.message, "keyword": f.keyword} for f in faults],
+            )
 
     async def prepare_effect(self, server: str, tool: str, payload: Any, key: str) -> dict[str, Any]:
         """The arguments an effect will be called with, once every local check has passed.

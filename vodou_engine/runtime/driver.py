@@ -45,13 +45,14 @@ async def drive(
     policy_digest: str,
     model: str | None,
     threads: int,
-    restore: tuple[dict[str, NodeRecord], dict[str, EffectRecord], list[ApprovalRecord]] | None = None,
+    restore: tuple[dict[str, NodeRecord], dict[str, EffectRecord], list[ApprovalRecord], dict[str, list[Any]]]
+    | None = None,
     on_change: Callable[[str, str], None] | None = None,
     clock: Callable[[], float] = time.time,
 ) -> RunReport:
     """Drive ``run`` (already owned by ``owner``) until it parks or ends; its report.
 
-    ``restore``: (nodes, effects, approvals) of a run driven before, read in
+    ``restore``: (nodes, effects, approvals, content blocks) of a run driven before, read in
     the same thread hop that took it.
     """
     ctx = RunContext(
@@ -68,8 +69,8 @@ async def drive(
     inputs = msgspec.json.decode(run.inputs_json)
     scheduler = Scheduler(ctx, journal, hub=hub, threads=Blocking(threads), model=model, inputs=inputs)
     if restore:
-        nodes, effects, approvals = restore
-        journal.restore(nodes, effects)
+        nodes, effects, approvals, contents = restore
+        journal.restore(nodes, effects, contents)
         scheduler.restored()
         scheduler.gates.seen = approvals
     verdict: RunState | None = None
@@ -130,7 +131,7 @@ def _park_or_wake(store: RunStore, run_id: str, owner: str, journal: Journal) ->
     """In one transaction: save the last node states and park, unless a waiting gate was decided meanwhile."""
     waiting = [nid for nid, s in journal.states.items() if s == NodeState.WAITING]
     with store.transaction():
-        store.save_nodes(run_id, journal.take_unsaved(), owner=owner)
+        journal.write_unsaved()
         latest: dict[str, Any] = {}
         for a in store.approvals(run_id):
             if a.node_id in waiting and (a.node_id not in latest or a.asked_at > latest[a.node_id].asked_at):
@@ -154,7 +155,7 @@ def _finish(
         err = next((f"{k}: {v}" for k, v in journal.errors.items() if journal.states[k] == NodeState.FAILED), None)
     journal.close_open(f"the run ended {verdict}")  # e.g. a branch still asking when another was rejected
     with store.transaction():
-        store.save_nodes(run_id, journal.take_unsaved(), owner=owner)
+        journal.write_unsaved()
         if store.set_run_state(run_id, verdict, expected=(RunState.RUNNING,), error=err, owner=owner):
             store.append_event(run_id, verdict)
         else:
@@ -165,7 +166,7 @@ def _interrupted(store: RunStore, run_id: str, owner: str, journal: Journal) -> 
     """The drive stopped before the run parked or ended: leave it resumable, if it is still ours."""
     try:
         with store.transaction():
-            store.save_nodes(run_id, journal.take_unsaved(), owner=owner)
+            journal.write_unsaved()
             if store.set_run_state(run_id, RunState.INTERRUPTED, expected=(RunState.RUNNING,), owner=owner):
                 store.append_event(run_id, "interrupted")
     except LostRunError:

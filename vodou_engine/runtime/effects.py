@@ -165,11 +165,11 @@ class Effects:
         run_id = self.ctx.run_id
         crashpoint("executing")
         with trio.CancelScope(shield=True):  # an effect already executing is never cancelled
-            state, output, error = await self._call(node, args)
+            state, output, error, content = await self._call(node, args)
             if state == EffectState.EXECUTED:
                 crashpoint("executed")
             if state == EffectState.EXECUTED:
-                journal.set(node.id, NodeState.SUCCEEDED, output=output)
+                journal.set(node.id, NodeState.SUCCEEDED, output=output, content=content)
             elif state == EffectState.FAILED:
                 journal.set(node.id, NodeState.FAILED, error=error)
             else:
@@ -189,34 +189,38 @@ class Effects:
             if not await journal.effect_outcome(node.id, finish):
                 await self._claimed_elsewhere(node)  # a person settled it meanwhile: their word stands
 
-    async def _call(self, node: ToolNode, args: Any) -> tuple[EffectState, Any, str | None]:
+    async def _call(self, node: ToolNode, args: Any) -> tuple[EffectState, Any, str | None, list[Any] | None]:
+        """How the call ended, its value, the error in words, and its content blocks (``ToolResult.content``)."""
         where = f"{node.server}.{node.tool}"
         try:
             result = await self.tools.effect(node.server, node.tool, args, timeout=node.timeout_s)
         except NotSentError as exc:
-            return EffectState.FAILED, None, f"the request was never sent, so nothing happened: {exc}"
+            return EffectState.FAILED, None, f"the request was never sent, so nothing happened: {exc}", None
         except NoReplyError as exc:
-            return EffectState.UNKNOWN, None, f"it may or may not have happened{_SETTLE}: {exc}"
+            return EffectState.UNKNOWN, None, f"it may or may not have happened{_SETTLE}: {exc}", None
         except Exception as exc:  # noqa: BLE001 - whatever broke, the request may have gone out
             return (
                 EffectState.UNKNOWN,
                 None,
                 f"it may or may not have happened{_SETTLE}: {where}: {type(exc).__name__}: {exc}",
+                None,
             )
         if not result.is_error:
-            return EffectState.EXECUTED, result.value, None
+            return EffectState.EXECUTED, result.value, None, result.content
         if result.error_code is None:
-            return EffectState.FAILED, None, f"{where} reported an error: {result.text}"
+            return EffectState.FAILED, None, f"{where} reported an error: {result.text}", None
         if result.error_code in REFUSED_BEFORE_ACTING:
             return (
                 EffectState.FAILED,
                 None,
                 f"{where} refused the request (JSON-RPC error {result.error_code}): {result.text}",
+                None,
             )
         return (
             EffectState.UNKNOWN,
             None,
             f"it may or may not have happened{_SETTLE}: {where} answered with JSON-RPC error {result.error_code}: {result.text}",
+            None,
         )
 
     def _check_untampered(self, node: ToolNode, approval: ApprovalRecord, payload: Any) -> None:

@@ -80,6 +80,7 @@ class Gates:
         options = ctx.plan.options
         if step is not None:
             payload = self.render(step.args)
+            await self.tools.check_payload(step.id, step.server, step.tool, payload)  # before anything is read or asked
             address = step.address
             if step.preview is not None:
                 preview = await self.tools.read(step.preview.server, step.preview.tool, self.render(step.preview.args))

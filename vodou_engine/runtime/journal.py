@@ -29,6 +29,7 @@ import trio
 
 from ..states import EffectState, NodeState, RunState
 from ..store import NodeRecord, RunStore
+from ..tools.results import CONTENT_EVENT
 
 FLUSH_EVERY_S = 0.25
 """The longest a changed node state waits for a write of its own: how live ``recipe show``
@@ -76,6 +77,10 @@ class Journal:
         self.states: dict[str, str] = dict.fromkeys(node_ids, NodeState.PENDING)
         """Read freely; change only through :meth:`set` (or :meth:`mark` for in-memory steps)."""
         self.outputs: dict[str, Any] = {}
+        self.contents: dict[str, list[Any]] = {}
+        """Per tool step: every content block its server answered with, when its value alone
+        does not give them back (``ToolResult.content``); what ``{step.content}`` reads."""
+        self._unsaved_content: dict[str, None] = {}
         self.errors: dict[str, str] = {}
         self.times: dict[str, list[float | None]] = {nid: [None, None, None] for nid in node_ids}
         """Per node: [ready, started, ended]: queueing is ready -> started, work started -> ended."""
@@ -95,9 +100,12 @@ class Journal:
         error: str | None = None,
         started: float | None = None,
         ended: float | None = None,
+        content: list[Any] | None = None,
     ) -> None:
         """Record a node's new state (journaled); ``started`` and ``ended`` override when its
-        work began and ended (a thread call is timed on its worker, not when trio collects it)."""
+        work began and ended (a thread call is timed on its worker, not when trio collects it).
+        ``content``: a succeeded tool step's content blocks, kept when its value does not
+        already give them back; written with the step's state, as a ``content`` event."""
         states = self.states
         prev = states[nid]
         states[nid] = state
@@ -117,6 +125,9 @@ class Journal:
             t[2] = now if ended is None else ended
         if state == _SUCCEEDED:
             self.outputs[nid] = output
+            if content is not None:
+                self.contents[nid] = content
+                self._unsaved_content[nid] = None
         if error is not None:
             self.errors[nid] = error
         self._dirty[nid] = None
@@ -154,8 +165,21 @@ class Journal:
         self, batch: list[NodeRecord], fn: Callable[..., Any] | None, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         if batch:
-            self.store.save_nodes(self.run_id, batch, owner=self.owner)
+            saved = [r.node_id for r in batch if r.node_id in self._unsaved_content]
+            if saved:
+                with self.store.transaction():  # a step's blocks and its state: both or neither
+                    self.store.save_nodes(self.run_id, batch, owner=self.owner)
+                    self._save_contents(saved)
+            else:
+                self.store.save_nodes(self.run_id, batch, owner=self.owner)
         return fn(*args, **kwargs) if fn is not None else None
+
+    def _save_contents(self, node_ids: list[str]) -> None:
+        """One ``content`` event per step (the latest one counts, should a crash repeat a read)."""
+        for nid in node_ids:
+            self._unsaved_content.pop(nid, None)
+            data = _json.encode({"content": self.contents[nid]}).decode()
+            self.store.append_event(self.run_id, CONTENT_EVENT, node_id=nid, data_json=data)
 
     def _take_dirty(self) -> list[NodeRecord]:
         if not self._dirty:
@@ -198,6 +222,8 @@ class Journal:
             if not finish():
                 return False
             store.save_nodes(self.run_id, [record])
+            if record.node_id in self._unsaved_content:
+                self._save_contents([record.node_id])
             run = store.get_run(self.run_id)
             if run.state != RunState.RUNNING or run.owner != self.owner:
                 data = {"step": record.node_id, "state": record.state, "run": run.state}
@@ -212,9 +238,11 @@ class Journal:
             if st in _OPEN:
                 self.set(nid, NodeState.CANCELLED, error=why)
 
-    def take_unsaved(self) -> list[NodeRecord]:
-        """Node states not yet written; the caller must now write them (in its own transaction)."""
-        return self._take_dirty()
+    def write_unsaved(self) -> None:
+        """Write the node states (and content blocks) not yet written, in the caller's transaction."""
+        batch = self._take_dirty()
+        self.store.save_nodes(self.run_id, batch, owner=self.owner)
+        self._save_contents([r.node_id for r in batch if r.node_id in self._unsaved_content])
 
     async def flusher(self) -> None:
         """Writes node states in batches while the run moves; cancel it when the drive ends."""
@@ -226,9 +254,13 @@ class Journal:
                 await self.db(None)
 
     # --- loading a run back from the store ---------------------------------------------
-    def restore(self, nodes: dict[str, NodeRecord], effects: dict[str, Any]) -> None:
-        """States as stored; an effect's own record is the truth about its step."""
+    def restore(
+        self, nodes: dict[str, NodeRecord], effects: dict[str, Any], contents: dict[str, list[Any]] | None = None
+    ) -> None:
+        """States as stored; an effect's own record is the truth about its step.
+        ``contents``: the steps' content blocks as stored (``stored_contents``)."""
         dec = msgspec.json.Decoder()
+        self.contents.update(contents or {})
         states = self.states
         for nid, rec in nodes.items():
             if nid not in states:

@@ -32,6 +32,7 @@ from ..errors import LostRunError, ToolError, VodouError
 from ..plan import ApprovalNode, JoinNode, QuestionNode, ToolNode, WriteNode
 from ..policy import BUILTIN_SERVER
 from ..states import NodeState, RunState
+from ..tools.results import blocks_of
 from . import builtin, writer
 from .calls import Tools
 from .context import RunContext
@@ -155,7 +156,7 @@ class Scheduler:
         """Run every node that can run; return the verdict (a RunState).
 
         The last node states are left unsaved on purpose: the caller writes them
-        (``journal.take_unsaved``) in the same transaction that parks or ends the
+        (``journal.write_unsaved``) in the same transaction that parks or ends the
         run, one thread hop instead of two.
         """
         self._recount()
@@ -416,9 +417,9 @@ class Scheduler:
                 elif node.effectful:
                     await self.effects.run_unasked(node)
                 else:
-                    out = await self._read(node)
+                    out, content = await self._read(node)
                     crashpoint("reads")
-                    journal.set(node.id, SUCCEEDED, output=out)
+                    journal.set(node.id, SUCCEEDED, output=out, content=content)
             elif isinstance(node, WriteNode):
                 await self._write(node)
             elif isinstance(node, (ApprovalNode, QuestionNode)):
@@ -430,14 +431,14 @@ class Scheduler:
         except STEP_ERRORS as exc:
             journal.set(node.id, FAILED, error=str(exc))
 
-    async def _read(self, node: ToolNode) -> Any:
+    async def _read(self, node: ToolNode) -> tuple[Any, list[Any] | None]:
         """A read step: its own timeout, and its retries with a pause that doubles (an
         effect never comes here: it is never tried again by itself)."""
         args = self.render(node.args)
         pause = RETRY_PAUSE_S
         for attempt in range(node.retries + 1):
             try:
-                return await self.tools.read(node.server, node.tool, args, timeout=node.timeout_s)
+                return await self.tools.read_whole(node.server, node.tool, args, timeout=node.timeout_s)
             except ToolError as exc:
                 if attempt == node.retries:
                     if node.retries:
@@ -455,8 +456,20 @@ class Scheduler:
             return self.inputs[name]
         raise template.MissingValue(f"{{{name}}} has no value")
 
+    def _content(self, name: str) -> list[Any] | None:
+        """A tool step's content blocks, for ``{step.content}``: as kept, or the one text
+        block its value gives back (``blocks_of``); None for anything else (an input, a
+        `write`, a built-in)."""
+        kept = self.journal.contents.get(name)
+        if kept is not None:
+            return kept
+        node = self.ctx.index.get(name)
+        if isinstance(node, ToolNode) and node.server != BUILTIN_SERVER and name in self.journal.outputs:
+            return blocks_of(self.journal.outputs[name])
+        return None
+
     def render(self, args: dict[str, Any]) -> Any:
-        return template.render(args, self._resolve)
+        return template.render(args, self._resolve, self._content)
 
     async def _write(self, node: WriteNode) -> None:
         present = {}

@@ -22,7 +22,25 @@ from vodou_engine.limits import check_json_depth, check_value_depth
 if TYPE_CHECKING:
     from mcp_types import CallToolResult, Tool
 
-__all__ = ["ToolInfo", "ToolResult", "to_result", "tool_info"]
+__all__ = [
+    "CONTENT_EVENT",
+    "ToolInfo",
+    "ToolResult",
+    "blocks_of",
+    "byte_words",
+    "describe_block",
+    "is_plain",
+    "stored_contents",
+    "to_result",
+    "tool_info",
+]
+
+
+_canonical = msgspec.json.Encoder(order="deterministic")
+
+CONTENT_EVENT = "content"
+"""The run event that keeps a tool step's content blocks, ``{"content": [block, ...]}``,
+written with the step's state when its value alone does not give them back."""
 
 
 class ToolInfo(msgspec.Struct, frozen=True):
@@ -63,6 +81,11 @@ class ToolResult(msgspec.Struct):
     text: str
     duration_s: float
     error_code: int | None = None
+    content: list[dict[str, Any]] | None = None
+    """Every content block as the server sent it (its JSON form: images, audio, resource
+    links, embedded resources, text, each with its annotations and ``_meta``), in order;
+    None when ``value`` gives them back whole (:func:`is_plain`: one plain text block that is
+    the value, or its JSON), so the record keeps it once. What a recipe reads as ``{step.content}`` (docs/recipe-language.md)."""
 
 
 def tool_info(tool: Tool) -> ToolInfo:
@@ -96,17 +119,51 @@ def maybe_json(text: str) -> Any:
         return text
 
 
+def is_plain(blocks: list[dict[str, Any]], value: Any) -> bool:
+    """Whether the value alone gives back every block (:func:`blocks_of`): no block at all
+    and no value, or one text block with no annotations and no ``_meta`` whose text is the
+    value itself, or an object or array that is the value (the structured content a server
+    also sends as text, or a text decoded as JSON). Then nothing is kept twice."""
+    if not blocks:
+        return value is None
+    if len(blocks) != 1:
+        return False
+    block = blocks[0]
+    if block.keys() != {"type", "text"} or block["type"] != "text":
+        return False
+    text = block["text"]
+    if text == value:
+        return True
+    if not isinstance(value, (dict, list)) or not isinstance(text, str) or text.lstrip()[:1] not in ("{", "["):
+        return False
+    try:
+        same = msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        return False
+    # compared as JSON, not as Python values: `true` is not `1`, nor `1.0` `1`
+    return bool(_canonical.encode(same) == _canonical.encode(value))
+
+
+def blocks_of(value: Any) -> list[dict[str, Any]]:
+    """The content blocks of an answer the value gives back whole (:func:`is_plain`): its one
+    text block (an object or array written as compact JSON), or none."""
+    if value is None:
+        return []
+    text = value if isinstance(value, str) else msgspec.json.encode(value).decode()
+    return [{"type": "text", "text": text}]
+
+
 def to_result(result: CallToolResult, duration: float) -> ToolResult:
-    """Raises ``limits.TooDeep`` when the result nests deeper than ``limits.MAX_DEPTH``."""
-    texts: list[str] = []
-    others: list[dict[str, Any]] = []
-    for block in result.content:
-        if block.type == "text":
-            texts.append(block.text)
-        else:
-            others.append(block.model_dump(mode="json", by_alias=True, exclude_none=True))
-    for other in others:
-        check_value_depth(other)
+    """The answer as the next steps read it, every content block kept beside the value.
+
+    Raises ``limits.TooDeep`` when the result nests deeper than ``limits.MAX_DEPTH``.
+    The blocks need no bound of their own: they came in one message, which the
+    transport bounded (``limits.MAX_MESSAGE_BYTES``) before the SDK parsed it.
+    """
+    blocks = [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in result.content]
+    texts = [block["text"] for block in blocks if block.get("type") == "text"]
+    for block in blocks:
+        check_value_depth(block)
     if result.structured_content is not None:
         check_value_depth(result.structured_content)
         value: Any = result.structured_content
@@ -115,5 +172,84 @@ def to_result(result: CallToolResult, duration: float) -> ToolResult:
         value = parsed[0] if len(parsed) == 1 else parsed
     else:
         # Only images/resources: hand them on as their JSON form rather than dropping them.
-        value = others or None
-    return ToolResult(value=value, is_error=bool(result.is_error), text="\n".join(texts), duration_s=duration)
+        value = [block for block in blocks if block.get("type") != "text"] or None
+    return ToolResult(
+        value=value,
+        is_error=bool(result.is_error),
+        text="\n".join(texts),
+        duration_s=duration,
+        content=None if is_plain(blocks, value) else blocks,
+    )
+
+
+def stored_contents(events: list[Any]) -> dict[str, list[Any]]:
+    """Each step's content blocks from a run's events (the latest per step, should a crash
+    have repeated a read)."""
+    out: dict[str, list[Any]] = {}
+    for e in events:
+        if e.kind == CONTENT_EVENT and e.node_id:
+            out[e.node_id] = msgspec.json.decode(e.data_json or "{}").get("content") or []
+    return out
+
+
+def byte_words(size: int) -> str:
+    """A number of bytes as a person skims it: ``812 bytes``, ``1.2 KB``, ``3.4 MB`` (1 KB = 1,024 bytes)."""
+    if size < 1024:
+        return f"{size:,} byte" + ("" if size == 1 else "s")
+    if size < 1024 * 1024:
+        return f"{size / 1024:.1f} KB"
+    return f"{size / (1024 * 1024):.1f} MB"
+
+
+def _base64_size(data: Any) -> int:
+    """How many bytes a base64 text decodes to, without decoding it."""
+    if not isinstance(data, str):
+        return 0
+    text = data.strip()
+    return max(0, len(text) * 3 // 4 - text[-2:].count("="))
+
+
+def _annotations(block: dict[str, Any]) -> str:
+    ann = block.get("annotations")
+    if not isinstance(ann, dict) or not ann:
+        return ""
+    parts = []
+    for key in sorted(ann):
+        value = ann[key]
+        parts.append(f"{key}: {', '.join(map(str, value)) if isinstance(value, list) else value}")
+    return " [" + "; ".join(parts) + "]"
+
+
+def describe_block(block: Any) -> str:
+    """One content block in a line, for ``recipe show`` and the run page: its kind, media type
+    and size, a link's URI and name, its annotations (``image/png, 1.2 KB``;
+    ``link file:///a.txt (a.txt), text/plain``). Server text: the caller escapes it."""
+    if not isinstance(block, dict):
+        return "a block of unknown shape"
+    kind = block.get("type")
+    if kind in ("image", "audio"):
+        line = f"{kind} {block.get('mimeType') or 'of unstated type'}, {byte_words(_base64_size(block.get('data')))}"
+    elif kind == "resource_link":
+        line = f"link {block.get('uri', '')}"
+        if block.get("name"):
+            line += f" ({block['name']})"
+        if block.get("mimeType"):
+            line += f", {block['mimeType']}"
+        if isinstance(block.get("size"), int):
+            line += f", {byte_words(block['size'])}"
+    elif kind == "resource":
+        found = block.get("resource")
+        res: dict[str, Any] = found if isinstance(found, dict) else {}
+        line = f"resource {res.get('uri', '')}"
+        if res.get("mimeType"):
+            line += f", {res['mimeType']}"
+        if isinstance(res.get("text"), str):
+            line += f", text of {len(res['text']):,} characters"
+        elif "blob" in res:
+            line += f", {byte_words(_base64_size(res.get('blob')))}"
+    elif kind == "text":
+        text = block.get("text")
+        line = f"text, {len(text) if isinstance(text, str) else 0:,} characters"
+    else:
+        line = f"{kind or 'untyped'} block"
+    return line + _annotations(block)

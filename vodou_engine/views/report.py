@@ -17,6 +17,7 @@ from ..errors import EXIT_DECLINED, EXIT_FAILED, EXIT_OK, EXIT_PARKED
 from ..osuser import os_user
 from ..reports import EffectView, RunReport, RunSummary, RunView, Together
 from ..text_safety import json_text
+from ..tools.results import describe_block
 from .term import cell, console, json_safe, out, say
 
 EXIT_FOR = {
@@ -339,6 +340,10 @@ def show(
                 say("\n".join("  " + line for line in n.output.splitlines()))
             else:
                 _block(n.node, _result(n.output, full))
+            if n.content:
+                say(f"  content ({len(n.content)} block{'' if len(n.content) == 1 else 's'}; --json has them whole):")
+                for block in n.content:
+                    say(f"    {describe_block(block)}")
     if view.approvals:
         say("\napprovals:", style="bold")
     for a in view.approvals:

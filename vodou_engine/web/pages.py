@@ -9,6 +9,7 @@ words, JSON pretty-printed, bars for the charts).
 from __future__ import annotations
 
 import json
+import re
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import msgspec
 
 from ..text_safety import json_text, shown
+from ..tools.results import describe_block
 from . import decide
 from .graph_svg import svg as graph_svg
 
@@ -92,6 +94,35 @@ def pretty(value: Any) -> str:
             text[:MAX_SHOWN] + f"\n… ({len(text) - MAX_SHOWN} more characters; `recipe show RUN --json` has all of it)"
         )
     return text
+
+
+INLINE_IMAGES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+"""Images the run page shows inline, as a ``data:`` URL (the page's CSP allows ``img-src data:``
+and nothing else from outside): raster types only, which carry no script of their own."""
+MAX_INLINE_IMAGE = 2 * 1024 * 1024
+"""The largest base64 text shown as an image; a larger one is described, and `show --json` has it."""
+_BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
+
+
+def content_item(block: Any) -> dict[str, Any]:
+    """One content block as the run page shows it: its line (``describe_block``), an image's
+    ``data:`` URL when it is one the page may show, a link's address when it is http(s)."""
+    item: dict[str, Any] = {"line": shown(describe_block(block)), "image": None, "href": None}
+    if not isinstance(block, dict):
+        return item
+    data, mime = block.get("data"), block.get("mimeType")
+    if (
+        block.get("type") == "image"
+        and mime in INLINE_IMAGES
+        and isinstance(data, str)
+        and len(data) <= MAX_INLINE_IMAGE
+        and _BASE64.fullmatch(data)
+    ):
+        item["image"] = f"data:{mime};base64,{data}"
+    uri = block.get("uri") if block.get("type") == "resource_link" else None
+    if isinstance(uri, str) and uri.lower().startswith(("https://", "http://")):
+        item["href"] = uri
+    return item
 
 
 def _decode(raw: str | bytes | None) -> Any:
@@ -310,6 +341,7 @@ def run_page(runs: Any, run_id: str, me: str, now: float) -> dict[str, Any]:
             "started": None if n.started_at is None or t0 is None else f"+{duration(n.started_at - t0)}",
             "took": duration(took), "took_s": took,
             "output": pretty(n.output) if n.has_output else None,
+            "content": [content_item(b) for b in n.content or ()],
         })  # fmt: skip
     effects = [
         {
