@@ -31,6 +31,10 @@ class PendingApproval(Doc):
     """What is stored of this question no longer gives its fingerprint (the store was edited):
     it has no card and nobody can decide it (``refusal`` says so, to be shown in its place)."""
     refusal: str | None = None
+    asks: dict[str, Any] | None = None
+    """A server's question in the middle of the step's call (``{"server", "tool", "message",
+    "schema"}``): answered with ``Runs.answer``, not approved; None for an approval or a
+    recipe's own question."""
 
 
 class Together(Doc):
@@ -99,6 +103,8 @@ class NodeView(Doc):
     error: str | None = None
     output: Any = None
     has_output: bool = False
+    progress: dict[str, Any] | None = None
+    """The latest progress its server reported on its call (``{"progress", "total"?, "message"?}``)."""
 
 
 class ApprovalView(Doc):

@@ -80,7 +80,7 @@ class ViewsMixin(RunsCore):
         never called), risks raised by annotations, and where each server comes from.
         ``online=False`` starts nothing."""
         from ..compiler import compile_recipe
-        from ..planning import check_hints, list_tools, resolve, servers_of
+        from ..planning import check_hints, resolve, servers_of, survey
 
         plan, recipe_text, path = self.load(source, text=text)
         hidden = source_warnings(recipe_text or "", path)  # characters written into the recipe that nobody sees
@@ -89,8 +89,8 @@ class ViewsMixin(RunsCore):
                 plan=plan, path=path, note="offline: servers not started, tool names not checked", warnings=hidden
             )
         servers = self.servers()
-        tools = await list_tools(servers.servers, servers_of(plan))
-        status, hints = resolve(plan, servers.servers, tools, servers.disabled)
+        tools, task_only = await survey(servers.servers, servers_of(plan))
+        status, hints = resolve(plan, servers.servers, tools, servers.disabled, task_only)
         if recipe_text is not None and hints:
             plan = compile_recipe(recipe_text, path, policy=self.policy(), hints=hints)
         elif recipe_text is None:
@@ -259,6 +259,7 @@ def _view(store: Any, run: Any, now: float) -> RunView:
     # `unknown` never stands for "not finished yet".
     by_effect = {e.step: _EFFECT_STEP.get(e.state, NodeState.UNKNOWN) for e in effects}
     bindings = decode_bindings(run.servers_json)
+    heard = {e.node_id: e.data_json for e in store.events(run.id) if e.kind == "progress" and e.node_id}
     for n in plan.nodes:
         rec = nodes.get(n.id)
         st = by_effect.get(n.id) or (rec.state if rec else NodeState.PENDING)
@@ -270,6 +271,7 @@ def _view(store: Any, run: Any, now: float) -> RunView:
             node=n.id, kind=node_kind(n), state=st,
             ready_at=rec.ready_at if rec else None, started_at=rec.started_at if rec else None, ended_at=rec.ended_at if rec else None,
             error=rec.error if rec else None, output=dec.decode(rec.output_json) if has_output else None, has_output=has_output,
+            progress=dec.decode(heard[n.id]) if n.id in heard else None,
         ))  # fmt: skip
     return RunView(
         run=run.id,

@@ -22,6 +22,7 @@ from .freeze import IDEMPOTENCY_FIELDS
 from .threads import Blocking
 
 if TYPE_CHECKING:
+    from ..tools.hooks import CallHooks
     from ..tools.hub import Hub
 
 
@@ -30,9 +31,18 @@ class Tools:
         self.hub = hub
         self.threads = threads
 
-    async def read(self, server: str, tool: str, args: dict[str, Any], *, timeout: float | None = None) -> Any:
+    async def read(
+        self,
+        server: str,
+        tool: str,
+        args: dict[str, Any],
+        *,
+        timeout: float | None = None,
+        hooks: CallHooks | None = None,
+    ) -> Any:
         """A read's value; ToolError (the step fails) for an error or no usable reply.
-        ``timeout``: the step's own limit (else the server's ``callTimeout``)."""
+        ``timeout``: the step's own limit (else the server's ``callTimeout``); ``hooks``:
+        what the step hears while the call is out (``runtime/elicit.py``)."""
         if server == BUILTIN_SERVER:
             fn, blocking = builtin.TOOLS[tool]
             if not blocking:
@@ -49,7 +59,7 @@ class Tools:
             )
         if self.hub is None:
             raise NotSentError(f"no server session for {server}", server=server)
-        result = await self.hub.call(server, tool, args, timeout=timeout)
+        result = await self.hub.call(server, tool, args, timeout=timeout, hooks=hooks)
         if result.is_error:
             code = f" (JSON-RPC error {result.error_code})" if result.error_code is not None else ""
             raise ToolError(
@@ -80,8 +90,16 @@ class Tools:
                     break
         return args
 
-    async def effect(self, server: str, tool: str, args: dict[str, Any], *, timeout: float | None = None) -> Any:
+    async def effect(
+        self,
+        server: str,
+        tool: str,
+        args: dict[str, Any],
+        *,
+        timeout: float | None = None,
+        hooks: CallHooks | None = None,
+    ) -> Any:
         """The hub's answer to an effect: a ToolResult, or NotSentError / NoReplyError."""
         if self.hub is None:
             raise NotSentError(f"no server session for {server}; nothing was called", server=server)
-        return await self.hub.call(server, tool, args, timeout=timeout)
+        return await self.hub.call(server, tool, args, timeout=timeout, hooks=hooks)

@@ -92,6 +92,14 @@ def pretty(value: Any) -> str:
     return text
 
 
+def progress_line(doc: dict[str, Any]) -> str:
+    """A server's latest progress on a step's call: ``3/10 step 3`` (``3`` with no total); the
+    message is a server's text, shown as every card shows one."""
+    value, total = doc.get("progress"), doc.get("total")
+    amount = f"{value:g}/{total:g}" if isinstance(total, (int, float)) else f"{value}"
+    return shown(amount + (f" {doc['message']}" if doc.get("message") else ""))
+
+
 def _decode(raw: str | bytes | None) -> Any:
     return None if raw is None else msgspec.json.decode(raw)
 
@@ -276,6 +284,7 @@ def run_page(runs: Any, run_id: str, me: str, now: float) -> dict[str, Any]:
             "started": None if n.started_at is None or t0 is None else f"+{duration(n.started_at - t0)}",
             "took": duration(took), "took_s": took,
             "output": pretty(n.output) if n.has_output else None,
+            "progress": progress_line(n.progress) if n.progress is not None else None,
         })  # fmt: skip
     effects = [
         {

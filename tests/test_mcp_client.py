@@ -1,0 +1,122 @@
+"""The engine's MCP client says what it can do, and does it (docs/servers.md, "What the client declares").
+
+Through the CLI against real server processes: tests/sdk_server.py (the official SDK's
+``MCPServer`` over stdio) reports progress on ``get-count``, asks the user a question
+(form elicitation) in ``get-name``, and lists ``research`` as callable only as a task.
+What a server received is read from its own log.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from vodou_engine.store import open_store
+
+SDK_SERVER = str(Path(__file__).with_name("sdk_server.py"))
+
+
+def setup(tmp_path: Path, recipe: str) -> Path:
+    log = tmp_path / "sdk.log"
+    servers = {"mcpServers": {"sdk": {"command": sys.executable, "args": [SDK_SERVER], "env": {"SDK_LOG": str(log)}}}}
+    (tmp_path / "mcp.json").write_text(json.dumps(servers))
+    (tmp_path / "case.recipe").write_text(recipe)
+    return log
+
+
+def logged(log: Path, tool: str) -> list[dict]:
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [r for r in map(json.loads, lines) if r.get("tool") == tool]
+
+
+def events(store_location: str, run_id: str, kind: str) -> list[dict]:
+    store = open_store(store_location, create=False)
+    try:
+        return [json.loads(e.data_json) | {"node": e.node_id} for e in store.events(run_id) if e.kind == kind]
+    finally:
+        store.close()
+
+
+# --- progress --------------------------------------------------------------------------------------
+def test_a_servers_progress_on_a_call_is_recorded_with_the_run_and_shown(cli, tmp_path, store_location):
+    log = setup(tmp_path, 'recipe "count"\ncount: sdk.get-count {"steps": 3}\n')
+    rep = cli("run", "case.recipe", "--json", expect=0).json()
+    assert [r["progress"] for r in logged(log, "get-count")] == [1, 2, 3]  # the server sent three
+    heard = events(store_location, rep["run"], "progress")
+    assert heard and all(h["node"] == "count" and h["total"] == 3 for h in heard)
+    assert heard[-1] == {"node": "count", "progress": 3, "total": 3, "message": "step 3"}  # the latest is kept
+    view = cli("show", rep["run"], "--json", expect=0).json()
+    assert view["nodes"][0]["progress"] == {"progress": 3, "total": 3, "message": "step 3"}
+    assert "progress 3/3 step 3" in cli("show", rep["run"], expect=0).out
+
+
+# --- elicitation -----------------------------------------------------------------------------------
+ASK = 'recipe "greet"\ngreeting: sdk.get-name {}\nsaid: vodou.echo {"text": "{greeting}"}\n'
+
+
+def test_a_servers_question_parks_the_run_and_the_answer_reaches_the_server_once(cli, tmp_path, store_location):
+    log = setup(tmp_path, ASK)
+    parked = cli("run", "case.recipe", "--json", expect=3).json()
+    run = parked["run"]
+    assert [p["step"] for p in parked["pending"]] == ["greeting"]
+    asks = parked["pending"][0]["asks"]
+    assert asks["message"] == "Whom should I greet?" and asks["schema"]["required"] == ["name"]
+    assert (
+        "Whom should I greet?" in parked["pending"][0]["card"]
+        and "name (string, required)" in parked["pending"][0]["card"]
+    )
+    assert [r["answer"] for r in logged(log, "get-name")] == ["cancel"]  # told cancel while the run parks
+
+    # an answer that does not fit the schema is refused, nothing recorded
+    bad = cli("answer", run, "greeting", "--fields", '{"excited": "very"}', expect=2)
+    assert "does not fit" in bad.err and "'name' is a required property" in bad.err
+    # approving is not answering
+    assert "answer to its server's question" in cli("approve", run, "greeting", "--yes", expect=2).err
+
+    done = cli("answer", run, "greeting", "--fields", '{"name": "Ada", "excited": true}', "--json", expect=0).json()
+    assert done["state"] == "succeeded"
+    answers = logged(log, "get-name")
+    assert [a for a in answers if a["answer"] == "accept"] == [
+        {"tool": "get-name", "answer": "accept", "content": {"name": "Ada", "excited": True}, "pid": answers[-1]["pid"]}
+    ]  # the server received the answer exactly once
+    view = cli("show", run, "--json", expect=0).json()
+    assert next(n for n in view["nodes"] if n["node"] == "greeting")["output"] == {"result": "hello Ada!"}
+    decided = events(store_location, run, "approval.decided")
+    assert json.loads(decided[-1]["reason"]) == {"action": "accept", "content": {"name": "Ada", "excited": True}}
+    assert len(events(store_location, run, "elicitation.supplied")) == 1
+
+
+def test_a_declined_question_is_declined_to_the_server(cli, tmp_path):
+    log = setup(tmp_path, ASK)
+    run = cli("run", "case.recipe", "--json", expect=3).json()["run"]
+    done = cli("answer", run, "greeting", "--decline", "--json", expect=0).json()
+    assert done["state"] == "succeeded"
+    assert [r["answer"] for r in logged(log, "get-name")] == ["cancel", "decline"]
+    view = cli("show", run, "--json", expect=0).json()
+    assert next(n for n in view["nodes"] if n["node"] == "greeting")["output"] == {"result": "declined"}
+
+
+def test_a_question_waiting_for_an_answer_is_not_asked_again_on_resume(cli, tmp_path):
+    log = setup(tmp_path, ASK)
+    run = cli("run", "case.recipe", "--json", expect=3).json()["run"]
+    again = cli("resume", run, "--json", expect=3).json()
+    assert [p["step"] for p in again["pending"]] == ["greeting"]
+    assert len(logged(log, "get-name")) == 1  # the server was not called again while nobody answered
+
+
+# --- tasks -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("command", ["plan", "run"])
+def test_a_tool_callable_only_as_a_task_is_refused_before_anything_runs(cli, tmp_path, command):
+    log = setup(tmp_path, 'recipe "research"\nfind: sdk.research {"topic": "bees"}\n')
+    out = cli(command, "case.recipe", expect=2)
+    assert 'can only be called as a task (its server lists it with execution.taskSupport "required")' in (
+        out.out + out.err
+    )
+    assert "Traceback" not in out.err
+    assert logged(log, "research") == []  # never called
+    if command == "plan":
+        tools = cli("plan", "case.recipe", "--json", expect=2).json()["tools"]
+        assert tools["find"]["exists"] is False and "sdk.research" in tools["find"]["note"]
