@@ -21,6 +21,9 @@ Tools
     (a string, required) and ``excited`` (a boolean); logs ``{"tool": "get-name",
     "answer": action, "content": ...}`` per answer it receives, and answers the greeting,
     or ``"declined"`` / ``"cancelled"``.
+``send-note``
+    An effect that asks "Send it?" (form elicitation, ``sure``: boolean) before it sends;
+    logs ``{"tool": "send-note", "answer": action}`` and answers ``"sent"`` only when accepted.
 ``research``
     Listed with ``execution.taskSupport: "required"``: a client must call it as a task.
 
@@ -124,6 +127,24 @@ async def ask_name(ctx: Context) -> str:
     return "declined" if action == "decline" else "cancelled"
 
 
+class Sure(BaseModel):
+    sure: bool
+
+
+async def send_note(text: str, ctx: Context) -> str:
+    """Send a note, once the user confirms."""
+    answer = await ctx.elicit("Send it?", Sure)
+    action = (
+        "accept"
+        if isinstance(answer, AcceptedElicitation)
+        else "decline"
+        if isinstance(answer, DeclinedElicitation)
+        else "cancel"
+    )
+    log({"tool": "send-note", "answer": action})
+    return "sent" if action == "accept" else "not sent"
+
+
 def research(topic: str) -> str:
     """Research a topic (a long task)."""
     log({"tool": "research", "arguments": {"topic": topic}})
@@ -136,6 +157,7 @@ server.add_tool(notes_list, name="notes.list", annotations=READ)
 server.add_tool(count_slowly, name="get-count", annotations=READ)
 server.add_tool(ask_name, name="get-name", annotations=READ)
 server.add_tool(research, name="research", annotations=READ)
+server.add_tool(send_note, name="send-note")
 server.add_tool(
     notes_add,
     name="notes.add",

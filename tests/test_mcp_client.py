@@ -107,6 +107,16 @@ def test_a_question_waiting_for_an_answer_is_not_asked_again_on_resume(cli, tmp_
     assert len(logged(log, "get-name")) == 1  # the server was not called again while nobody answered
 
 
+def test_a_question_during_an_effect_is_declined_and_logged(cli, tmp_path, store_location):
+    log = setup(tmp_path, 'recipe "send"\nsent: sdk.send-note {"text": "hi"}\n')
+    run = cli("run", "case.recipe", "--json", expect=3).json()["run"]  # the effect parks for its approval
+    cli("approve", run, "sent", "--yes", expect=0)
+    assert [r["answer"] for r in logged(log, "send-note")] == ["decline"]  # called once, declined at once
+    declined = events(store_location, run, "elicitation.declined")
+    assert [(d["node"], d["message"]) for d in declined] == [("sent", "Send it?")]
+    assert cli("show", run, "--json", expect=0).json()["approvals"][-1]["state"] == "approved"
+
+
 # --- tasks -----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("command", ["plan", "run"])
 def test_a_tool_callable_only_as_a_task_is_refused_before_anything_runs(cli, tmp_path, command):
