@@ -9,6 +9,8 @@ What a server received is read from its own log.
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -130,3 +132,49 @@ def test_a_tool_callable_only_as_a_task_is_refused_before_anything_runs(cli, tmp
     if command == "plan":
         tools = cli("plan", "case.recipe", "--json", expect=2).json()["tools"]
         assert tools["find"]["exists"] is False and "sdk.research" in tools["find"]["note"]
+
+
+# --- the published reference server ----------------------------------------------------------------
+EVERYTHING = "@modelcontextprotocol/server-everything@2026.8.31"
+
+
+def everything_cached() -> bool:
+    """npm has the published server in its cache here (the test never downloads it)."""
+    if shutil.which("npx") is None:
+        return False
+    probe = subprocess.run(
+        ["npx", "--offline", "-y", EVERYTHING], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL
+    )
+    return probe.returncode == 0
+
+
+def test_the_reference_servers_question_progress_and_task_tool(cli, tmp_path, store_location):
+    if not everything_cached():
+        pytest.skip(f"npm's cache has no {EVERYTHING} (npx -y {EVERYTHING} puts it there)")
+    servers = {"mcpServers": {"everything": {"command": "npx", "args": ["--offline", "-y", EVERYTHING]}}}
+    (tmp_path / "mcp.json").write_text(json.dumps(servers))
+    # Its question tool is named like an effect; the person who runs it says it only asks.
+    (tmp_path / "vodou-policy.toml").write_text('[tools."everything.trigger-elicitation-request"]\nrisk = "read"\n')
+    (tmp_path / "task.recipe").write_text('recipe "t"\nfind: everything.simulate-research-query {"topic": "bees"}\n')
+    note = cli("plan", "task.recipe", "--json", expect=2).json()["tools"]["find"]["note"]
+    assert "can only be called as a task" in note
+
+    (tmp_path / "ask.recipe").write_text('recipe "a"\nform: everything.trigger-elicitation-request {}\n')
+    parked = cli("run", "ask.recipe", "--json", expect=3).json()
+    run, card = parked["run"], parked["pending"][0]
+    assert card["asks"]["schema"]["required"] == ["name"] and "name (string, required)" in card["card"]
+    bad = cli("answer", run, "form", "--fields", '{"name": "Ada", "email": "not an address"}', expect=2)
+    assert "`email`: 'not an address' is not a 'email'" in bad.err
+    done = cli("answer", run, "form", "--fields", '{"name": "Ada Lovelace", "integer": 7}', "--json", expect=0).json()
+    assert done["state"] == "succeeded"
+    out = cli("show", run, "--json", expect=0).json()["nodes"][0]["output"]
+    said = "\n".join(out)  # the server says what it received
+    assert "- Name: Ada Lovelace" in said and '"action": "accept"' in said
+
+    (tmp_path / "long.recipe").write_text(
+        'recipe "l"\nlong: everything.trigger-long-running-operation {"duration": 0.3, "steps": 3}\n'
+    )
+    run = cli("run", "long.recipe", "--json", expect=3).json()["run"]  # named like an effect: approved first
+    cli("approve", run, "long", "--yes", expect=0)
+    heard = events(store_location, run, "progress")
+    assert heard and heard[-1] == {"node": "long", "progress": 3, "total": 3}

@@ -59,7 +59,8 @@ def check_answer_fits(run_id: str, approval: Any, answer: dict[str, Any] | None)
         return
     schema = payload[ELICITATION].get("schema") or {}
     validator_class = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    errors = sorted(validator_class(schema).iter_errors(answer["content"]), key=lambda e: list(e.path))
+    validator = validator_class(schema, format_checker=validator_class.FORMAT_CHECKER)  # "email", "date"...
+    errors = sorted(validator.iter_errors(answer["content"]), key=lambda e: list(e.path))
     if errors:
         words = "; ".join((f"`{'.'.join(str(p) for p in e.path)}`: " if e.path else "") + e.message for e in errors[:5])
         raise UsageError(
