@@ -61,6 +61,7 @@ class DecisionsMixin(DriveMixin):
         proof: str = "api",
         hub: Any = None,
         drive: bool = True,
+        _answer: dict[str, Any] | None = None,
     ) -> RunReport:
         """Approve the pending question of ``step`` and drive the run on: here, or, when
         this store's runs go on in the workers (:attr:`workers`), by queueing its resume
@@ -70,13 +71,47 @@ class DecisionsMixin(DriveMixin):
         ``fingerprint``: approve only if the question is still the one with this
         fingerprint (the card the person read). Everything that would stop the
         run from going on (its servers resolve differently, the policy or the
-        recipe changed) is refused before the decision is recorded. A server's
-        question (its card says ``asks``) is answered with :meth:`answer` instead.
+        recipe changed) is refused before the decision is recorded. A server's question
+        (``PendingApproval.asks``) is answered with :meth:`answer` instead, which passes
+        ``_answer`` (recorded as the decision's reason, as JSON).
         """
-        return await self._decide_and_drive(
-            run_id, step, None, actor=actor, fingerprint=fingerprint, model=model, on_change=on_change,
-            prespawned=prespawned, proof=proof, hub=hub, drive=drive,
-        )  # fmt: skip
+        store = self.store(create=False)
+        queue = drive and self.workers
+        reason = None if _answer is None else msgspec.json.encode(_answer).decode()
+
+        def check_and_decide() -> tuple[Any, Plan, ServerSet, Policy]:
+            run, approval = _find_approval(store, run_id, step)
+            if fingerprint and fingerprint != approval.fingerprint:
+                raise _stale_fingerprint(store, run_id, approval, fingerprint)
+            check_answer_fits(run_id, approval, _answer)
+            plan, servers, policy = self._ready_to_drive(store, run)
+            _check_card(run, approval)
+            if hub is not None and drive and not queue:  # warm servers handed in: started where the run's start?
+                started_where(run_id, servers, hub)
+            if not queue:
+                _decide(store, approval, ApprovalState.APPROVED, actor, reason, proof)
+                return run, plan, servers, policy
+            conn = store_queue(store)
+            refusal = None
+            with store.transaction():  # the decision and the job that acts on it commit together
+                try:
+                    _decide(store, approval, ApprovalState.APPROVED, actor, reason, proof)
+                except RefusedError as exc:
+                    refusal = exc  # the refused attempt stays in the run's log
+                else:
+                    defer_drive_in(conn, run_id)
+            if refusal is not None:
+                raise refusal
+            return run, plan, servers, policy
+
+        run, plan, servers, policy = await in_thread(check_and_decide)
+        if queue:
+            return await in_thread(self._report, run_id, queued=True)
+        if not drive:  # the caller drives it (a long-lived process, on its own task)
+            return await in_thread(self._report, run_id)
+        return await self._take_and_drive(
+            run_id, servers, policy, model=model, on_change=on_change, prespawned=prespawned, busy_ok=True, hub=hub
+        )
 
     @plain
     async def answer(
@@ -103,64 +138,10 @@ class DecisionsMixin(DriveMixin):
         server when the step's call is made again and it asks the same question; once.
         Everything :meth:`approve` checks is checked first.
         """
-        doc = answer_doc(action, content)
-        return await self._decide_and_drive(
-            run_id, step, doc, actor=actor, fingerprint=fingerprint, model=model, on_change=on_change,
-            prespawned=prespawned, proof=proof, hub=hub, drive=drive,
+        return await self.approve(
+            run_id, step, actor=actor, fingerprint=fingerprint, model=model, on_change=on_change,
+            prespawned=prespawned, proof=proof, hub=hub, drive=drive, _answer=answer_doc(action, content),
         )  # fmt: skip
-
-    async def _decide_and_drive(
-        self,
-        run_id: str,
-        step: str | None,
-        answer: dict[str, Any] | None,
-        *,
-        actor: str,
-        fingerprint: str | None,
-        model: str | None,
-        on_change: Callable[[str, str], None] | None,
-        prespawned: Any,
-        proof: str,
-        hub: Any,
-        drive: bool,
-    ) -> RunReport:
-        store = self.store(create=False)
-        queue = drive and self.workers
-        reason = None if answer is None else msgspec.json.encode(answer).decode()
-
-        def check_and_decide() -> tuple[Any, Plan, ServerSet, Policy]:
-            run, approval = _find_approval(store, run_id, step)
-            if fingerprint and fingerprint != approval.fingerprint:
-                raise _stale_fingerprint(store, run_id, approval, fingerprint)
-            check_answer_fits(run_id, approval, answer)
-            plan, servers, policy = self._ready_to_drive(store, run)
-            _check_card(run, approval)
-            if hub is not None and drive and not queue:  # warm servers handed in: started where the run's start?
-                started_where(run_id, servers, hub)
-            if not queue:
-                _decide(store, approval, ApprovalState.APPROVED, actor, reason, proof)
-                return run, plan, servers, policy
-            conn = store_queue(store)
-            refusal = None
-            with store.transaction():  # the decision and the job that acts on it commit together
-                try:
-                    _decide(store, approval, ApprovalState.APPROVED, actor, reason, proof)
-                except RefusedError as exc:
-                    refusal = exc  # the refused attempt stays in the run's log
-                else:
-                    defer_drive_in(conn, run_id)
-            if refusal is not None:
-                raise refusal
-            return run, plan, servers, policy
-
-        _run, _plan, servers, policy = await in_thread(check_and_decide)
-        if queue:
-            return await in_thread(self._report, run_id, queued=True)
-        if not drive:  # the caller drives it (a long-lived process, on its own task)
-            return await in_thread(self._report, run_id)
-        return await self._take_and_drive(
-            run_id, servers, policy, model=model, on_change=on_change, prespawned=prespawned, busy_ok=True, hub=hub
-        )
 
     @plain
     async def reject(
