@@ -9,9 +9,11 @@ What a server received is read from its own log.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -89,6 +91,63 @@ def test_a_servers_question_parks_the_run_and_the_answer_reaches_the_server_once
     decided = events(store_location, run, "approval.decided")
     assert json.loads(decided[-1]["reason"]) == {"action": "accept", "content": {"name": "Ada", "excited": True}}
     assert len(events(store_location, run, "elicitation.supplied")) == 1
+
+
+def on_a_terminal(cli, *args: str, dialogue: list[tuple[bytes, bytes]]) -> tuple[int, str]:
+    """``recipe ARGS`` on a pseudo-terminal: for each (prompt, typed), wait for the prompt and type;
+    then read to the end. (exit code, everything printed)."""
+    import pty
+    import select
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the command, on the terminal
+        try:
+            os.chdir(cli.tmp)
+            os.execve(sys.executable, cli.argv(*args), cli.env)
+        finally:
+            os._exit(127)
+    out = b""
+    deadline = time.monotonic() + 120
+
+    def more() -> bytes:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        assert ready, f"nothing within 120 s:\n{out.decode(errors='replace')}"
+        try:
+            return os.read(fd, 65536)
+        except OSError:  # the terminal closed: the command ended
+            return b""
+
+    try:
+        seen = 0
+        for prompt, typed in dialogue:
+            while prompt not in out[seen:]:
+                chunk = more()
+                assert chunk, f"ended before {prompt!r}:\n{out.decode(errors='replace')}"
+                out += chunk
+            seen = out.index(prompt, seen) + len(prompt)
+            os.write(fd, typed)
+        while chunk := more():
+            out += chunk
+    finally:
+        os.close(fd)
+        _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), out.decode(errors="replace").replace("\r\n", "\n")
+
+
+def test_at_a_terminal_the_run_asks_the_servers_question_field_by_field(cli, tmp_path):
+    log = setup(tmp_path, ASK)
+    code, out = on_a_terminal(
+        cli, "run", "case.recipe",
+        dialogue=[(b"decide later:", b"a\n"), (b"name (string, required):", b"\n"),
+                  (b"name (string, required):", b"Grace\n"), (b"excited (boolean):", b"maybe\n"),
+                  (b"excited (boolean):", b"y\n")],
+    )  # fmt: skip
+    assert code == 0, out
+    assert "Whom should I greet?" in out and "name is required" in out and "answer y or n" in out
+    assert [(a["answer"], a["content"]) for a in logged(log, "get-name")] == [
+        ("cancel", None),
+        ("accept", {"name": "Grace", "excited": True}),
+    ]
 
 
 def test_a_declined_question_is_declined_to_the_server(cli, tmp_path):

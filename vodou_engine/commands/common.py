@@ -217,12 +217,16 @@ def _fill_in(asks: dict[str, Any]) -> tuple[str, dict[str, Any] | None] | None:
         schema = asks.get("schema") or {}
         required = set(schema.get("required") or [])
         content: dict[str, Any] = {}
-        for name, prop in (schema.get("properties") or {}).items():
-            prop = prop if isinstance(prop, dict) else {}
+        properties = schema.get("properties") or {}
+        for name in sorted(properties, key=lambda n: n not in required):  # the required ones first
+            prop = properties[name] if isinstance(properties[name], dict) else {}
             while True:
                 text = ask(f"{name} ({prop.get('type', 'text')}{', required' if name in required else ''}): ").strip()
                 if not text and name not in required:
                     break
+                if not text:
+                    say(f"{name} is required", style="red")
+                    continue
                 try:
                     content[name] = _typed(text, prop)
                     break

@@ -196,6 +196,13 @@ def report(rep: RunReport, *, json_out: bool = False, store_flag: str = "") -> i
                 say(f"cancel:   recipe cancel {rep.run}{store_flag}")
                 continue
             say(a.card)
+            if a.asks is not None:  # a server's question: answered, not approved
+                say(
+                    f"answer:   recipe answer {rep.run} {a.step} --fields '{{...}}' --fingerprint {a.fingerprint}{store_flag}",
+                    style="bold",
+                )
+                say(f"decline:  recipe answer {rep.run} {a.step} --decline{store_flag}")
+                continue
             say(f"approve:  recipe approve {rep.run} {a.step} --fingerprint {a.fingerprint}{store_flag}", style="bold")
             say(f"reject:   recipe reject {rep.run} {a.step}{store_flag}")
         for step, why in rep.unknown.items():
