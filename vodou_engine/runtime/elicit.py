@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ..cards import ELICITATION, elicitation_card_text
+from ..cards import ELICITATION, elicitation_card_text, is_elicitation
 from ..states import ApprovalState, NodeState
 from ..store import ApprovalRecord
 from ..tools.hooks import Answer, CallHooks, Question
@@ -133,7 +133,7 @@ class Elicitations:
         seen = self.gates.seen if self.gates.seen is not None else self._seen
         if seen is None:  # read once per drive (again after a wake-up), not once per read
             seen = self._seen = await self.journal.db(self.journal.store.approvals, self.ctx.run_id)
-        mine = [a for a in seen if a.node_id == node.id and ELICITATION in str(a.payload_json)]
+        mine = [a for a in seen if a.node_id == node.id and _asks(a)]
         if not mine:
             return False
         latest = max(mine, key=lambda a: a.asked_at)
@@ -180,3 +180,11 @@ class Elicitations:
         await journal.db(journal.store.ask, rec, owner=journal.owner)
         journal.set(node.id, NodeState.WAITING)
         return rec
+
+
+def _asks(approval: ApprovalRecord) -> bool:
+    """The stored question is a server's (a step's own node id holds no other question)."""
+    try:
+        return is_elicitation(msgspec.json.decode(approval.payload_json))
+    except msgspec.DecodeError:
+        return False  # a row that does not decode is refused where it is shown or decided
