@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from http_server import HttpServer
 
 from vodou_engine.store import open_store
 
@@ -176,6 +177,25 @@ def test_a_question_during_an_effect_is_declined_and_logged(cli, tmp_path, store
     declined = events(store_location, run, "elicitation.declined")
     assert [(d["node"], d["message"]) for d in declined] == [("sent", "Send it?")]
     assert cli("show", run, "--json", expect=0).json()["approvals"][-1]["state"] == "approved"
+
+
+def test_over_streamable_http_the_question_and_the_progress_come_the_same_way(cli, tmp_path, store_location):
+    server = HttpServer(tmp_path).start()
+    try:
+        (tmp_path / "mcp.json").write_text(json.dumps({"mcpServers": {"web": {"url": server.url}}}))
+        (tmp_path / "case.recipe").write_text('recipe "who"\nwho: web.get_name {}\n')
+        parked = cli("run", "case.recipe", "--json", expect=3).json()
+        run = parked["run"]
+        assert parked["pending"][0]["asks"]["message"] == "Who is it?"
+        done = cli("answer", run, "who", "--fields", '{"name": "Lin"}', "--json", expect=0).json()
+        assert done["state"] == "succeeded"
+        got = [(c["answer"], c["content"]) for c in server.calls("get_name")]
+        assert got == [("cancel", None), ("accept", {"name": "Lin"})]  # the answer reached it once
+        assert events(store_location, run, "progress")[-1] == {
+            "node": "who", "progress": 2, "total": 2, "message": "answered"
+        }  # fmt: skip
+    finally:
+        server.stop()
 
 
 # --- tasks -----------------------------------------------------------------------------------------
