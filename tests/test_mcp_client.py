@@ -213,6 +213,22 @@ def test_a_tool_callable_only_as_a_task_is_refused_before_anything_runs(cli, tmp
         assert tools["find"]["exists"] is False and "sdk.research" in tools["find"]["note"]
 
 
+def test_an_agent_checking_a_recipe_hears_that_a_task_only_tool_is_refused(cli, tmp_path):
+    from test_agents import Agent, run
+
+    log = setup(tmp_path, "")
+
+    async def main() -> None:
+        async with Agent(cli, "--servers", str(tmp_path / "mcp.json")) as agent:
+            data = await agent.ok("check_recipe", recipe='find: sdk.research {"topic": "bees"}\n')
+            (e,) = data["errors"]
+            assert e["code"] == "tool.unknown" and "can only be called as a task" in e["message"]
+            assert e["line"] == 1 and e["caret"].strip() == "^" * len("sdk.research")
+
+    run(main)
+    assert logged(log, "research") == []
+
+
 # --- the published reference server ----------------------------------------------------------------
 EVERYTHING = "@modelcontextprotocol/server-everything@2026.8.31"
 
