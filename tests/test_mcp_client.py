@@ -169,13 +169,13 @@ def test_a_question_waiting_for_an_answer_is_not_asked_again_on_resume(cli, tmp_
     assert len(logged(log, "get-name")) == 1  # the server was not called again while nobody answered
 
 
-def test_a_question_during_an_effect_is_declined_and_logged(cli, tmp_path, store_location):
+def test_a_question_during_an_effect_is_cancelled_and_logged(cli, tmp_path, store_location):
     log = setup(tmp_path, 'recipe "send"\nsent: sdk.send-note {"text": "hi"}\n')
     run = cli("run", "case.recipe", "--json", expect=3).json()["run"]  # the effect parks for its approval
     cli("approve", run, "sent", "--yes", expect=0)
-    assert [r["answer"] for r in logged(log, "send-note")] == ["decline"]  # called once, declined at once
-    declined = events(store_location, run, "elicitation.declined")
-    assert [(d["node"], d["message"]) for d in declined] == [("sent", "Send it?")]
+    assert [r["answer"] for r in logged(log, "send-note")] == ["cancel"]  # called once, told cancel at once
+    cancelled = events(store_location, run, "elicitation.cancelled")
+    assert [(d["node"], d["message"]) for d in cancelled] == [("sent", "Send it?")]
     assert cli("show", run, "--json", expect=0).json()["approvals"][-1]["state"] == "approved"
 
 

@@ -15,8 +15,9 @@ answer, so a question never waits inside the call. When a read's server asks:
    contract says reads are at least once (docs/safety.md).
 
 An effect is never called twice, so a question asked in the middle of an effect's call
-cannot be parked: it is declined at once, and the run's log says so
-(``elicitation.declined``). The card a person approved did not hold the answer.
+cannot be parked: the server is told ``cancel`` at once (nobody was asked, so nobody
+declined), and the run's log says so (``elicitation.cancelled``). The card a person
+approved did not hold the answer.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ class Elicitations:
 
         async def on_question(question: Question) -> Answer:
             if effect:
-                return await self._declined_for_effect(node, question)
+                return await self._cancelled_for_effect(node, question)
             return await self._for_read(node, question)
 
         return CallHooks(on_progress=on_progress, on_question=on_question)
@@ -111,7 +112,7 @@ class Elicitations:
         self.asked[node.id] = question
         return Answer("cancel")
 
-    async def _declined_for_effect(self, node: ToolNode, question: Question) -> Answer:
+    async def _cancelled_for_effect(self, node: ToolNode, question: Question) -> Answer:
         data = {
             "server": node.server,
             "tool": node.tool,
@@ -121,11 +122,11 @@ class Elicitations:
         await self.journal.db(
             self.journal.store.append_event,
             self.ctx.run_id,
-            "elicitation.declined",
+            "elicitation.cancelled",
             node_id=node.id,
             data_json=_json.encode(data).decode(),
         )
-        return Answer("decline")
+        return Answer("cancel")
 
     async def still_waiting(self, node: ToolNode) -> bool:
         """The step's question is on a card nobody has answered (and it has not expired): the

@@ -20,6 +20,7 @@ Imported once the SDK is loaded (by the transport, ``tools/session.py``), never 
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
@@ -31,6 +32,9 @@ if TYPE_CHECKING:
     from vodou_engine.tools.live import LiveServer
 
 __all__ = ["EngineSession", "answer_questions"]
+
+logger = logging.getLogger("vodou_engine.tools.hub")
+"""The hub's log (``tools/session.py`` writes to it too)."""
 
 
 class EngineSession(ClientSession):
@@ -48,19 +52,24 @@ class EngineSession(ClientSession):
 
 def answer_questions(srv: LiveServer) -> Any:
     """The session's ``elicitation_callback`` for ``srv``: a form question goes to the one
-    call out on that server, whose caller answers it; any other is declined."""
+    call out on that server, whose caller answers it. Any other is answered ``cancel`` (nobody
+    was asked, so nobody declined) and logged: URL mode, or no call or several out (over stdio
+    the request does not say which call it belongs to)."""
 
     async def elicit(
         context: ClientRequestContext, params: types.ElicitRequestParams
     ) -> types.ElicitResult | types.ErrorData:
-        if not isinstance(params, types.ElicitRequestFormParams):
-            srv.questions_declined += 1
-            return types.ElicitResult(action="decline")
         out = list(srv.calls.values())
         hooks = out[0] if len(out) == 1 else None
-        if hooks is None or hooks.on_question is None:
-            srv.questions_declined += 1
-            return types.ElicitResult(action="decline")
+        if not isinstance(params, types.ElicitRequestFormParams) or hooks is None or hooks.on_question is None:
+            srv.questions_unanswered += 1
+            why = (
+                "in URL mode" if not isinstance(params, types.ElicitRequestFormParams) else f"with {len(out)} calls out"
+            )
+            logger.warning(
+                "MCP server %r asked %r %s: answered cancel, nobody could be asked", srv.name, params.message, why
+            )
+            return types.ElicitResult(action="cancel")
         schema = dict(params.requested_schema)
         answer = await hooks.on_question(Question(message=params.message, schema=schema))
         return types.ElicitResult(action=answer.action, content=answer.content if answer.action == "accept" else None)

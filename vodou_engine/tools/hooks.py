@@ -7,7 +7,7 @@ the client sent with it) and may ask the user a question in the middle of one
 stdio an elicitation carries no request id of the call it belongs to), so the hub keeps
 each server's calls in flight with their hooks (``LiveServer.calls``) and routes a
 question to the one call out on that server; with several out at once nobody can tell
-which step asked, and the question is declined (docs/servers.md).
+which step asked, and the question is answered ``cancel`` (docs/servers.md).
 
 Nothing here imports the MCP SDK: the hub imports it before the servers are spawned.
 """
@@ -44,7 +44,7 @@ class Answer:
 class CallHooks:
     """A caller's ears on one call. ``on_progress(progress, total, message)`` is called for every
     progress notification the server sends for it (a token goes with the call only when set);
-    ``on_question`` answers a question the server asks while the call is out (unset: declined)."""
+    ``on_question`` answers a question the server asks while the call is out (unset: ``cancel``)."""
 
     on_progress: Callable[[float, float | None, str | None], None] | None = None
     on_question: Callable[[Question], Awaitable[Answer]] | None = None

@@ -60,8 +60,8 @@ class LiveServer:
         """The same, from the moment the transport is open (a start that fails is worded from it)."""
         self.calls: dict[CallWatch, CallHooks] = {}
         """Its calls in flight, with their callers' hooks: where a question it asks goes (``tools/hooks.py``)."""
-        self.questions_declined = 0
-        """Questions it asked that nobody could answer (no call, or several, out; URL mode): declined."""
+        self.questions_unanswered = 0
+        """Questions it asked that nobody could be asked (no call, or several, out; URL mode): answered cancel."""
         self.task_required: frozenset[str] = frozenset()
         """Tools it lists with ``execution.taskSupport: "required"``: callable only as a task, which
         this client does not make (``planning.resolve`` refuses them before anything runs)."""
