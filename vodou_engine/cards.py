@@ -283,8 +283,9 @@ def elicitation_card_text(
         f"question: {visible(str(asked.get('message', '')))}",
         "fields:",
     ]
-    for name, prop in (schema.get("properties") or {}).items():
-        prop = prop if isinstance(prop, dict) else {}
+    properties = schema.get("properties") or {}
+    for name in sorted(properties, key=lambda n: n not in required):  # the required ones first
+        prop = properties[name] if isinstance(properties[name], dict) else {}
         kind = prop.get("type", "any")
         extra = []
         if "enum" in prop:

@@ -352,7 +352,7 @@ def show(
     if view.approvals:
         say("\napprovals:", style="bold")
     for a in view.approvals:
-        line = f"{a.step}: {a.state}"
+        line = f"{a.step}: {'answered' if a.state == 'approved' and _asks(a.payload) else a.state}"
         if a.state in ("approved", "rejected"):
             line += f" by {a.decided_by or 'someone unrecorded'}"
         if a.state == "pending":
