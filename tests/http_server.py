@@ -21,6 +21,10 @@ Tools
     A JSON-RPC error from the server itself: code -32602, ``refused on purpose``.
 ``fail``
     A tool error (``isError: true``): ``quota exceeded``.
+``get_name``
+    A read that reports progress 1 of 2, asks the user (form elicitation) "Who is it?" for
+    ``name``, reports 2 of 2, and answers the name (or ``declined`` / ``cancelled``); logs
+    ``{"tool": "get_name", "answer": action, "content": ...}``.
 
 Environment
 -----------
@@ -164,10 +168,12 @@ class HttpServer:
 def build_app():
     """The server (heavy imports: only in the server process)."""
     import anyio
+    from mcp.server.elicitation import AcceptedElicitation
     from mcp.server.mcpserver import Context, MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp.shared.exceptions import MCPError
     from mcp.types import ToolAnnotations
+    from pydantic import BaseModel
 
     log_path = os.environ.get("HTTP_LOG")
 
@@ -250,6 +256,19 @@ def build_app():
     async def fail() -> str:
         log(tool="fail", arguments={})
         raise ToolError("quota exceeded")
+
+    class Name(BaseModel):
+        name: str
+
+    @app.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def get_name(ctx: Context) -> str:
+        """Ask who it is."""
+        await ctx.report_progress(1, 2, "asking")
+        answer = await ctx.elicit("Who is it?", Name)
+        content = answer.data.model_dump() if isinstance(answer, AcceptedElicitation) else None
+        log(tool="get_name", answer=answer.action, content=content)
+        await ctx.report_progress(2, 2, "answered")
+        return content["name"] if content else {"decline": "declined", "cancel": "cancelled"}[answer.action]
 
     async def streamed(send, mode: str, request_id, headers: dict, query: dict) -> None:
         """The large and echoing answers, written piece by piece (never held whole; the compressed

@@ -17,6 +17,19 @@ Tools
     An effect (``readOnlyHint: false``): adds ``text`` with a ``priority`` (one of
     ``low``, ``normal``, ``high``, required) ``copies`` times (an integer, default 1):
     a schema with a required field, an enum and an integer, for the argument checks.
+``get-count``
+    A read: reports progress ``1..steps`` of ``steps`` (message ``"step i"``), logging
+    ``{"tool": "get-count", "progress": i}`` before each, and answers ``"counted N"``.
+``get-name``
+    A read that asks the user (form elicitation) "Whom should I greet?" for ``name``
+    (a string, required) and ``excited`` (a boolean); logs ``{"tool": "get-name",
+    "answer": action, "content": ...}`` per answer it receives, and answers the greeting,
+    or ``"declined"`` / ``"cancelled"``.
+``send-note``
+    An effect that asks "Send it?" (form elicitation, ``sure``: boolean) before it sends;
+    logs ``{"tool": "send-note", "answer": action}`` and answers ``"sent"`` only when accepted.
+``research``
+    Listed with ``execution.taskSupport: "required"``: a client must call it as a task.
 
 Environment
 -----------
@@ -50,13 +63,24 @@ def log(record: dict) -> None:
 
 log({"event": "start"})
 
-from mcp.server.mcpserver import MCPServer  # noqa: E402 - the start is logged before the SDK loads
+from mcp.server.elicitation import AcceptedElicitation, DeclinedElicitation  # noqa: E402
+from mcp.server.mcpserver import Context, MCPServer  # noqa: E402 - the start is logged before the SDK loads
 from mcp.types import ToolAnnotations  # noqa: E402
+from mcp_types import ToolExecution  # noqa: E402
+from pydantic import BaseModel  # noqa: E402
 
 NOTES = os.environ.get("SDK_NOTES")
 _memory: list[str] = []
 
-server = MCPServer("sdk-test-server", version="1.0.0")
+
+class _Server(MCPServer):
+    async def list_tools(self):  # type: ignore[no-untyped-def]
+        tools = await super().list_tools()
+        required = ToolExecution(task_support="required")
+        return [t.model_copy(update={"execution": required}) if t.name == "research" else t for t in tools]
+
+
+server = _Server("sdk-test-server", version="1.0.0")
 
 
 def get_env(name: str) -> str:
@@ -92,9 +116,61 @@ def notes_tag(text: str, priority: Literal["low", "normal", "high"], copies: int
     return "tagged"
 
 
+async def count_slowly(steps: int, ctx: Context) -> str:
+    """Count to ``steps``, reporting progress at each."""
+    for i in range(1, steps + 1):
+        log({"tool": "get-count", "progress": i})
+        await ctx.report_progress(i, steps, f"step {i}")
+    return f"counted {steps}"
+
+
+class Greeting(BaseModel):
+    name: str
+    excited: bool = False
+
+
+async def ask_name(ctx: Context) -> str:
+    """Ask the user whom to greet, and greet them."""
+    answer = await ctx.elicit("Whom should I greet?", Greeting)
+    if isinstance(answer, AcceptedElicitation):
+        log({"tool": "get-name", "answer": "accept", "content": answer.data.model_dump()})
+        return f"hello {answer.data.name}" + ("!" if answer.data.excited else "")
+    action = "decline" if isinstance(answer, DeclinedElicitation) else "cancel"
+    log({"tool": "get-name", "answer": action, "content": None})
+    return "declined" if action == "decline" else "cancelled"
+
+
+class Sure(BaseModel):
+    sure: bool
+
+
+async def send_note(text: str, ctx: Context) -> str:
+    """Send a note, once the user confirms."""
+    answer = await ctx.elicit("Send it?", Sure)
+    action = (
+        "accept"
+        if isinstance(answer, AcceptedElicitation)
+        else "decline"
+        if isinstance(answer, DeclinedElicitation)
+        else "cancel"
+    )
+    log({"tool": "send-note", "answer": action})
+    return "sent" if action == "accept" else "not sent"
+
+
+def research(topic: str) -> str:
+    """Research a topic (a long task)."""
+    log({"tool": "research", "arguments": {"topic": topic}})
+    return f"researched {topic}"
+
+
 READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 server.add_tool(get_env, name="get-env", annotations=READ)
 server.add_tool(notes_list, name="notes.list", annotations=READ)
+server.add_tool(count_slowly, name="get-count", annotations=READ)
+server.add_tool(ask_name, name="get-name", annotations=READ)
+server.add_tool(research, name="research", annotations=READ)
+server.add_tool(send_note, name="send-note")
 server.add_tool(
     notes_add,
     name="notes.add",

@@ -39,7 +39,9 @@ TOOLS = {
     "draft_recipe",
 }
 READ_ONLY = {"list_tools", "check_recipe", "run_status", "list_runs", "draft_recipe"}
-DECIDING_WORDS = re.compile(r"approv|reject|cancel|reconcil|decid|decision|confirm|consent|fingerprint|actor|yes", re.I)
+DECIDING_WORDS = re.compile(
+    r"approv|reject|cancel|reconcil|decid|decision|confirm|consent|fingerprint|actor|yes|answer|elicit|fields", re.I
+)
 
 POST = 'post: slack.slack_post_message {"channel": "#daily", "text": "hello"}\n'
 
@@ -231,6 +233,9 @@ def test_no_tool_and_no_argument_can_decide(cli):
             assert "`approve`" in err["message"]
             # and a tool that would decide does not exist
             res = await agent.session.call_tool("approve", {"run": "r1"})
+            assert res.is_error
+            # nor one that answers a server's question (a person's question: recipe answer)
+            res = await agent.session.call_tool("answer", {"run": "r1", "fields": {"name": "x"}})
             assert res.is_error
         assert posts(cli) == [] and stored_runs(cli) == []
 

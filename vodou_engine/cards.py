@@ -258,6 +258,60 @@ def approval_card_text(
     return "\n".join(lines)
 
 
+ELICITATION = "elicitation"
+"""The key of a stored question's payload that makes it a server's question (``runtime/elicit.py``)."""
+
+
+def is_elicitation(payload: Any) -> bool:
+    return isinstance(payload, dict) and set(payload) == {ELICITATION} and isinstance(payload[ELICITATION], dict)
+
+
+def elicitation_card_text(
+    *, run_id: str, step: ToolNode, payload: Any, fingerprint: str, expires_at: float | None = None,
+    approvers: list[str] | None = None,
+) -> str:  # fmt: skip
+    """The card of a server's question in the middle of a step's call: who asks, in its own
+    words (marked like every server text), and the fields it wants, with how to answer."""
+    import time
+
+    from .text_safety import findings, json_text
+
+    asked = payload[ELICITATION]
+    schema = asked.get("schema") or {}
+    required = set(schema.get("required") or [])
+    lines = [
+        f"? {visible(step.id)}: {visible(step.server)}·{visible(step.tool)} asks, in the middle of its call:",
+        f"question: {visible(str(asked.get('message', '')))}",
+        "fields:",
+    ]
+    properties = schema.get("properties") or {}
+    for name in sorted(properties, key=lambda n: n not in required):  # the required ones first
+        prop = properties[name] if isinstance(properties[name], dict) else {}
+        kind = prop.get("type", "any")
+        extra = []
+        if "enum" in prop:
+            extra.append("one of " + ", ".join(visible(str(v)) for v in prop["enum"]))
+        if "default" in prop:
+            extra.append(f"default {visible(json_text(prop['default']))}")
+        if prop.get("description"):
+            extra.append(visible(str(prop["description"])))
+        lines.append(
+            f"  {visible(name)} ({kind}{', required' if name in required else ''})"
+            + (": " + "; ".join(extra) if extra else "")
+        )
+    lines.extend(findings(payload).lines("the question"))
+    lines.append(
+        f"answer: recipe answer {visible(run_id)} {visible(step.id)} --fields '{{...}}'   (or --decline, --cancel)"
+    )
+    lines.append(f"fingerprint: {fingerprint}")
+    if expires_at is not None:
+        lines.append("expires: " + time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(expires_at)))
+    if approvers:
+        lines.append("approvers: " + ", ".join(visible(a) for a in approvers))
+    lines.append(f"run: {visible(run_id)}")
+    return "\n".join(lines)
+
+
 def _indented(text: str, pad: str = "  ") -> list[str]:
     return [pad + line for line in text.split("\n")]
 
@@ -326,6 +380,12 @@ def stored_card(approval: Any, plan: Plan, bindings: Mapping[str, Any]) -> str:
 
     payload = msgspec.json.decode(approval.payload_json)
     gate, step = check_untampered(approval, plan, bindings, payload)
+    if isinstance(gate, ToolNode):  # a server's question, asked in the middle of this step's call
+        return elicitation_card_text(
+            run_id=approval.run_id, step=gate, payload=payload, fingerprint=approval.fingerprint,
+            expires_at=approval.expires_at,
+            approvers=msgspec.json.decode(approval.approvers_json) if approval.approvers_json else [],
+        )  # fmt: skip
     question = gate.question if isinstance(gate, ApprovalNode) else gate.text
     return approval_card_text(
         run_id=approval.run_id, step=step, question=question, payload=payload, fingerprint=approval.fingerprint,
@@ -376,7 +436,22 @@ def check_untampered(
     guarded = index.get(gate.step) if isinstance(gate, ApprovalNode) else None
     step = guarded if isinstance(guarded, ToolNode) else None
     as_asked = False
-    if (isinstance(gate, ApprovalNode) and step is not None) or isinstance(gate, QuestionNode):
+    if isinstance(gate, ToolNode):  # a server's question in the middle of the step's call
+        try:
+            if payload is None:
+                payload = msgspec.json.decode(approval.payload_json)
+            as_asked = (
+                is_elicitation(payload)
+                and approval.step == gate.id
+                and approval.expires_at == approval.asked_at + expiry_s(plan.options, gate)
+                and gives_its_fingerprint(
+                    approval, node_id=gate.id, address=gate.address, payload=payload, server=bindings.get(gate.server)
+                )
+            )
+        except (msgspec.DecodeError, KeyError, TypeError):
+            as_asked = False
+        step = gate
+    elif (isinstance(gate, ApprovalNode) and step is not None) or isinstance(gate, QuestionNode):
         node_id = step.id if step is not None else gate.id
         try:
             if payload is None:

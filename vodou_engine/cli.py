@@ -180,6 +180,34 @@ def _parser() -> argparse.ArgumentParser:
     store(rj)
     rj.set_defaults(decision="reject")
 
+    an = sub.add_parser(
+        "answer",
+        help="answer a server's question that parked a step, and drive the run on",
+        description=(
+            "Show the question a server asked in the middle of a step's call, answer it, and drive the "
+            "run on: the step's call is made again and the server given the answer when it asks again. "
+            "On a terminal without --fields/--decline/--cancel, each field is asked for; Enter at the first "
+            "decides later."
+        ),
+    )
+    an.add_argument("run", help="run id")
+    an.add_argument("step", nargs="?", help="step name (needed when several questions wait)")
+    how = an.add_mutually_exclusive_group()
+    how.add_argument("--fields", dest="content", metavar="OBJECT", help="the answer's fields, as one JSON object")
+    how.add_argument("--decline", dest="action", action="store_const", const="decline", help="decline to answer")
+    how.add_argument("--cancel", dest="action", action="store_const", const="cancel", help="dismiss the question")
+    an.add_argument(
+        "--fingerprint", metavar="FP", help="answer only if the question still has this fingerprint (the card you read)"
+    )
+    an.add_argument("--model", help="model for write steps after this one (default: the one the run started with)")
+    actor(an, "answer")
+    as_json(an)
+    no_wait(an)
+    policy(an)
+    servers(an)
+    store(an)
+    an.set_defaults(decision="answer")
+
     rs = sub.add_parser(
         "resume",
         help="continue a parked or interrupted run (asks again for expired or stale approvals)",
@@ -425,6 +453,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("run", "cmd_run"),
     "approve": ("decide", "cmd_decide"),
     "reject": ("decide", "cmd_decide"),
+    "answer": ("decide", "cmd_answer"),
     "resume": ("decide", "cmd_resume"),
     "cancel": ("decide", "cmd_cancel"),
     "reconcile": ("decide", "cmd_reconcile"),

@@ -48,9 +48,13 @@ def resolve(
     configured: Mapping[str, object],
     tools: Mapping[str, Mapping[str, object]],
     disabled: Collection[str] = (),
+    task_only: Mapping[str, Collection[str]] | None = None,
 ) -> tuple[dict[str, ToolStatus], dict[str, Hints | None]]:
     """Per step: does its tool exist (else the closest real name, written as a recipe
-    writes it); and annotations as hints. ``disabled``: servers the file turns off."""
+    writes it); and annotations as hints. ``disabled``: servers the file turns off.
+    ``task_only``: per server, the tools it lists as callable only as a task
+    (``execution.taskSupport: "required"``); a step calling one is refused here, before
+    anything runs, since this client makes no task-augmented calls (docs/servers.md)."""
     status: dict[str, ToolStatus] = {}
     hints: dict[str, Hints | None] = {}
 
@@ -82,6 +86,14 @@ def resolve(
             near = difflib.get_close_matches(tool, list(listed), n=1, cutoff=0.4)
             note = f"no tool `{tool}` on {server}" + (f"; closest: {written_address(server, near[0])}" if near else "")
             status[key] = ToolStatus(False, note)
+            return
+        if task_only is not None and tool in task_only.get(server, ()):
+            status[key] = ToolStatus(
+                False,
+                f"{written_address(server, tool)} can only be called as a task (its server lists it with "
+                'execution.taskSupport "required"), and the engine does not make task calls; '
+                "use another tool, or a server that also offers it as a plain call",
+            )
             return
         status[key] = ToolStatus(True)
         hints[f"{server}.{tool}"] = hints_from(listed[tool])
@@ -219,13 +231,29 @@ def listed_note(listed: Mapping[str, Listed], now: float) -> str:
 
 async def list_tools(servers: Mapping[str, ServerConfig], names: list[str]) -> dict[str, dict]:
     """Start the configured ones of ``names`` in parallel; list tools; close them."""
+    tools, _ = await survey(servers, names)
+    return tools
+
+
+async def survey(
+    servers: Mapping[str, ServerConfig], names: list[str]
+) -> tuple[dict[str, dict], dict[str, frozenset[str]]]:
+    """:func:`list_tools`, and per server the tools it lists as callable only as a task."""
     from .tools.hub import open_hub
 
     wanted = [n for n in names if n in servers]
     if not wanted:
-        return {}
+        return {}, {}
     async with open_hub(servers, wanted) as hub:
-        return {n: hub.tools(n) for n in wanted}
+        return {n: hub.tools(n) for n in wanted}, {n: hub.task_required(n) for n in wanted}
+
+
+def task_only_of(tools: Mapping[str, Mapping[str, Any]]) -> dict[str, frozenset[str]]:
+    """Per server, the tools its listing (live or kept) says are callable only as a task."""
+    return {
+        n: frozenset(name for name, info in listed.items() if getattr(info, "task_required", False))
+        for n, listed in tools.items()
+    }
 
 
 def check_hints(plan: Plan, policy, hints: Mapping[str, Hints | None]) -> None:

@@ -33,6 +33,10 @@ class PendingApproval(Doc, frozen=True):
     """What is stored of this question no longer gives its fingerprint (the store was edited):
     it has no card and nobody can decide it (``refusal`` says so, to be shown in its place)."""
     refusal: str | None = None
+    asks: dict[str, Any] | None = None
+    """A server's question in the middle of the step's call (``{"server", "tool", "message",
+    "schema"}``): answered with ``Runs.answer``, not approved; None for an approval or a
+    recipe's own question."""
 
 
 class Together(Doc, frozen=True):
@@ -108,6 +112,8 @@ class NodeView(Doc, frozen=True):
     """A tool step's content blocks as its server sent them (images, audio, resource links,
     embedded resources, text, with their annotations), whole; None when its output, a plain
     text, is all the server sent."""
+    progress: dict[str, Any] | None = None
+    """The latest progress its server reported on its call (``{"progress", "total"?, "message"?}``)."""
 
 
 class ApprovalView(Doc, frozen=True):

@@ -250,6 +250,30 @@ class Service:
             self.resume(run_id)
         return report
 
+    async def answer(
+        self,
+        run_id: str,
+        step: str | None,
+        *,
+        actor: str,
+        action: str,
+        content: Mapping[str, Any] | None,
+        fingerprint: str | None,
+        proof: str,
+    ) -> RunReport:
+        """Answer a server's question as :meth:`approve` approves: recorded now, driven on in the background."""
+        runs = self.runs()
+        try:
+            report = await runs.answer(
+                run_id, step, actor=actor, action=action, content=content, fingerprint=fingerprint, proof=proof,
+                drive=self.workers,
+            )  # fmt: skip
+        finally:
+            runs.close()
+        if not self.workers:
+            self.resume(run_id)
+        return report
+
     def resume(self, run_id: str) -> None:
         """Drive a parked or interrupted run again on warm servers, in the background (an
         expired question is asked again); with workers, queue its drive for them."""

@@ -56,8 +56,11 @@ class Catalogue:
         source: str,
         policy: Any,
         fetched_at: float | None = None,
+        task_only: Mapping[str, frozenset[str]] | None = None,
     ):
         self.listed = {k: dict(v) for k, v in listed.items()}
+        self.task_only = dict(task_only or {})
+        """Per server, the tools it lists as callable only as a task (refused when a recipe names one)."""
         self.unavailable = dict(unavailable)
         self.source = source
         self.fetched_at = time.time() if fetched_at is None else fetched_at
@@ -152,6 +155,7 @@ async def fetch(
     configured = servers.servers
     wanted = list(names if names is not None else sorted(configured))
     listed: dict[str, dict[str, Any]] = {}
+    task_only: dict[str, frozenset[str]] = {}
     unavailable: dict[str, str] = {}
 
     async def one(name: str) -> None:
@@ -161,6 +165,7 @@ async def fetch(
         try:
             async with open_hub(configured, [name], start_timeout=start_timeout) as hub:
                 listed[name] = hub.tools(name)
+                task_only[name] = hub.task_required(name)
         except BaseExceptionGroup as group:
             leaf = plain_error(group)
             unavailable[name] = _why(leaf if leaf is not None else group)
@@ -170,7 +175,7 @@ async def fetch(
     async with trio.open_nursery() as nursery:
         for name in wanted:
             nursery.start_soon(one, name)
-    return Catalogue(listed, unavailable, servers.source, policy)
+    return Catalogue(listed, unavailable, servers.source, policy, task_only=task_only)
 
 
 async def fetch_warm(pool: Any, servers: Any, policy: Any) -> Catalogue:
@@ -178,6 +183,7 @@ async def fetch_warm(pool: Any, servers: Any, policy: Any) -> Catalogue:
     ``service.ServerPool``): each is started once, if it is not running yet, and kept for
     the runs that follow; none is started again to be listed."""
     listed: dict[str, dict[str, Any]] = {}
+    task_only: dict[str, frozenset[str]] = {}
     unavailable: dict[str, str] = {}
 
     async def one(name: str) -> None:
@@ -186,6 +192,7 @@ async def fetch_warm(pool: Any, servers: Any, policy: Any) -> Catalogue:
             try:
                 await hub.wait_ready()
                 listed[name] = hub.tools(name)
+                task_only[name] = hub.task_required(name)
             finally:
                 hub.release()
         except BaseExceptionGroup as group:
@@ -197,7 +204,7 @@ async def fetch_warm(pool: Any, servers: Any, policy: Any) -> Catalogue:
     async with trio.open_nursery() as nursery:
         for name in sorted(servers.servers):
             nursery.start_soon(one, name)
-    return Catalogue(listed, unavailable, servers.source, policy)
+    return Catalogue(listed, unavailable, servers.source, policy, task_only=task_only)
 
 
 def _why(exc: BaseException) -> str:

@@ -199,7 +199,9 @@ def check_text(
         return out
     if catalogue is not None:
         configured = servers.servers if servers is not None else dict.fromkeys(catalogue.listed)
-        status, hints = resolve(plan, configured, catalogue.listed, servers.disabled if servers is not None else ())
+        status, hints = resolve(
+            plan, configured, catalogue.listed, servers.disabled if servers is not None else (), catalogue.task_only
+        )
         for key, st in status.items():
             server = _server_of(plan, key)
             if not st.exists and server in catalogue.unavailable:

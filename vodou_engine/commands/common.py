@@ -11,6 +11,7 @@ terminal has its approvals answered here (``_answer_inline``). Also: input value
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -205,11 +206,81 @@ def _ask(question: str) -> str:
             return "later"
 
 
+def _fill_in(asks: dict[str, Any]) -> tuple[str, dict[str, Any] | None] | None:
+    """A server's question answered at the terminal: ('accept', fields), ('decline' | 'cancel', None),
+    or None (Enter or Ctrl-D at the first prompt: decide later). Each field is asked for by its
+    type; an empty line leaves an optional field out. The run API checks the whole against the
+    schema the server asked with."""
+    try:
+        first = ask("answer it? [a]nswer / [d]ecline / [c]ancel / Enter: decide later: ").strip().lower()
+        if first in ("d", "decline"):
+            return "decline", None
+        if first in ("c", "cancel"):
+            return "cancel", None
+        if first not in ("a", "answer"):
+            return None
+        schema = asks.get("schema") or {}
+        required = set(schema.get("required") or [])
+        content: dict[str, Any] = {}
+        properties = schema.get("properties") or {}
+        for name in sorted(properties, key=lambda n: n not in required):  # the required ones first
+            prop = properties[name] if isinstance(properties[name], dict) else {}
+            while True:
+                text = ask(f"{name} ({prop.get('type', 'text')}{', required' if name in required else ''}): ").strip()
+                if not text and name not in required:
+                    break
+                if not text:
+                    say(f"{name} is required", style="red")
+                    continue
+                try:
+                    content[name] = _typed(text, prop)
+                    break
+                except ValueError as exc:
+                    say(str(exc), style="red")
+        return "accept", content
+    except EOFError:
+        console().print()
+        return None
+
+
+def _typed(text: str, prop: dict[str, Any]) -> Any:
+    kind = prop.get("type")
+    if kind == "boolean":
+        if text.lower() in ("y", "yes", "true"):
+            return True
+        if text.lower() in ("n", "no", "false"):
+            return False
+        raise ValueError("answer y or n")
+    if kind in ("integer", "number"):
+        try:
+            return int(text) if kind == "integer" else float(text)
+        except ValueError:
+            raise ValueError(f"a{'n integer' if kind == 'integer' else ' number'}, please") from None
+    if kind == "array":
+        return [part.strip() for part in text.split(",") if part.strip()]
+    return text
+
+
 def _answer_inline(args: Any, runs: Any, rep: Any, code: int, actor: str, proof: str) -> int:
     """On a terminal: ask each waiting question here and drive on. 'n' rejects, as at
-    `recipe approve`'s prompt; Enter or Ctrl-D leaves the run parked (exit 3)."""
+    `recipe approve`'s prompt; Enter or Ctrl-D leaves the run parked (exit 3). A server's
+    question is answered field by field (:func:`_fill_in`)."""
     while rep.state == "parked" and rep.pending and not rep.queued and _interactive(args):
         card = rep.pending[0]  # its card was just printed
+        if card.asks is not None:
+            filled = _fill_in(card.asks)
+            if filled is None:
+                say(f"nothing was answered; run {rep.run} stays parked.", style="yellow")
+                return code
+            action, content = filled
+            rep = _run_async(
+                functools.partial(
+                    runs.answer, rep.run, card.step, actor=actor, action=action, content=content,
+                    fingerprint=card.fingerprint, proof=proof,
+                )
+            )  # fmt: skip
+            code = report(rep, json_out=False, store_flag=_store_flag(args))
+            continue
         answer = _ask(f"run {card.step}?")
         if answer == "later":
             say(f"nothing was decided; run {rep.run} stays parked.", style="yellow")

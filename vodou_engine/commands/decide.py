@@ -8,6 +8,7 @@ the command loads (``_prespawn``). ``reconcile`` settles an effect left unknown.
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Any
 
@@ -20,7 +21,7 @@ from ..store import default_store_path, open_store
 from ..tools.process import Prespawned
 from ..views.report import report
 from ..views.term import say
-from .common import _actor, _answer_inline, _ask, _left_resumable, _run_async, _runs, _store_flag
+from .common import _actor, _answer_inline, _ask, _fill_in, _left_resumable, _run_async, _runs, _store_flag
 
 
 def cmd_decide(args: Any) -> int:
@@ -91,6 +92,49 @@ def _decide(args: Any, prespawned: Any) -> int:
     return _answer_inline(args, runs, rep, code, actor, proof)
 
 
+def cmd_answer(args: Any) -> int:
+    with _prespawn(args) as prespawned:
+        runs = _runs(args)
+        actor, proof = _actor(args, runs, args.run, "answer")
+        card = runs.pending(args.run, args.step)
+        if not args.json:
+            say(card.card)
+        action, content = args.action or "accept", None
+        if args.content is not None:
+            try:
+                content = json.loads(args.content)
+            except json.JSONDecodeError as exc:
+                raise UsageError(
+                    f"--fields: not JSON ({exc.msg} at column {exc.colno}); nothing was changed",
+                    hint='one JSON object, e.g. --fields \'{"name": "Ada"}\'',
+                ) from None
+            if not isinstance(content, dict):
+                raise UsageError("--fields: the answer is one JSON object of fields; nothing was changed")
+        elif args.action is None:
+            if card.asks is None or not (sys.stdin.isatty() and sys.stdout.isatty()):
+                raise UsageError(
+                    "answering without a terminal needs --fields, --decline or --cancel",
+                    hint=f"recipe answer {args.run} {card.step} --fields '{{...}}' --fingerprint {card.fingerprint}",
+                )
+            filled = _fill_in(card.asks)
+            if filled is None:
+                say("nothing was answered; the run stays parked.", style="yellow")
+                return 3
+            action, content = filled
+        fingerprint = args.fingerprint or card.fingerprint
+        with _left_resumable(args, args.run):
+            rep = _run_async(
+                lambda: runs.answer(
+                    args.run, card.step, actor=actor, action=action, content=content, fingerprint=fingerprint,
+                    model=args.model, prespawned=prespawned, proof=proof,
+                )
+            )  # fmt: skip
+        if not args.json:
+            say(f"answered {card.step} ({action}) as {actor}.", style="green")
+        code = report(rep, json_out=args.json, store_flag=_store_flag(args))
+        return _answer_inline(args, runs, rep, code, actor, proof)
+
+
 def _prespawn(args: Any) -> Any:
     """Start the servers a parked run still needs before trio and the MCP SDK are
     imported: they boot on the other core while this process imports. Only the
@@ -99,7 +143,7 @@ def _prespawn(args: Any) -> Any:
     called until the approval is recorded and the run taken; whatever no hub
     takes over is stopped on the way out."""
     prespawned = Prespawned()  # empty when there is nothing to start
-    if getattr(args, "decision", "approve") != "approve" or _runs(args).workers:
+    if getattr(args, "decision", "approve") not in ("approve", "answer") or _runs(args).workers:
         return prespawned
     if not getattr(args, "here", False) and listening(args.store or default_store_path()):
         return prespawned  # a live `recipe serve` on this store drives it on its warm servers

@@ -94,7 +94,7 @@ def cmd_run(args: Any) -> int:
     with _left_resumable(args, run_id), progress:
         rep = _run_async(
             lambda: runs.start(
-                args.file, inputs=inputs, actor=actor, model=args.model, on_change=progress.change, run_id=run_id
+                args.file, inputs=inputs, actor=actor, model=args.model, on_change=progress, run_id=run_id
             )
         )
     code = report(rep, json_out=args.json, store_flag=_store_flag(args), actor=actor)

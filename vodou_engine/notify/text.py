@@ -48,8 +48,9 @@ def _when(expires_at: float | None, now: float) -> str | None:
 def summary(report: RunReport, p: PendingApproval, run_url: str, now: float) -> str:
     """A short human text: what waits, for whom, until when, and where to decide (names from
     the recipe shown as every surface shows them: ``text_safety.visible``)."""
+    waits = "an answer to its server's question" if p.asks is not None else "an approval"
     lines = [
-        f"Run {visible(report.run)} of recipe {quoted(report.recipe or '(unnamed)')} is waiting for an approval at step {quoted(p.step)}."
+        f"Run {visible(report.run)} of recipe {quoted(report.recipe or '(unnamed)')} is waiting for {waits} at step {quoted(p.step)}."
     ]
     lines.append("Who may decide: " + (", ".join(visible(a) for a in p.approvers) if p.approvers else "any approver"))
     when = _when(p.expires_at, now)

@@ -9,7 +9,7 @@ drive after it needs (``DriveMixin._ready_to_drive``).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -24,6 +24,7 @@ from ..reports import EffectView, PendingApproval, RunReport
 from ..runtime.plans import check_stored_plan
 from ..servers import ServerSet
 from ..states import ApprovalState, NodeState, RunState
+from .answers import answer_doc, check_answer_fits
 from .common import effective_state, in_thread, plain, takeable
 from .drive import DriveMixin
 from .handoff import drive_warm
@@ -62,6 +63,7 @@ class DecisionsMixin(DriveMixin):
         hub: Any = None,
         drive: bool = True,
         hand_off: bool = True,
+        _answer: dict[str, Any] | None = None,
     ) -> RunReport:
         """Approve the pending question of ``step`` and drive the run on: here, or, when
         this store's runs go on in the workers (:attr:`workers`), by queueing its resume
@@ -74,27 +76,31 @@ class DecisionsMixin(DriveMixin):
         ``fingerprint``: approve only if the question is still the one with this
         fingerprint (the card the person read). Everything that would stop the
         run from going on (its servers resolve differently, the policy or the
-        recipe changed) is refused before the decision is recorded.
+        recipe changed) is refused before the decision is recorded. A server's question
+        (``PendingApproval.asks``) is answered with :meth:`answer` instead, which passes
+        ``_answer`` (recorded as the decision's reason, as JSON).
         """
         store = self.store(create=False)
         queue = drive and self.workers
+        reason = None if _answer is None else msgspec.json.encode(_answer).decode()
 
         def check_and_decide() -> tuple[Any, Plan, ServerSet, Policy]:
             run, approval = _find_approval(store, run_id, step)
             if fingerprint and fingerprint != approval.fingerprint:
                 raise _stale_fingerprint(store, run_id, approval, fingerprint)
+            check_answer_fits(run_id, approval, _answer)
             plan, servers, policy = self._ready_to_drive(store, run)
             _check_card(run, approval)
             if hub is not None and drive and not queue:  # warm servers handed in: started where the run's start?
                 started_where(run_id, servers, hub)
             if not queue:
-                _decide(store, approval, ApprovalState.APPROVED, actor, None, proof)
+                _decide(store, approval, ApprovalState.APPROVED, actor, reason, proof)
                 return run, plan, servers, policy
             conn = store_queue(store)
             refusal = None
             with store.transaction():  # the decision and the job that acts on it commit together
                 try:
-                    _decide(store, approval, ApprovalState.APPROVED, actor, None, proof)
+                    _decide(store, approval, ApprovalState.APPROVED, actor, reason, proof)
                 except RefusedError as exc:
                     refusal = exc  # the refused attempt stays in the run's log
                 else:
@@ -116,6 +122,36 @@ class DecisionsMixin(DriveMixin):
         return await self._take_and_drive(
             run_id, servers, policy, model=model, on_change=on_change, prespawned=prespawned, busy_ok=True, hub=hub
         )
+
+    @plain
+    async def answer(
+        self,
+        run_id: str,
+        step: str | None = None,
+        *,
+        actor: str,
+        action: str = "accept",
+        content: Mapping[str, Any] | None = None,
+        fingerprint: str | None = None,
+        model: str | None = None,
+        on_change: Callable[[str, str], None] | None = None,
+        prespawned: Any = None,
+        proof: str = "api",
+        hub: Any = None,
+        drive: bool = True,
+    ) -> RunReport:
+        """Answer a server's question (MCP elicitation) that parked ``step``, and drive on.
+
+        ``action``: ``accept`` with ``content`` (checked against the schema the server asked
+        with; refused with the schema's own words), ``decline`` or ``cancel`` (no content).
+        The answer is recorded with the decision (the audit log carries it) and given to the
+        server when the step's call is made again and it asks the same question; once.
+        Everything :meth:`approve` checks is checked first.
+        """
+        return await self.approve(
+            run_id, step, actor=actor, fingerprint=fingerprint, model=model, on_change=on_change,
+            prespawned=prespawned, proof=proof, hub=hub, drive=drive, _answer=answer_doc(action, content),
+        )  # fmt: skip
 
     @plain
     async def reject(

@@ -85,7 +85,7 @@ class LifecycleMixin(DriveMixin):
             else:
                 await hub.wait_ready()
             tools = {n: hub.tools(n) for n in needed}
-            status, hints = resolve(plan, servers.servers, tools)
+            status, hints = resolve(plan, servers.servers, tools, task_only={n: hub.task_required(n) for n in needed})
             bad = missing(status)
             if bad:
                 raise UsageError(

@@ -156,10 +156,11 @@ class ViewsMixin(RunsCore):
             missing,
             resolve,
             servers_of,
+            task_only_of,
         )
 
         hidden = source_warnings(recipe_text or "", path)  # characters written into the recipe that nobody sees
-        status, hints = resolve(plan, servers.servers, tools, servers.disabled)
+        status, hints = resolve(plan, servers.servers, tools, servers.disabled, task_only_of(tools))
         if recipe_text is not None and hints:
             plan = compile_with_hints(recipe_text, path, self.policy(), hints, memo=memo)
         elif recipe_text is None:
@@ -332,7 +333,9 @@ def _view(store: Any, run: Any, now: float) -> RunView:
     # `unknown` never stands for "not finished yet".
     by_effect = {e.step: _EFFECT_STEP.get(e.state, NodeState.UNKNOWN) for e in effects}
     bindings = decode_bindings(run.servers_json)
-    contents = stored_contents(store.events(run.id))
+    events = store.events(run.id)
+    contents = stored_contents(events)
+    heard = {e.node_id: e.data_json for e in events if e.kind == "progress" and e.node_id}
     for n in plan.nodes:
         rec = nodes.get(n.id)
         st = by_effect.get(n.id) or (rec.state if rec else NodeState.PENDING)
@@ -345,6 +348,7 @@ def _view(store: Any, run: Any, now: float) -> RunView:
             ready_at=rec.ready_at if rec else None, started_at=rec.started_at if rec else None, ended_at=rec.ended_at if rec else None,
             error=rec.error if rec else None, output=dec.decode(rec.output_json) if has_output else None, has_output=has_output,
             content=contents.get(n.id) if st == NodeState.SUCCEEDED else None,
+            progress=dec.decode(heard[n.id]) if n.id in heard else None,
         ))  # fmt: skip
     return RunView(
         run=run.id,

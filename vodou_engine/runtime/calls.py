@@ -23,6 +23,7 @@ from .freeze import IDEMPOTENCY_FIELDS
 from .threads import Blocking
 
 if TYPE_CHECKING:
+    from ..tools.hooks import CallHooks
     from ..tools.hub import Hub
 
 
@@ -31,14 +32,29 @@ class Tools:
         self.hub = hub
         self.threads = threads
 
-    async def read(self, server: str, tool: str, args: dict[str, Any], *, timeout: float | None = None) -> Any:
+    async def read(
+        self,
+        server: str,
+        tool: str,
+        args: dict[str, Any],
+        *,
+        timeout: float | None = None,
+        hooks: CallHooks | None = None,
+    ) -> Any:
         """A read's value; ToolError (the step fails) for an error or no usable reply.
-        ``timeout``: the step's own limit (else the server's ``callTimeout``)."""
-        value, _ = await self.read_whole(server, tool, args, timeout=timeout)
+        ``timeout``: the step's own limit (else the server's ``callTimeout``); ``hooks``:
+        what the step hears while the call is out (``runtime/elicit.py``)."""
+        value, _ = await self.read_whole(server, tool, args, timeout=timeout, hooks=hooks)
         return value
 
     async def read_whole(
-        self, server: str, tool: str, args: dict[str, Any], *, timeout: float | None = None
+        self,
+        server: str,
+        tool: str,
+        args: dict[str, Any],
+        *,
+        timeout: float | None = None,
+        hooks: CallHooks | None = None,
     ) -> tuple[Any, list[Any] | None]:
         """A read's value and the content blocks the value does not give back (``ToolResult.content``)."""
         if server == BUILTIN_SERVER:
@@ -57,7 +73,7 @@ class Tools:
             )
         if self.hub is None:
             raise NotSentError(f"no server session for {server}", server=server)
-        result = await self.hub.call(server, tool, args, timeout=timeout)
+        result = await self.hub.call(server, tool, args, timeout=timeout, hooks=hooks)
         if result.is_error:
             code = f" (JSON-RPC error {result.error_code})" if result.error_code is not None else ""
             raise ToolError(
@@ -117,8 +133,16 @@ class Tools:
                     break
         return args
 
-    async def effect(self, server: str, tool: str, args: dict[str, Any], *, timeout: float | None = None) -> Any:
+    async def effect(
+        self,
+        server: str,
+        tool: str,
+        args: dict[str, Any],
+        *,
+        timeout: float | None = None,
+        hooks: CallHooks | None = None,
+    ) -> Any:
         """The hub's answer to an effect: a ToolResult, or NotSentError / NoReplyError."""
         if self.hub is None:
             raise NotSentError(f"no server session for {server}; nothing was called", server=server)
-        return await self.hub.call(server, tool, args, timeout=timeout)
+        return await self.hub.call(server, tool, args, timeout=timeout, hooks=hooks)

@@ -207,10 +207,15 @@ def report(
 def pending_view(a: Any, plan: Plan, bindings: dict[str, Any]) -> PendingApproval:
     """A waiting question, its card rendered now from its frozen payload (a tampered one has
     no card, and the refusal instead: ``cards.card_and_refusal``)."""
-    from ..cards import card_and_refusal
+    from ..cards import ELICITATION, card_and_refusal, is_elicitation
 
     card, refusal = card_and_refusal(a, plan, bindings)
+    asks = None
+    if refusal is None:
+        payload = msgspec.json.decode(a.payload_json)
+        asks = payload[ELICITATION] if is_elicitation(payload) else None
     return PendingApproval(
         step=a.step, approval=a.id, fingerprint=a.fingerprint, expires_at=a.expires_at, card=card,
         approvers=msgspec.json.decode(a.approvers_json) if a.approvers_json else [], tampered=refusal is not None, refusal=refusal,
+        asks=asks,
     )  # fmt: skip

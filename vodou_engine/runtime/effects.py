@@ -23,7 +23,8 @@ What the record says is decided by what came back:
 from __future__ import annotations
 
 import functools
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import trio
@@ -38,6 +39,9 @@ from .faults import crashpoint
 from .freeze import gives_its_fingerprint, idempotency_key, payload_fingerprint
 from .gates import Gates
 from .journal import Journal
+
+if TYPE_CHECKING:
+    from ..tools.hooks import CallHooks
 
 _json = msgspec.json.Encoder(order="deterministic")
 
@@ -58,6 +62,8 @@ class Effects:
         self.render = render
         self.asked_again: dict[str, dict[str, Any]] = {}
         """Steps whose check read changed since their approval: {"was", "now"}, for the report."""
+        self.hooks: Callable[[ToolNode], CallHooks] | None = None
+        """What an effect's call hears (its progress; a question, declined): set by the scheduler."""
 
     async def run(self, node: ToolNode) -> None:
         """An approved effect: verify, re-check, claim, call once."""
@@ -193,7 +199,8 @@ class Effects:
         """How the call ended, its value, the error in words, and its content blocks (``ToolResult.content``)."""
         where = f"{node.server}.{node.tool}"
         try:
-            result = await self.tools.effect(node.server, node.tool, args, timeout=node.timeout_s)
+            hooks = self.hooks(node) if self.hooks is not None else None
+            result = await self.tools.effect(node.server, node.tool, args, timeout=node.timeout_s, hooks=hooks)
         except NotSentError as exc:
             return EffectState.FAILED, None, f"the request was never sent, so nothing happened: {exc}", None
         except NoReplyError as exc:

@@ -36,6 +36,13 @@ FLUSH_EVERY_S = 0.25
 and the run page (which reloads every 2 s) are while a run moves, and at most how much
 of a run's reads a crash repeats."""
 
+PROGRESS_EVENTS_PER_NODE = 100
+"""At most this many ``progress`` events per node per drive (one per flush at most, so at most
+four a second): a server reporting progress many times a second on a call of an hour would
+otherwise fill the run's log; past it the live view still moves, the log stops."""
+PROGRESS_MESSAGE_CHARS = 200
+"""A server's progress message is kept to this many characters."""
+
 _json = msgspec.json.Encoder(order="deterministic")
 _SUCCEEDED = NodeState.SUCCEEDED
 _RUNNING = NodeState.RUNNING
@@ -69,6 +76,9 @@ class Journal:
         clock: Callable[[], float] = time.time,
         on_change: Callable[[str, str], None] | None = None,
     ):
+        """``on_change(node, state)`` is told of every state; when it also has a ``progress(node,
+        doc)`` method (the terminal's live view does), that is told of a server's progress on a
+        node's call as it comes."""
         self.run_id = run_id
         self.store = store
         self.owner = owner
@@ -87,6 +97,10 @@ class Journal:
         self.watched: dict[str, Callable[[str, str, str], None]] = {}
         """Node -> a callback(node, old, new) for the scheduler's join tallies."""
         self._dirty: dict[str, None] = {}
+        self.on_progress: Callable[[str, dict[str, Any]], None] | None = getattr(on_change, "progress", None)
+        self._progress: dict[str, dict[str, Any]] = {}
+        """Per node, the latest progress not yet written as a ``progress`` event."""
+        self._progress_written: dict[str, int] = {}
         self._flush_wanted = trio.Event()
         self._limiter = trio.CapacityLimiter(1)
 
@@ -144,6 +158,21 @@ class Journal:
             if hook is not None:
                 hook(nid, prev, state)
 
+    def progress(self, nid: str, progress: float, total: float | None, message: str | None) -> None:
+        """A server's progress on ``nid``'s call: the live view hears it now; the latest of it is
+        written as a ``progress`` event with the next batch of node states (at most every
+        FLUSH_EVERY_S, at most PROGRESS_EVENTS_PER_NODE per node)."""
+        doc: dict[str, Any] = {"progress": progress}
+        if total is not None:
+            doc["total"] = total
+        if message:
+            doc["message"] = message[:PROGRESS_MESSAGE_CHARS]
+        if self._progress_written.get(nid, 0) < PROGRESS_EVENTS_PER_NODE:
+            self._progress[nid] = doc
+            self._flush_wanted.set()
+        if self.on_progress is not None:
+            self.on_progress(nid, doc)
+
     def ready(self, nid: str) -> None:
         """The node could start now (it may still wait for a thread)."""
         self.times[nid][0] = self.clock()
@@ -152,17 +181,25 @@ class Journal:
     async def db(self, fn: Callable[..., Any] | None, *args: Any, **kwargs: Any) -> Any:
         """Call ``fn`` on the store's one worker thread, after writing the pending node states."""
         batch = self._take_dirty()
-        if fn is None and not batch:
+        heard, self._progress = self._progress, {}
+        if fn is None and not batch and not heard:
             return None  # nothing to write: no thread hop
+        for nid in heard:
+            self._progress_written[nid] = self._progress_written.get(nid, 0) + 1
         try:
-            return await trio.to_thread.run_sync(self._db_sync, batch, fn, args, kwargs, limiter=self._limiter)
+            return await trio.to_thread.run_sync(self._db_sync, batch, heard, fn, args, kwargs, limiter=self._limiter)
         except trio.Cancelled:
             # Cancelled before the thread took it: the states are still owed to the store.
             self._dirty.update(dict.fromkeys(r.node_id for r in batch))
             raise
 
     def _db_sync(
-        self, batch: list[NodeRecord], fn: Callable[..., Any] | None, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        batch: list[NodeRecord],
+        heard: dict[str, dict[str, Any]],
+        fn: Callable[..., Any] | None,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
     ) -> Any:
         if batch:
             saved = [r.node_id for r in batch if r.node_id in self._unsaved_content]
@@ -172,6 +209,8 @@ class Journal:
                     self._save_contents(saved)
             else:
                 self.store.save_nodes(self.run_id, batch, owner=self.owner)
+        for nid, doc in heard.items():
+            self.store.append_event(self.run_id, "progress", node_id=nid, data_json=_json.encode(doc).decode())
         return fn(*args, **kwargs) if fn is not None else None
 
     def _save_contents(self, node_ids: list[str]) -> None:
@@ -239,7 +278,11 @@ class Journal:
                 self.set(nid, NodeState.CANCELLED, error=why)
 
     def write_unsaved(self) -> None:
-        """Write the node states (and content blocks) not yet written, in the caller's transaction."""
+        """Write the node states (and content blocks) not yet written, and the latest progress
+        not yet written as events, in the caller's transaction (called on the store's thread)."""
+        heard, self._progress = self._progress, {}
+        for nid, doc in heard.items():
+            self.store.append_event(self.run_id, "progress", node_id=nid, data_json=_json.encode(doc).decode())
         batch = self._take_dirty()
         self.store.save_nodes(self.run_id, batch, owner=self.owner)
         self._save_contents([r.node_id for r in batch if r.node_id in self._unsaved_content])
@@ -250,7 +293,7 @@ class Journal:
             await self._flush_wanted.wait()
             await trio.sleep(FLUSH_EVERY_S)
             self._flush_wanted = trio.Event()
-            if self._dirty:
+            if self._dirty or self._progress:
                 await self.db(None)
 
     # --- loading a run back from the store ---------------------------------------------

@@ -37,6 +37,7 @@ from . import builtin, writer
 from .calls import Tools
 from .context import RunContext
 from .effects import Effects
+from .elicit import Elicitations
 from .faults import crashpoint
 from .gates import Gates
 from .journal import Journal
@@ -90,6 +91,8 @@ class Scheduler:
         self.tools = Tools(hub, threads)
         self.gates = Gates(ctx, journal, self.tools, self.render)
         self.effects = Effects(ctx, journal, self.tools, self.gates, self.render)
+        self.elicit = Elicitations(ctx, journal, self.gates)
+        self.effects.hooks = lambda node: self.elicit.hooks(node, effect=True)
         nodes = ctx.plan.nodes
         self.succ: dict[str, list[str]] = {n.id: [] for n in nodes}
         for n in nodes:
@@ -148,6 +151,7 @@ class Scheduler:
     def wake(self, node_ids: list[str]) -> None:
         """Decisions arrived for these waiting gates: they will be looked at again."""
         self.gates.forget()
+        self.elicit.forget()
         for nid in node_ids:
             self.journal.mark(nid, PENDING)
 
@@ -417,9 +421,7 @@ class Scheduler:
                 elif node.effectful:
                     await self.effects.run_unasked(node)
                 else:
-                    out, content = await self._read(node)
-                    crashpoint("reads")
-                    journal.set(node.id, SUCCEEDED, output=out, content=content)
+                    await self._hub_or_builtin_read(node)
             elif isinstance(node, WriteNode):
                 await self._write(node)
             elif isinstance(node, (ApprovalNode, QuestionNode)):
@@ -431,6 +433,27 @@ class Scheduler:
         except STEP_ERRORS as exc:
             journal.set(node.id, FAILED, error=str(exc))
 
+    async def _hub_or_builtin_read(self, node: ToolNode) -> None:
+        """A read step; one whose server asked a question nobody has answered yet parks with it
+        (``runtime/elicit.py``), whatever the call then answered."""
+        elicit = self.elicit
+        if node.server != BUILTIN_SERVER and await elicit.still_waiting(node):
+            return
+        try:
+            out, content = await self._read(node)
+        except STEP_ERRORS:
+            question = elicit.asked.pop(node.id, None)
+            if question is None:
+                raise
+            await elicit.park(node, question)
+            return
+        question = elicit.asked.pop(node.id, None)
+        if question is not None:
+            await elicit.park(node, question)
+            return
+        crashpoint("reads")
+        self.journal.set(node.id, SUCCEEDED, output=out, content=content)
+
     async def _read(self, node: ToolNode) -> tuple[Any, list[Any] | None]:
         """A read step: its own timeout, and its retries with a pause that doubles (an
         effect never comes here: it is never tried again by itself)."""
@@ -438,9 +461,11 @@ class Scheduler:
         pause = RETRY_PAUSE_S
         for attempt in range(node.retries + 1):
             try:
-                return await self.tools.read_whole(node.server, node.tool, args, timeout=node.timeout_s)
+                return await self.tools.read_whole(
+                    node.server, node.tool, args, timeout=node.timeout_s, hooks=self.elicit.hooks(node)
+                )
             except ToolError as exc:
-                if attempt == node.retries:
+                if attempt == node.retries or node.id in self.elicit.asked:
                     if node.retries:
                         exc.message = f"{exc.message} (tried {node.retries + 1} times)"
                     raise

@@ -47,6 +47,7 @@ import trio
 from vodou_engine.errors import ServerConfigError, ServerStartError, ToolError
 from vodou_engine.servers import HTTP, ServerConfig, unknown_server_error
 from vodou_engine.tools import failures, session
+from vodou_engine.tools.hooks import CallHooks
 from vodou_engine.tools.live import LiveServer
 from vodou_engine.tools.results import ToolInfo, ToolResult
 from vodou_engine.tools.results import to_result as _to_result
@@ -115,6 +116,10 @@ class Hub:
         except KeyError:
             raise failures.unknown_tool(srv, tool) from None
 
+    def task_required(self, server: str) -> frozenset[str]:
+        """The tools ``server`` lists as callable only as a task (this client makes none)."""
+        return self._server(server).task_required
+
     def call_timeout(self, server: str) -> float:
         """Seconds a call to ``server`` may take when the caller names no timeout:
         its ``callTimeout``, else DEFAULT_CALL_TIMEOUT."""
@@ -128,8 +133,13 @@ class Hub:
         arguments: Mapping[str, Any] | None = None,
         *,
         timeout: float | None = None,
+        hooks: CallHooks | None = None,
     ) -> ToolResult:
         """Call one tool; safe to run many at once, on one server or several.
+
+        ``hooks``: the caller hears the server's progress on this call (a progress token
+        goes with it) and answers a question the server asks while it is out
+        (``tools/hooks.py``); without them, a question is declined.
 
         Every call ends in exactly one of these, and each means one thing:
 
@@ -177,14 +187,18 @@ class Hub:
         result: CallToolResult | None = None
         started = time.perf_counter()
         token = CURRENT_CALL.set(watch)
+        hooks = hooks or _NO_HOOKS
+        srv.calls[watch] = hooks
+        on_progress = _progress_callback(hooks)
         try:
             with trio.CancelScope(deadline=trio.current_time() + limit if math.isfinite(limit) else math.inf) as scope:
                 watch.scope = scope
                 try:
-                    result = await srv.session.call_tool(tool, dict(arguments or {}))
+                    result = await srv.session.call_tool(tool, dict(arguments or {}), progress_callback=on_progress)
                 except Exception as exc:  # noqa: BLE001 - judged below: each failure is one of the outcomes
                     error = exc
         finally:
+            srv.calls.pop(watch, None)
             CURRENT_CALL.reset(token)
             wire.finish(watch)
         elapsed = time.perf_counter() - started
@@ -335,6 +349,21 @@ class Hub:
                 srv.close_requested.set()
             else:
                 srv.owner_scope.cancel()
+
+
+_NO_HOOKS = CallHooks()
+
+
+def _progress_callback(hooks: CallHooks) -> Any:
+    """The SDK's progress callback for a caller that listens (a token goes with its call), else None."""
+    listener = hooks.on_progress
+    if listener is None:
+        return None
+
+    async def heard(progress: float, total: float | None, message: str | None) -> None:
+        listener(progress, total, message)
+
+    return heard
 
 
 @asynccontextmanager

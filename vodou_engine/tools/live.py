@@ -16,13 +16,14 @@ import trio
 from vodou_engine.errors import ServerStartError
 from vodou_engine.limits import MAX_MESSAGE_BYTES
 from vodou_engine.servers import HTTP, ResolvedServer, ServerConfig
+from vodou_engine.tools.hooks import CallHooks
 from vodou_engine.tools.results import ToolInfo
 
 if TYPE_CHECKING:
     from mcp.client.session import ClientSession
 
     from vodou_engine.tools.stdio import ServerProcess
-    from vodou_engine.tools.wire import Wire
+    from vodou_engine.tools.wire import CallWatch, Wire
 
 __all__ = ["STDERR_TAIL_LINES", "LiveServer"]
 
@@ -57,6 +58,13 @@ class LiveServer:
         """What the transport saw: set with the session."""
         self.link: Wire | None = None
         """The same, from the moment the transport is open (a start that fails is worded from it)."""
+        self.calls: dict[CallWatch, CallHooks] = {}
+        """Its calls in flight, with their callers' hooks: where a question it asks goes (``tools/hooks.py``)."""
+        self.questions_unanswered = 0
+        """Questions it asked that nobody could be asked (no call, or several, out; URL mode): answered cancel."""
+        self.task_required: frozenset[str] = frozenset()
+        """Tools it lists with ``execution.taskSupport: "required"``: callable only as a task, which
+        this client does not make (``planning.resolve`` refuses them before anything runs)."""
 
     @property
     def is_http(self) -> bool:

@@ -216,6 +216,9 @@ class PoolHub:
     def tools(self, server: str) -> Any:
         return self._of(server).tools(server)
 
+    def task_required(self, server: str) -> frozenset[str]:
+        return self._of(server).task_required(server)  # type: ignore[no-any-return]
+
     def config(self, server: str) -> Any:
         return self._of(server).config(server)
 

@@ -61,6 +61,9 @@ class ToolInfo(msgspec.Struct, frozen=True):
     title: str | None = None
     open_world: bool | None = None
     output_schema: dict[str, Any] | None = None
+    task_required: bool = False
+    """Listed as callable only as a task (MCP 2025-11-25, ``execution.taskSupport: "required"``):
+    kept with the rest, so a card made from a kept listing refuses it as a live one does."""
 
 
 class ToolResult(msgspec.Struct):
@@ -101,6 +104,7 @@ def tool_info(tool: Tool) -> ToolInfo:
         title=tool.title or (ann.title if ann else None),
         open_world=ann.open_world_hint if ann else None,
         output_schema=tool.output_schema,
+        task_required=tool.execution is not None and tool.execution.task_support == "required",
     )
 
 

@@ -60,15 +60,18 @@ async def own(
         with srv.owner_scope:
             async with _streams(srv, popen, spawned) as (read, write, wire):
                 srv.link = wire
-                from mcp.client.session import ClientSession  # loaded by the transport by now
+                from vodou_engine.tools.client import EngineSession, answer_questions  # the SDK is loaded by now
 
-                async with ClientSession(read, write, client_info=_client_info()) as session:
+                async with EngineSession(
+                    read, write, client_info=_client_info(), elicitation_callback=answer_questions(srv)
+                ) as session:
                     with trio.fail_after(srv.start_timeout):
                         await session.initialize()
                         tools = await _list_all_tools(session)
                     srv.wire = wire
                     srv.session = session
                     srv.tools = {t.name: tool_info(t) for t in tools}
+                    srv.task_required = frozenset(t.name for t in tools if _task_required(t))
                     on_ready(srv)
                     srv.ready.set()
                     await srv.close_requested.wait()
@@ -136,6 +139,12 @@ def _client_info() -> Implementation:
     except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
         v = "0"
     return Implementation(name="vodou-engine", version=v)
+
+
+def _task_required(tool: Tool) -> bool:
+    """The tool may only be called as a task (MCP 2025-11-25, ``execution.taskSupport``)."""
+    execution = tool.execution
+    return execution is not None and execution.task_support == "required"
 
 
 async def _list_all_tools(session: ClientSession) -> list[Tool]:

@@ -61,6 +61,7 @@ class Progress:
         self.order = node_ids
         self.enabled = enabled
         self.states: dict[str, str] = {}
+        self.heard: dict[str, dict[str, Any]] = {}
         self.live: Any = None
 
     def __enter__(self) -> Progress:
@@ -81,6 +82,15 @@ class Progress:
         if self.live is not None:
             self.live.update(self._render())
 
+    __call__ = change
+    """Passed as a run's ``on_change``: it hears every node state, and (``progress``) a server's progress."""
+
+    def progress(self, nid: str, doc: dict[str, Any]) -> None:
+        """A server's progress on ``nid``'s call, shown on its row while it runs."""
+        self.heard[nid] = doc
+        if self.live is not None:
+            self.live.update(self._render())
+
     def _render(self) -> Any:
         from rich.table import Table
 
@@ -88,8 +98,24 @@ class Progress:
         for nid in self.order:
             st = self.states.get(nid)
             if st is not None:
-                t.add_row(cell(nid), self.ICONS.get(st) or cell(st))
+                icon = self.ICONS.get(st) or cell(st)
+                if st == "running" and nid in self.heard:
+                    t.add_row(cell(nid), icon, cell(progress_text(self.heard[nid])))
+                else:
+                    t.add_row(cell(nid), icon)
         return t
+
+
+def _asks(payload: Any) -> bool:
+    """A server's question (answered), not an approval: its ``reason`` is the answer."""
+    return isinstance(payload, dict) and "elicitation" in payload
+
+
+def progress_text(doc: dict[str, Any]) -> str:
+    """A server's progress as a person reads it: ``3/10 step 3`` (or ``3`` with no total)."""
+    value, total = doc.get("progress"), doc.get("total")
+    amount = f"{value:g}/{total:g}" if isinstance(total, (int, float)) else f"{value:g}"
+    return amount + (f" {doc['message']}" if doc.get("message") else "")
 
 
 def _ms(seconds: float) -> str:
@@ -174,6 +200,14 @@ def report(rep: RunReport, *, json_out: bool = False, store_flag: str = "", acto
                 say(f"cancel:   recipe cancel {rep.run}{store_flag}")
                 continue
             say(a.card)
+            if a.asks is not None:  # a server's question: answered, not approved
+                for as_flag in _as_flags(a.approvers, actor):
+                    say(
+                        f"answer:   recipe answer {rep.run} {a.step} --fields '{{...}}' --fingerprint {a.fingerprint}{as_flag}{store_flag}",
+                        style="bold",
+                    )
+                    say(f"decline:  recipe answer {rep.run} {a.step} --decline{as_flag}{store_flag}")
+                continue
             for as_flag in _as_flags(a.approvers, actor):
                 say(
                     f"approve:  recipe approve {rep.run} {a.step} --fingerprint {a.fingerprint}{as_flag}{_yes()}{store_flag}",
@@ -326,7 +360,10 @@ def show(
             if n.ready_at and n.started_at and n.started_at - n.ready_at >= 0.001 and not gate
             else ""
         )
-        t.add_row(cell(n.node), cell(n.kind), cell(n.state), dur, queued, cell(n.error or ""))
+        note = n.error or ""
+        if n.progress is not None and not note:
+            note = "progress " + progress_text(n.progress)
+        t.add_row(cell(n.node), cell(n.kind), cell(n.state), dur, queued, cell(note))
     con.print(t, soft_wrap=True)
     for line in together_lines(view.together):
         say(line)
@@ -347,7 +384,7 @@ def show(
     if view.approvals:
         say("\napprovals:", style="bold")
     for a in view.approvals:
-        line = f"{a.step}: {a.state}"
+        line = f"{a.step}: {'answered' if a.state == 'approved' and _asks(a.payload) else a.state}"
         if a.state in ("approved", "rejected"):
             line += f" by {a.decided_by or 'someone unrecorded'}"
         if a.state == "pending":
@@ -355,7 +392,7 @@ def show(
         elif a.decided_at is not None:
             line += f" at {when(a.decided_at)}"
         if a.reason:
-            line += f", reason: {a.reason}"
+            line += f", {'answer' if _asks(a.payload) else 'reason'}: {a.reason}"
         say(line + f"  {a.fingerprint}")
         if a.state == "pending" and (
             a.card or a.refusal

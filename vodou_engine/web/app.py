@@ -8,6 +8,7 @@ GET    ``/runs``                      run history (``?state=``)
 GET    ``/runs/{run}``                a run: its cards, payloads, fingerprints, preview and
                                       check, who may decide, the forms; steps, timings, charts
 POST   ``/runs/{run}/approve``        ``step``, ``approval``, ``fingerprint``: approve that card
+POST   ``/runs/{run}/answer``         the same, ``action`` (accept, decline, cancel) and ``field.NAME``: answer a server's question
 POST   ``/runs/{run}/reject``         ``step``, ``approval``, ``fingerprint``, ``reason``
 POST   ``/runs/{run}/resume``         drive it again (an expired question is asked again)
 GET    ``/recipes``, ``/recipes/{n}`` saved recipes with their plan cards
@@ -59,7 +60,7 @@ from .agents import MCP_PATH, AgentsOverHTTP
 from .authoring import asset, draft_action, edit_action, editor_page, new_page
 from .config import WebConfig
 from .context import Web
-from .decisions import approve, history, inbox, reject, resume, run_page
+from .decisions import answer, approve, history, inbox, reject, resume, run_page
 from .guard import Guard
 from .handlers import action, page
 from .identity import Signer
@@ -130,6 +131,7 @@ def create_app(service: Any, config: WebConfig | None = None, *, manage_service:
         Route("/runs/{run}", page(run_page)),
         Route("/runs/{run}/approve", action(approve), methods=["POST"]),
         Route("/runs/{run}/reject", action(reject), methods=["POST"]),
+        Route("/runs/{run}/answer", action(answer), methods=["POST"]),
         Route("/runs/{run}/resume", action(resume), methods=["POST"]),
         Route("/recipes", page(recipes)),
         Route("/recipes/{name}", page(recipe)),

@@ -41,6 +41,7 @@ MAX_FORM_BYTES = 64 * 1024
 DONE = {
     "approved": "Approved. The effect runs in the serving process, on its warm servers; this page shows how it ends.",
     "rejected": "Rejected. The run is declined; nothing after that step runs.",
+    "answered": "Answered. The step's call is made again and its server given your answer; this page shows how it ends.",
     "started": "Started. It runs in the serving process; this page shows where it stands.",
     "resumed": "Resumed. A question that expired is asked again.",
     "approved-queued": "Approved. A worker drives the run on (`recipe worker`); this page shows how it ends.",

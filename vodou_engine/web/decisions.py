@@ -1,7 +1,7 @@
 """The inbox, the run pages, and the decisions made on them.
 
 Pages: the inbox (questions waiting for me, then for others), run history and
-one run. Actions: approve or reject a card, and resume a run. A form names the
+one run. Actions: approve or reject a card, answer a server's question, and resume a run. A form names the
 card it answers (step, approval, fingerprint); one for a question that has
 since been asked again is refused here, and the run API refuses a changed
 fingerprint too. Every decision is handed to the service, which runs the
@@ -98,6 +98,55 @@ async def approve(web: Web, request: Request, me: Me, form: dict[str, str]) -> R
     return see(
         f"/runs/{quote(run_id)}?done=" + ("approved-queued" if getattr(web.svc, "workers", False) else "approved")
     )
+
+
+async def answer(web: Web, request: Request, me: Me, form: dict[str, str]) -> Response:
+    """A server's question answered from its form: each field typed as its schema says (the run
+    API checks the whole against the schema), or declined, or cancelled."""
+    run_id = request.path_params["run"]
+    try:
+        step, approval, fingerprint = _card_fields(form)
+        await _still_the_card(web, run_id, step, approval, fingerprint)
+        card = await web.read(lambda runs: runs.pending(run_id, step))
+        action = form.get("action", "accept")
+        content = answer_fields(card.asks or {}, form) if action == "accept" else None
+        await web.svc.answer(
+            run_id, step, actor=me.name, action=action, content=content, fingerprint=fingerprint, proof="web-session"
+        )
+    except VodouError as exc:
+        await web.refused(me, "answer", exc, run=run_id, step=form.get("step"), fingerprint=form.get("fingerprint"))
+        return web.error(request, me, exc, back=f"/runs/{run_id}", run=run_id)
+    return see(f"/runs/{quote(run_id)}?done=answered")
+
+
+def answer_fields(asks: dict[str, Any], form: dict[str, str]) -> dict[str, Any]:
+    """The answer's fields from the form (``field.NAME``), typed by the schema the server asked
+    with; an empty field is left out (a required one is then refused by the schema), an
+    unchecked box is false."""
+    schema = asks.get("schema") or {}
+    content: dict[str, Any] = {}
+    for name, prop in (schema.get("properties") or {}).items():
+        prop = prop if isinstance(prop, dict) else {}
+        kind = prop.get("type")
+        raw = form.get(f"field.{name}")
+        if kind == "boolean":
+            content[name] = raw is not None
+            continue
+        text = (raw or "").strip()
+        if not text:
+            continue
+        if kind in ("integer", "number"):
+            try:
+                content[name] = int(text) if kind == "integer" else float(text)
+            except ValueError:
+                raise UsageError(
+                    f"`{name}` must be a{'n integer' if kind == 'integer' else ' number'}, not {text!r}; nothing was changed"
+                ) from None
+        elif kind == "array":
+            content[name] = [part.strip() for part in text.split(",") if part.strip()]
+        else:
+            content[name] = text
+    return content
 
 
 async def reject(web: Web, request: Request, me: Me, form: dict[str, str]) -> Response:

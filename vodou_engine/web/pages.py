@@ -125,6 +125,40 @@ def content_item(block: Any) -> dict[str, Any]:
     return item
 
 
+def asked_fields(payload: Any) -> list[dict[str, Any]] | None:
+    """A server's question as form fields (name, input type, required, choices, default,
+    description), or None for an approval or a recipe's own question."""
+    asked = payload.get("elicitation") if isinstance(payload, dict) and set(payload) == {"elicitation"} else None
+    if not isinstance(asked, dict):
+        return None
+    schema = asked.get("schema") or {}
+    required = set(schema.get("required") or [])
+    fields = []
+    for name, prop in (schema.get("properties") or {}).items():
+        prop = prop if isinstance(prop, dict) else {}
+        kind = prop.get("type", "string")
+        fmt = str(prop.get("format") or "")
+        widget = {"boolean": "checkbox", "integer": "number", "number": "number"}.get(
+            kind, {"email": "email", "date": "date", "uri": "url"}.get(fmt, "text")
+        )
+        default = prop.get("default")
+        fields.append({
+            "name": shown(name), "widget": widget, "kind": kind, "required": name in required,
+            "choices": [shown(v) for v in prop.get("enum", [])], "step": "any" if kind == "number" else "1",
+            "default": "" if default is None else shown(", ".join(default) if isinstance(default, list) else default),
+            "checked": default is True, "description": shown(prop.get("description", "")),
+        })  # fmt: skip
+    return fields
+
+
+def progress_line(doc: dict[str, Any]) -> str:
+    """A server's latest progress on a step's call: ``3/10 step 3`` (``3`` with no total); the
+    message is a server's text, shown as every card shows one."""
+    value, total = doc.get("progress"), doc.get("total")
+    amount = f"{value:g}/{total:g}" if isinstance(total, (int, float)) else f"{value}"
+    return shown(amount + (f" {doc['message']}" if doc.get("message") else ""))
+
+
 def _decode(raw: str | bytes | None) -> Any:
     return None if raw is None else msgspec.json.decode(raw)
 
@@ -326,6 +360,7 @@ def run_page(runs: Any, run_id: str, me: str, now: float) -> dict[str, Any]:
             if a.tampered
             else decide.decision(plan, a.step, a.payload, None if preview_json is None else _decode(preview_json))
         )
+        item["asks"] = None if a.tampered else asked_fields(a.payload)
         if item["check"] is not None:
             item["check"] = {"args": pretty(item["check"].get("args")), "result": pretty(item["check"].get("result"))}
         (pending if a.state == "pending" else history).append(item)
@@ -342,6 +377,7 @@ def run_page(runs: Any, run_id: str, me: str, now: float) -> dict[str, Any]:
             "took": duration(took), "took_s": took,
             "output": pretty(n.output) if n.has_output else None,
             "content": [content_item(b) for b in n.content or ()],
+            "progress": progress_line(n.progress) if n.progress is not None else None,
         })  # fmt: skip
     effects = [
         {
