@@ -11,6 +11,7 @@ whose own log shows what it received.
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 
@@ -44,7 +45,7 @@ def test_two_spellings_of_one_text_get_cards_that_read_apart_and_the_marked_one_
     recipe = write(tmp_path, "note.recipe", AGENT_RECIPE)
     cards = {}
     for text in (plain, other):
-        run = park(cli, recipe, "--set", f"text={text}")["run"]
+        run = park(cli, recipe, "--set", f"text={json.dumps(text)}")["run"]
         cards[text] = (run, cli("show", run, "--json", expect=0).json()["approvals"][0]["card"])
     shown = {text: payload_section(card) for text, (_, card) in cards.items()}
     assert as_the_eye_reads(shown[plain]) != as_the_eye_reads(shown[other]), shown
@@ -70,7 +71,7 @@ def test_right_to_left_text_next_to_numbers_is_said_and_the_page_shows_it_in_the
     from test_cards import run_page_for
 
     recipe = write(tmp_path, "note.recipe", AGENT_RECIPE)
-    runs = [park(cli, recipe, "--set", f"text={text}")["run"] for text in REORDERED]
+    runs = [park(cli, recipe, "--set", f"text={json.dumps(text)}")["run"] for text in REORDERED]
     for run in runs:
         card = cli("show", run, "--json", expect=0).json()["approvals"][0]["card"]
         assert "mixes right-to-left letters with numbers or Latin text" in card, card

@@ -106,7 +106,7 @@ def test_a_question_following_several_outputs_shows_the_first_above_the_buttons_
         "id": "a1", "step": q.id, "state": "pending", "fingerprint": "sha256:" + "0" * 64, "asked": "", "asked_ago": "",
         "expires": "", "countdown": "", "expired": False, "approvers": [], "may_decide": True, "decided_by": None,
         "decided": "", "reason": None, "card": "the card", "refused": False, "payload": "{}", "preview": None,
-        "check": None, "decide": d,
+        "check": None, "decide": d, "asks": None,
     }  # fmt: skip
     view = SimpleNamespace(
         recipe="q", started_by="ana", driven_by=None, error=None, ended_at=None, plan_fingerprint="p"
