@@ -41,6 +41,7 @@ CASES = {
     "q": "recipe plan on the bundled recipes: every server started (--refresh) against the tool cache (nothing changed), and --offline",
     "s": "recipe serve: approve on the page → effect, the inbox with 1,000 parked runs, 100 runs at once, a schedule's lag",
     "n": "recipe serve's editor: one keystroke's compile + card for a 50-step recipe, server side",
+    "u": "recipe serve's live pages: an effect done → the open run page shows it, in Chromium (skipped without playwright or chromium)",
     "m": "recipe mcp: initialize against the SDK's floor, check_recipe round trip",
     "p": "an alternative not taken (benchmarks/proposed) vs shipped, same run; only with --only p",
     "w": "workers on PostgreSQL: runs/s on 1, 2, 4 workers against the queue's no-op floor and a floor making the same MCP calls, approve → effect through the queue, store ops against SQLite; only with --only w (also on its own: python -m benchmarks.workers_bench, which writes results/workers.json)",
@@ -50,7 +51,7 @@ CASES = {
 }
 GROUPS = {"chain": ["k"], "peers": ["k", "l", "o"], "workers": ["w"]}
 """``python -m benchmarks GROUP``: a few cases by name."""
-MODULES = {"s": "serve_bench", "m": "agents_bench", "w": "workers_bench", "n": "editor_bench"}
+MODULES = {"s": "serve_bench", "m": "agents_bench", "w": "workers_bench", "n": "editor_bench", "u": "live_bench"}
 OPT_IN = {"p", "w"}
 """Cases a plain run leaves out: an A/B of a change not taken, and one that needs PostgreSQL."""
 """Cases whose module is not ``case_<letter>.py`` (each also runs on its own: ``python -m benchmarks.serve_bench``)."""

@@ -16,11 +16,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import trio
 from conftest import ROOT, demo_calls
 from web_helpers import POST, Serving, wait_for
 
 from vodou_engine.cards import mermaid
 from vodou_engine.compiler import compile_recipe
+from vodou_engine.policy import Policy
+from vodou_engine.runs import Runs, new_run_id
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [
@@ -393,6 +396,26 @@ def test_an_open_run_page_shows_the_effect_done_without_a_reload(served):
     assert len(served.posts(text)) == 1
     watching.close()
     deciding.close()
+
+
+def test_a_run_page_opened_before_its_run_is_stored_shows_the_run_live_without_a_reload(served):
+    """The page Run once lands on when the run is not stored yet ("Starting") follows it too:
+    no timed refresh, the run's page put in place when the run appears."""
+    page = served.page()
+    run_id = new_run_id()
+    page.goto(f"{served.url}/runs/{run_id}?done=started")
+    expect(page.locator("h1")).to_contain_text("Starting")
+    page.evaluate("window.stillThisPage = true")
+    runs = Runs(store=served.serving.store, policy=Policy())
+    try:
+        recipe = 'recipe "starting"\nask me:\n- go on?\nx: vodou.echo {"value": 1}\n'
+        trio.run(lambda: runs.start("starting.recipe", text=recipe, run_id=run_id, actor="ana"))
+    finally:
+        runs.close()
+    expect(page.locator("h1 .badge.s-parked")).to_have_count(1, timeout=20_000)
+    expect(page.locator("h1")).to_contain_text("starting")
+    assert page.evaluate("window.stillThisPage") is True  # the same document: no reload
+    page.close()
 
 
 def test_the_inbox_lists_a_new_question_without_a_reload(served):

@@ -5,7 +5,8 @@ serve process's PYTHONPATH only: no network).
 One walk: a sentence → the drafted recipe and its card → Edit → typing changes the card → a
 typo shows the compiler's error at its line and column, with the caret and the closest name
 → fixed → Run once → the run parks → Approve on the page → the post counted in the demo chat
-server's own log. Then the same editor with scripts off.
+server's own log. From Run once on, the run's page is never reloaded: it follows the run over
+server-sent events (static/live.js). Then the same editor with scripts off.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, demo_calls
-from web_helpers import Serving, wait_for
+from web_helpers import Serving
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
@@ -63,6 +64,9 @@ def served(tmp_path_factory):
         "VODOU_TEST_LLM_PROMPTS": str(tmp / "prompts.jsonl"),
         "VODOU_MODEL": "scripted-web",
         "LLM_USER_PATH": str(tmp / "llm"),
+        # the demo chat server takes its time to post, so the run's page is open while the post
+        # is under way: the post done comes to that page by a live update or not at all
+        "VODOU_DEMO_LATENCY": "slack_post_message=1500",
     }
     serving = Serving(tmp, "--no-signin-link", env=env)
     runs = Runs(store=serving.store, policy=Policy())
@@ -160,29 +164,30 @@ def test_a_sentence_becomes_a_card_is_edited_live_runs_once_and_is_approved_on_t
     expect(card).to_contain_text("say   write from look")
     assert page.evaluate("window.__same_page") is True  # every card came without a reload
 
-    # Run once → the run parks → Approve on the page → the post, once, in the chat server's log
+    # Run once → the run parks → Approve on the page → the post, once, in the chat server's log;
+    # the run's page follows the run by itself (server-sent events), never reloaded
     page.get_by_role("button", name="Run once").click()
     page.wait_for_url("**/runs/*")
     run_id = page.url.split("/runs/")[1].split("?")[0]
-    assert "Started." in page.inner_text("main")
-
-    def asking() -> bool:
-        if page.locator("section.decide").count():
-            return True
-        page.goto(f"{serving.url}/runs/{run_id}")
-        return False
-
-    wait_for(asking, f"run {run_id} to ask", every=0.2)
+    expect(page.locator("main")).to_contain_text("Started.")
+    page.evaluate("window.__run_page = true")
+    # the post has nothing to wait for: the run parks on it as it starts, mostly before this page is
+    # served; whichever came first, the page shows it without a reload
+    expect(page.locator("h1 .badge.s-parked")).to_have_count(1, timeout=20_000)
     expect(page.locator("section.decide")).to_contain_text(NOTE)
+    approve = page.get_by_role("button", name="Approve post")
+    expect(approve).to_be_visible()
+    assert page.evaluate("window.__run_page") is True, "the run's page reloaded to show the run parked"
     assert posts(serving, NOTE) == []
-    page.get_by_role("button", name="Approve post").click()
-    page.wait_for_url("**done=approved")
-
-    def succeeded() -> bool:
-        page.goto(f"{serving.url}/runs/{run_id}")
-        return page.locator("h1 .badge.s-succeeded").count() == 1
-
-    wait_for(succeeded, f"run {run_id} to succeed", every=0.2)
+    approve.click()
+    page.wait_for_url(f"**/runs/{run_id}?done=approved")
+    page.evaluate("window.__approved_page = true")
+    # the post takes its time: done comes to this page by a live update
+    expect(page.locator("#effects .badge.s-executed")).to_have_count(1, timeout=20_000)
+    expect(page.locator("h1 .badge.s-succeeded")).to_have_count(1, timeout=20_000)
+    assert page.evaluate("window.__approved_page") is True, "the run's page reloaded to show the post done"
+    assert page.locator("#main[data-updated]").count() == 1  # put in place by live.js, not a page load
+    assert page.locator("section.decide").count() == 0
     assert len(posts(serving, NOTE)) == 1
     context.close()
     if os.environ.get("VODOU_DOCS_SCREENSHOTS") == "1":

@@ -44,7 +44,7 @@ def run_page(runs: Any, request: Request, me: Me, now: float) -> tuple[str, dict
         data = pages.run_page(runs, run_id, me.name, now)
     except UnknownRunError:
         if request.query_params.get("done") == "started":
-            return "starting.html", {"run": run_id}
+            return "starting.html", {"run": run_id, "live": live.run_live(run_id, live.NOT_YET)}
         raise
     return "run.html", {"run": run_id, **data, "live": live.run_live(run_id, token)}
 

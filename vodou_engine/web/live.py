@@ -22,7 +22,7 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
-from ..errors import VodouError
+from ..errors import UnknownRunError, VodouError
 from .context import Web
 
 POLL_S = 0.1
@@ -49,6 +49,19 @@ def run_token(store: Any, run_id: str) -> str:
     asked = sorted((a.id, a.state) for a in store.approvals(run_id))
     token = _digest((run.state, run.updated_at, events[-1].seq if events else 0, nodes, effects, asked))
     return token + (".end" if str(run.state) in ENDED else "")
+
+
+NOT_YET = "not-yet"
+"""The token of a run not stored yet: the page that says it is starting (Run once answered
+before the run was stored) follows it like a run's page, and shows the run once it is."""
+
+
+def run_or_not_yet(store: Any, run_id: str) -> str:
+    """:func:`run_token`, or :data:`NOT_YET` while the store does not know the run."""
+    try:
+        return run_token(store, run_id)
+    except UnknownRunError:
+        return NOT_YET
 
 
 def inbox_token(store: Any) -> str:
@@ -94,9 +107,10 @@ async def _stream(request: Request, read: Any) -> Response:
 
 
 async def run_stream(request: Request) -> Response:
-    """GET ``/runs/{run}/live?v=TOKEN``: the run's page's changes."""
+    """GET ``/runs/{run}/live?v=TOKEN``: the run's page's changes (the first, for a page
+    opened before the run was stored, is the run appearing)."""
     run_id = request.path_params["run"]
-    return await _stream(request, lambda store: run_token(store, run_id))
+    return await _stream(request, lambda store: run_or_not_yet(store, run_id))
 
 
 async def inbox_stream(request: Request) -> Response:
