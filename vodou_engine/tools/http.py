@@ -219,9 +219,7 @@ class _WatchingTransport(httpx2.AsyncBaseTransport):
         elif 300 <= status < 400:
             watch.lost = f"the server answered {_status_words(response)}, a redirect that was not followed"
         elif wire.endpoint is not None and status in (401, 403):  # an OAuth server's refusal (tools/oauth.py)
-            watch.lost = (
-                f"the server answered {_status_words(response)}: it no longer accepts the sign-in (sign in again)"
-            )
+            watch.lost = f"the server answered {_status_words(response)}: {oauth.refusal_words(response)}"
         elif status >= 400 and kind != "json":
             watch.lost = f"the server answered {_status_words(response)}"
         elif status < 300 and kind is None:

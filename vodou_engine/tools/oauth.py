@@ -34,6 +34,8 @@ worker thread, like the rest of the HTTP client.
 
 from __future__ import annotations
 
+import logging
+import re
 import secrets
 import time
 import urllib.parse
@@ -44,6 +46,7 @@ from contextlib import asynccontextmanager, suppress
 import httpx2
 import trio
 from mcp.client.auth import AuthorizationCodeResult, OAuthClientProvider
+from mcp.client.auth.utils import extract_scope_from_www_auth
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
@@ -52,7 +55,16 @@ from vodou_engine.errors import ServerConfigError, SignInRequiredError
 from vodou_engine.servers import ResolvedServer
 from vodou_engine.servers.signins import Grant, SignIns, resource_key, sign_in_command, sign_in_error
 
-__all__ = ["CLIENT_NAME", "TOKEN_VARS", "loopback", "missing", "run_auth", "sign_in", "token_secrets"]
+__all__ = [
+    "CLIENT_NAME",
+    "TOKEN_VARS",
+    "loopback",
+    "missing",
+    "refusal_words",
+    "run_auth",
+    "sign_in",
+    "token_secrets",
+]
 
 CLIENT_NAME = "vodou-engine"
 """The ``client_name`` registered with an authorization server (what its consent page shows)."""
@@ -61,6 +73,11 @@ TOKEN_VARS = ("OAUTH_ACCESS_TOKEN", "OAUTH_REFRESH_TOKEN")
 """The names a token is masked as in what a server sends (``${OAUTH_ACCESS_TOKEN}``)."""
 
 CALLBACK_PATH = "/callback"
+
+# The SDK logs a failed authorization flow with its traceback ("OAuth flow error") before it
+# raises; with no logging configured (the CLI), Python would print that traceback on stderr,
+# next to the error the engine words (sign_in). A handler here keeps it for a configured log.
+logging.getLogger("mcp.client.auth").addHandler(logging.NullHandler())
 
 
 def _expiry(tokens: OAuthToken) -> float | None:
@@ -201,6 +218,28 @@ def _asks_for_sign_in(response: httpx2.Response) -> bool:
         return True
     challenge = response.headers.get("www-authenticate", "")
     return response.status_code == 403 and "insufficient_scope" in challenge
+
+
+_SCOPE_TOKEN = re.compile(r"[\x21\x23-\x5b\x5d-\x7e]{1,100}")
+"""A scope token as RFC 6749 (3.3) spells one: what a server's challenge may put in a message."""
+
+
+def refusal_words(response: httpx2.Response) -> str:
+    """Why the server refused a request the stored grant authorized (its 401 or 403), in
+    words that say what a person does next. A 403 ``insufficient_scope`` names the scopes
+    the server asks for (its ``WWW-Authenticate`` challenge): signing in again as before
+    would get the same scopes, so the fix is to ask for those (``"scopes"``) first. A run
+    never asks for them itself: more scope is a new consent, in a browser."""
+    if response.status_code == 403 and "insufficient_scope" in response.headers.get("www-authenticate", ""):
+        asked = (extract_scope_from_www_auth(response) or "").split()
+        if asked and len(asked) <= 20 and all(_SCOPE_TOKEN.fullmatch(s) for s in asked):
+            listed = ", ".join(f'"{s}"' for s in asked)
+            return (
+                f"the sign-in lacks the scope this needs; the server asks for {listed}: "
+                f'put them in the entry\'s "scopes" and sign in again'
+            )
+        return 'the sign-in lacks the scope this needs: add it to the entry\'s "scopes" and sign in again'
+    return "it no longer accepts the sign-in (sign in again)"
 
 
 def missing(grant: Grant | None, now: float | None = None) -> str | None:
