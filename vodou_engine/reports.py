@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from .plan import ApprovalNode, JoinNode, Plan, QuestionNode, ToolNode, WriteNode
+from .plan import ApprovalNode, JoinNode, LoopNode, Plan, QuestionNode, ToolNode, WriteNode
 
 
 class Doc(msgspec.Struct, frozen=True, kw_only=True):
@@ -174,9 +174,14 @@ class RunView(Doc):
 
 
 def node_kind(node: Any) -> str:
-    return {ToolNode: "tool", WriteNode: "write", JoinNode: "join", QuestionNode: "question", ApprovalNode: "approval"}[
-        type(node)
-    ]
+    return {
+        ToolNode: "tool",
+        WriteNode: "write",
+        JoinNode: "join",
+        QuestionNode: "question",
+        ApprovalNode: "approval",
+        LoopNode: "each",
+    }[type(node)]
 
 
 def together_stats(

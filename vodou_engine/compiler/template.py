@@ -113,12 +113,20 @@ class MissingValue(LookupError):
     """A reference names a value that does not exist at run time."""
 
 
+def compact(value: Any) -> str:
+    """A JSON value in one line, as a card shows it."""
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+
+
 def lookup_path(value: Any, ref: Ref) -> Any:
+    """``.count`` of a list is its length (a loop's per-item outputs, or any list)."""
     for key in ref.path:
         if isinstance(value, dict) and key in value:
             value = value[key]
         elif isinstance(value, list) and key.isdigit() and int(key) < len(value):
             value = value[int(key)]
+        elif isinstance(value, list) and key == "count":
+            value = len(value)
         else:
             dotted = ".".join((ref.name, *ref.path))
             raise MissingValue(f"{{{dotted}}}: {key!r} is not in the value of {ref.name}")

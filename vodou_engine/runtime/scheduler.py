@@ -29,7 +29,7 @@ import trio
 
 from ..compiler import template
 from ..errors import LostRunError, ToolError, VodouError
-from ..plan import ApprovalNode, JoinNode, QuestionNode, ToolNode, WriteNode
+from ..plan import ApprovalNode, JoinNode, LoopNode, QuestionNode, ToolNode, WriteNode
 from ..policy import BUILTIN_SERVER
 from ..states import NodeState, RunState
 from . import builtin, writer
@@ -109,6 +109,8 @@ class Scheduler:
         self.droppable: set[str] = {m for n in nodes if isinstance(n, JoinNode) for item in n.members for m in item}
         """Nodes inside a quorum's items: the only ones a drop cancels while they run, so the
         only ones that need a cancel scope of their own."""
+        self.templates: set[str] = {m for n in nodes if isinstance(n, LoopNode) for m in n.body}
+        """A loop's body nodes: never run as they are."""
         self.ready: deque[ToolNode] = deque()
         self.draining = False
         self.scopes: dict[str, trio.CancelScope] = {}
@@ -184,11 +186,15 @@ class Scheduler:
 
     def _try_start(self, nid: str) -> None:
         states = self.states
-        if states[nid] != PENDING:
+        if states[nid] != PENDING or nid in self.templates:
             return
         node = self.index[nid]
         if isinstance(node, JoinNode):
             self._eval_join(node)
+            return
+        if isinstance(node, LoopNode):  # compiled and shown on the card; not run yet
+            self.journal.set(nid, FAILED, error="`for each` does not run in this version of the engine")
+            self._after(nid)
             return
         met = True
         for need in node.needs:  # one pass: any need ended badly skips it; all succeeded starts it
