@@ -133,6 +133,12 @@ class Journal:
             if hook is not None:
                 hook(nid, prev, state)
 
+    def add(self, nid: str) -> None:
+        """A node the plan does not list by this id: a loop item's copy of a body node
+        (``reply[0]``), or a body step's list for one item of an enclosing loop."""
+        self.states[nid] = NodeState.PENDING
+        self.times[nid] = [None, None, None]
+
     def ready(self, nid: str) -> None:
         """The node could start now (it may still wait for a thread)."""
         self.times[nid][0] = self.clock()
