@@ -38,6 +38,7 @@ CASES = {
     "h": "compile speed: 100 / 1,000 / 10,000 steps",
     "i": "CLI cold start",
     "j": "a quorum's slow branch never holds the process (exit after the K-th success)",
+    "q": "a loop of 1,000 no-work items against 1,000 together branches, same run",
     "s": "recipe serve: approve on the page → effect, the inbox with 1,000 parked runs, 100 runs at once, a schedule's lag",
     "m": "recipe mcp: initialize against the SDK's floor, check_recipe round trip",
     "p": "an alternative not taken (benchmarks/proposed) vs shipped, same run; only with --only p",
