@@ -127,14 +127,18 @@ def test_nested_loops_give_lists_of_lists(cli):
     assert nodes["tag[0][1]"]["output"] == expected[0][1]
 
 
-def test_an_effect_inside_a_loop_is_refused_before_anything_runs(cli):
+def test_an_effect_in_a_nested_loop_is_refused_before_anything_runs(cli):
     text = (
         'unread: gmail.messages_list {"labelIds": ["UNREAD"]}\n'
         "for each m in {unread.messages}:\n"
-        '  reply: gmail.send_message {"to": "{m.from}", "subject": "Re: {m.subject}", "body": "ok"}\n'
+        '  for each to in ["a@example.com"]:\n'
+        '    reply: gmail.send_message {"to": "{to}", "subject": "Re: {m.subject}", "body": "ok"}\n'
     )
     res = cli("run", _write(cli, text), expect=2)
-    assert "loop.recipe:3:3: error: `reply` (gmail.send_message, write) is an effect inside `for each m`" in res.err
+    assert (
+        "loop.recipe:4:5: error: `reply` (gmail.send_message, write) is an effect in a loop inside another loop"
+        in res.err
+    )
     assert "hint:" in res.err
     assert demo_calls(cli.demo_db) == []  # not even the list was read
     listed = cli("runs", "--json")

@@ -58,6 +58,7 @@ def _decide(args: Any, prespawned: Any) -> int:
                     model=args.model,
                     prespawned=prespawned,
                     proof=proof,
+                    items=getattr(args, "items", None),
                 )
             )
         if not args.json:

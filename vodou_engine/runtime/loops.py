@@ -49,6 +49,26 @@ class LoopRun:
     limit: int = 1
     done: bool = False
     filling: bool = False
+    committed: bool = False
+    declined: set[int] = field(default_factory=set)
+    """Items a person left out of an approved batch: never run, not counted."""
+    """A batch question of this loop was approved: its approved items all run, so a failed
+    item no longer ends the loop early (it ends when every item has)."""
+
+
+@dataclass(slots=True)
+class Batch:
+    """A loop's effect asked once for all its items: the items waiting at its gate (by index:
+    ``{"item", "payload", "fingerprint"}``), asked when every item has reached it or ended."""
+
+    loop: LoopRun
+    waiting: dict[int, dict[str, Any]] = field(default_factory=dict)
+    asked: bool = False
+
+
+def item_of(suffix: str) -> int:
+    """The index of the innermost item in a suffix: 2 for ``[0][2]``."""
+    return int(suffix[suffix.rfind("[") + 1 : -1])
 
 
 def templates_within(plan: Plan) -> dict[str, list[str]]:
@@ -143,10 +163,12 @@ def copies_by_template(plan: Plan, node_ids: list[str]) -> dict[str, list[str]]:
 
 
 def refuse_asking_in_loops(plan: Plan, path: str | None = None, text: str | None = None) -> None:
-    """Before a run starts: a loop's body may hold reads, writes, joins and loops; an effect
-    or a question in it is refused (exit 2), nothing run. One card for a whole batch is
-    what a loop's effects need, and until it exists none of them runs, asked or not."""
+    """Before a run starts: what a loop's body may not hold yet is refused (exit 2), nothing
+    run. An effect in a loop is asked once for the whole batch; this engine does so for a
+    loop that is not inside another, for an effect without ``preview:`` or ``check:`` (which
+    would be read per item) that asks. A question of its own in a loop is refused too."""
     index = plan.index()
+    inner = {m for n in plan.nodes if isinstance(n, LoopNode) for m in n.body}
     for loop in plan.nodes:
         if not isinstance(loop, LoopNode):
             continue
@@ -154,7 +176,12 @@ def refuse_asking_in_loops(plan: Plan, path: str | None = None, text: str | None
             node = index[nid]
             what = None
             if isinstance(node, ToolNode) and node.effectful:
-                what = f"`{nid}` ({node.address}, {node.risk}) is an effect"
+                if loop.id in inner:
+                    what = f"`{nid}` ({node.address}, {node.risk}) is an effect in a loop inside another loop"
+                elif node.preview is not None or node.check is not None:
+                    what = f"`{nid}` ({node.address}) has a `preview:` or `check:` and is"
+                elif node.without_asking:
+                    what = f"`{nid}` ({node.address}) runs without asking and is"
             elif isinstance(node, QuestionNode):
                 what = f"the question “{node.text}” is"
             if what is None:
@@ -163,7 +190,9 @@ def refuse_asking_in_loops(plan: Plan, path: str | None = None, text: str | None
             lines = text.splitlines() if text is not None and where is not None else []
             raise RecipeError(
                 f"{what} inside `for each {loop.var}` (line {loop.where.line if loop.where else '?'}): "
-                "this engine runs reads and writes in a loop, not effects or questions yet; nothing was run",
+                "this engine asks one question for a loop's effects only for a loop that is not inside "
+                "another, an effect without `preview:` or `check:` that asks, and no question of its own; "
+                "nothing was run",
                 path=path,
                 line=where.line if where else None,
                 column=where.column if where else None,

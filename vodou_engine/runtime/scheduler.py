@@ -25,13 +25,14 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeGuard
 
+import msgspec
 import trio
 
 from ..compiler import template
 from ..errors import LostRunError, ToolError, VodouError
 from ..plan import ApprovalNode, JoinNode, LoopNode, QuestionNode, ToolNode, WriteNode
 from ..policy import BUILTIN_SERVER
-from ..states import NodeState, RunState
+from ..states import ApprovalState, NodeState, RunState
 from . import builtin, writer
 from .calls import Tools
 from .context import RunContext
@@ -39,7 +40,7 @@ from .effects import Effects
 from .faults import crashpoint
 from .gates import Gates
 from .journal import Journal
-from .loops import TOP, LoopRun, Scope, copy_node, lookup, templates_within, the_list
+from .loops import TOP, Batch, LoopRun, Scope, copy_node, item_of, lookup, templates_within, the_list
 from .threads import Blocking, Job
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ FAILED, CANCELLED, SKIPPED, REJECTED, UNKNOWN = (
     NodeState.UNKNOWN,
 )
 DONE_BAD = frozenset({FAILED, CANCELLED, SKIPPED, REJECTED})
+TERMINAL = DONE_BAD | {SUCCEEDED, UNKNOWN}
 STEP_ERRORS = (ToolError, template.MissingValue, VodouError)
 
 
@@ -118,6 +120,10 @@ class Scheduler:
         """A copy's item: its suffix and the loop variables it sees."""
         self.loop_runs: dict[str, LoopRun] = {}
         self.exit_of: dict[str, tuple[LoopRun, int]] = {}
+        self.loop_of_item: dict[str, LoopRun] = {}
+        """An item's suffix (``[2]``) -> the loop (copy) it is an item of."""
+        self.batches: dict[str, Batch] = {}
+        """A loop's effect asked as one question: the template gate id -> the items waiting at it."""
         """The copy of a loop's exit node, for each item still running: which loop, which item."""
         self.ready: deque[ToolNode] = deque()
         self.draining = False
@@ -346,6 +352,7 @@ class Scheduler:
                 ids.append(copy.id)
             lr.items.append(item_scope)
             lr.members.append(ids)
+            self.loop_of_item[suffix] = lr
             exit_id = node.exit + suffix
             lr.exits.append(exit_id)
             self.exit_of[exit_id] = (lr, i)
@@ -389,16 +396,23 @@ class Scheduler:
             lr.filling = False
 
     def _item_done(self, exit_id: str) -> None:
-        lr, _ = self.exit_of.pop(exit_id)
+        lr, i = self.exit_of.pop(exit_id)
         if lr.done:
             return
         lr.active -= 1
-        if self.states[exit_id] == SUCCEEDED:
+        if i in lr.declined:
+            # declined at its batch's card: it never runs, and the loop goes on without it
+            self.absorbed.update(lr.members[i])
+            lr.need = min(lr.need, len(lr.items) - len(lr.declined))
+        elif self.states[exit_id] == SUCCEEDED:
             lr.ok += 1
         else:
             lr.bad += 1
-        n = len(lr.items)
-        if lr.ok >= lr.need or lr.bad > n - lr.need or lr.ok + lr.bad == n:
+        for key, batch in self.batches.items():
+            if batch.loop is lr:
+                self._batch_ready(key, batch)
+        n = len(lr.items) - len(lr.declined)
+        if lr.ok >= lr.need or (lr.bad > n - lr.need and not lr.committed) or lr.ok + lr.bad == n:
             self._close_loop(lr)
         else:
             self._more(lr)
@@ -460,6 +474,87 @@ class Scheduler:
                     outputs.get(t + it.suffix) if states.get(t + it.suffix) == SUCCEEDED else None for it in items
                 ]
                 self.journal.set(agg, SUCCEEDED, output=values)
+
+    # --- one question for a loop's effect ------------------------------------------------
+    def _batch_of(self, copy_id: str) -> tuple[ToolNode, str, int]:
+        """A loop item's copy of an effect: its template step, the template gate the batch is
+        asked under, and the item's index."""
+        scope = self.scope[copy_id]
+        template = self.index[copy_id[: len(copy_id) - len(scope.suffix)]]
+        assert isinstance(template, ToolNode), "only a tool step is an effect"
+        return template, template.needs[0], item_of(scope.suffix)
+
+    async def _batch_gate(self, gate: ApprovalNode) -> None:
+        """An item reaches its copy of the gate: with the batch decided, it passes if its payload
+        is among those approved (declined with the batch if rejected); undecided, it waits, and
+        when every item of the loop has reached the gate or ended, one question is asked for all."""
+        gid = gate.id
+        scope = self.scope[gid]
+        key = gid[: len(gid) - len(scope.suffix)]
+        step = self.index[gate.step]
+        assert isinstance(step, ToolNode), "an approval guards a tool step"
+        item = item_of(scope.suffix)
+        payload = self._render_for(step.id, step.args)
+        fp = self.gates.item_fingerprint(step, payload)
+        latest = await self.gates.latest(key)
+        journal = self.journal
+        if latest is not None and latest.state == ApprovalState.APPROVED:
+            # decided: every approved item runs, whatever happens to the others
+            self.loop_of_item[scope.suffix].committed = True
+            entries = msgspec.json.decode(latest.payload_json).get("items", [])
+            chosen = msgspec.json.decode(latest.items_json) if latest.items_json is not None else None
+            if chosen is not None and item not in chosen:
+                self.loop_of_item[scope.suffix].declined.add(item)
+                journal.set(
+                    gid,
+                    SKIPPED,
+                    error=f"declined: {latest.decided_by} approved items {', '.join(map(str, chosen))} of {latest.id}, not this one",
+                )
+            elif any(e.get("item") == item and e.get("fingerprint") == fp for e in entries):
+                journal.set(gid, SUCCEEDED, output={"approval": latest.id, "item": item, "fingerprint": fp})
+            else:
+                journal.set(
+                    gid,
+                    FAILED,
+                    error=f"item {item}'s payload ({fp}) is not among those approved in {latest.id}; it did not run",
+                )
+            return
+        if latest is not None and latest.state == ApprovalState.REJECTED:
+            why = f"rejected by {latest.decided_by}" + (f": {latest.reason}" if latest.reason else "")
+            journal.set(gid, REJECTED, error=why)
+            return
+        if latest is not None and latest.state == ApprovalState.PENDING:
+            if latest.expires_at is None or latest.expires_at > self.ctx.clock():
+                journal.set(gid, WAITING)
+                return
+            self.gates.forget()
+            await journal.db(journal.store.decide, latest.id, ApprovalState.EXPIRED, by="clock")
+        lr = self.loop_of_item[scope.suffix]
+        batch = self.batches.get(key)
+        if batch is None:
+            batch = self.batches[key] = Batch(lr)
+        batch.waiting[item] = {"item": item, "payload": payload, "fingerprint": fp}
+        journal.set(gid, WAITING)
+        lr.active -= 1  # waiting for a person: its place goes to the next item
+        self._more(lr)
+        self._batch_ready(key, batch)
+
+    def _batch_ready(self, key: str, batch: Batch) -> None:
+        """Ask the batch once every item of its loop has reached the gate or ended."""
+        lr = batch.loop
+        if batch.asked or not batch.waiting:
+            return
+        states = self.states
+        for i in range(len(lr.items)):
+            if i not in batch.waiting and states[lr.exits[i]] not in TERMINAL:
+                return
+        batch.asked = True
+        gate = self.index[key]
+        assert isinstance(gate, ApprovalNode), "a batch is asked under its template gate"
+        step = self.index[gate.step]
+        assert isinstance(step, ToolNode), "an approval guards a tool step"
+        items = [batch.waiting[i] for i in sorted(batch.waiting)]
+        self.work.start_soon(self.gates.ask_batch, gate, step, items)
 
     def _render_in(self, scope: Scope, args: Any) -> Any:
         outputs = self.journal.outputs
@@ -610,8 +705,13 @@ class Scheduler:
         """A node's work, by kind; a step's own failure fails the step, nothing more."""
         journal = self.journal
         try:
-            if isinstance(node, ToolNode):
-                if node.effectful and not node.without_asking:
+            if isinstance(node, ApprovalNode) and node.id in self.scope:
+                await self._batch_gate(node)
+            elif isinstance(node, ToolNode):
+                if node.effectful and not node.without_asking and node.id in self.scope:
+                    template, gate_id, item = self._batch_of(node.id)
+                    await self.effects.run_item(node, template, gate_id, item)
+                elif node.effectful and not node.without_asking:
                     await self.effects.run(node)
                 elif node.effectful:
                     await self.effects.run_unasked(node)
