@@ -17,6 +17,13 @@ from .common import Case, Config, TempDir, bench_runs, open_bench_store, prepare
 
 RATIO_LIMIT = 1.5
 """A loop's item may cost at most this much more than a together's branch."""
+CARD_ITEMS = 100
+CARD_LIMIT_S = 0.050
+"""A batch card of 100 items is rendered in at most 50 ms."""
+BATCH = (
+    "for each m in {list.messages}:\n"
+    '  reply: gmail.send_message {"to": "{m.from}", "subject": "Re: {m.subject}", "body": "Thanks!"}\n'
+)
 
 
 def loop_recipe(n: int) -> str:
@@ -52,6 +59,15 @@ def run(cfg: Config) -> Case:
                 f"q: loop {wl * 1e3:.1f} ms ({wl / n * 1e6:.0f} µs/item), together {wt * 1e3:.1f} ms ({wt / n * 1e6:.0f} µs/branch)"
             )
         store.close()
+    card_times = _batch_card(cfg, compile_recipe)
+    case.figure("batch_card_render_s", card_times, "s", f"one batch card of {CARD_ITEMS} items, rendered")
+    case.check(
+        f"q: a batch card of {CARD_ITEMS} items",
+        sorted(card_times)[len(card_times) // 2],
+        CARD_LIMIT_S,
+        unit="s",
+        what="cards.approval_card_text of the frozen payload",
+    )
     case.figure("n_items", n, "count", "items in the loop, branches in the together")
     loop = case.figure("loop_per_item_s", [r[0] / n for r in rows], "s", "loop: Runs.start wall / items")
     case.figure("together_per_branch_s", [r[1] / n for r in rows], "s", "together: Runs.start wall / branches")
@@ -65,3 +81,35 @@ def run(cfg: Config) -> Case:
     )
     case.bar(f"loop of {n}", wall_s=loop * n, sum_s=None, slowest_s=None)
     return case.done()
+
+
+def _batch_card(cfg: Config, compile_recipe) -> list[float]:
+    """The card of a loop's effect with CARD_ITEMS items, each with its payload and fingerprint,
+    rendered as every surface renders it (from the frozen payload)."""
+    import time
+
+    from vodou_engine.cards import approval_card_text
+    from vodou_engine.plan import ToolNode
+
+    plan = compile_recipe('list: gmail.messages_list {"maxResults": 100}\n' + BATCH)
+    step = plan.index()["reply"]
+    assert isinstance(step, ToolNode)
+    items = [
+        {
+            "item": i,
+            "payload": {"to": f"person{i}@example.com", "subject": f"Re: message {i}", "body": "Thanks!"},
+            "fingerprint": "sha256:" + f"{i:064x}",
+        }
+        for i in range(CARD_ITEMS)
+    ]
+    times = []
+    for _ in range(max(cfg.runs, 5)):
+        t0 = time.perf_counter()
+        card = approval_card_text(
+            run_id="r-bench", step=step, question=None, payload={"items": items},
+            fingerprint="sha256:" + "0" * 64, approvers=["bench"],
+        )  # fmt: skip
+        times.append(time.perf_counter() - t0)
+        assert "person99@example.com" in card
+    cfg.log(f"q: batch card of {CARD_ITEMS} items {sorted(times)[len(times) // 2] * 1e3:.1f} ms")
+    return times
