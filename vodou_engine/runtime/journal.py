@@ -84,6 +84,7 @@ class Journal:
         self._dirty: dict[str, None] = {}
         self._flush_wanted = trio.Event()
         self._limiter = trio.CapacityLimiter(1)
+        self._stored: tuple[dict[str, NodeRecord], dict[str, Any]] | None = None
 
     # --- changing states -------------------------------------------------------------
     def set(
@@ -138,6 +139,13 @@ class Journal:
         (``reply[0]``), or a body step's list for one item of an enclosing loop."""
         self.states[nid] = NodeState.PENDING
         self.times[nid] = [None, None, None]
+
+    def restore_one(self, nid: str) -> None:
+        """A node added during this drive (:meth:`add`), as a drive before left it: a loop item's
+        reads, writes and effect are not done again when its run resumes."""
+        if self._stored is not None:
+            nodes, effects = self._stored
+            self.restore({nid: nodes[nid]} if nid in nodes else {}, {nid: effects[nid]} if nid in effects else {})
 
     def ready(self, nid: str) -> None:
         """The node could start now (it may still wait for a thread)."""
@@ -233,7 +241,11 @@ class Journal:
 
     # --- loading a run back from the store ---------------------------------------------
     def restore(self, nodes: dict[str, NodeRecord], effects: dict[str, Any]) -> None:
-        """States as stored; an effect's own record is the truth about its step."""
+        """States as stored; an effect's own record is the truth about its step. The records
+        are kept: a loop item's copy (``reply[2]``), which the plan does not list by id, is
+        restored by :meth:`restore_one` when the loop makes it again."""
+        if self._stored is None:
+            self._stored = (nodes, effects)
         dec = msgspec.json.Decoder()
         states = self.states
         for nid, rec in nodes.items():

@@ -368,6 +368,7 @@ class Scheduler:
         for need in copy.needs:
             self.succ[need].append(cid)
         self.journal.add(cid)
+        self.journal.restore_one(cid)  # as a drive before left it, if one did
         self.scope[cid] = scope
         if droppable:
             self.droppable.add(cid)
@@ -389,8 +390,14 @@ class Scheduler:
                 i = lr.started
                 lr.started += 1
                 lr.active += 1
-                for cid in lr.members[i]:
-                    if not self.index[cid].needs:
+                members = lr.members[i]
+                # restored from a drive before (journal.restore_one): what follows them may start
+                for cid in [c for c in members if self.states[c] in TERMINAL]:
+                    if self.states[cid] == SUCCEEDED and isinstance(self.index[cid], ApprovalNode):
+                        lr.committed = True  # its batch was approved in a drive before
+                    self._after(cid)
+                for cid in members:
+                    if self.states[cid] == PENDING and not self.index[cid].needs:
                         self._try_start(cid)
         finally:
             lr.filling = False
@@ -408,6 +415,8 @@ class Scheduler:
             lr.ok += 1
         else:
             lr.bad += 1
+            if self.states[exit_id] == UNKNOWN:
+                lr.committed = True  # an effect in doubt: the others go on, and a person settles it
         for key, batch in self.batches.items():
             if batch.loop is lr:
                 self._batch_ready(key, batch)
