@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from conftest import RECIPES, demo_calls
+
+pytestmark = pytest.mark.both_stores  # the store decides every claim and decision: both must hold
 
 READS = (
     'unread: gmail.messages_list {"labelIds": ["UNREAD"], "maxResults": 20}\n'
