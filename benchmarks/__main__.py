@@ -39,6 +39,7 @@ CASES = {
     "i": "CLI cold start",
     "j": "a quorum's slow branch never holds the process (exit after the K-th success)",
     "q": "recipe plan on the bundled recipes: every server started (--refresh) against the tool cache (nothing changed), and --offline",
+    "r": "a loop of 1,000 no-work items against 1,000 together branches, same run",
     "s": "recipe serve: approve on the page → effect, the inbox with 1,000 parked runs, 100 runs at once, a schedule's lag",
     "n": "recipe serve's editor: one keystroke's compile + card for a 50-step recipe, server side",
     "u": "recipe serve's live pages: an effect done → the open run page shows it, in Chromium (skipped without playwright or chromium)",

@@ -244,10 +244,10 @@ def test_an_unknown_format_string_is_refused_by_name(cli):
 def test_a_future_format_with_new_fields_is_refused_as_unsupported(cli):
     path = cli.tmp / "future.json"
     path.write_text(
-        json.dumps({"format": "vodou.actions/2", "recipe": {"name": "x", "source_sha256": ""}, "triggers": []})
+        json.dumps({"format": "vodou.actions/3", "recipe": {"name": "x", "source_sha256": ""}, "triggers": []})
     )
     res = cli("plan", "--offline", path, expect=2)
-    assert "unsupported format 'vodou.actions/2'" in res.err
+    assert "unsupported format 'vodou.actions/3'" in res.err
 
 
 def test_compile_into_a_missing_directory_is_exit_2(cli):

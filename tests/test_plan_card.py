@@ -63,7 +63,8 @@ def test_warning_rows_are_exactly_the_gated_steps(path, policy):
     assert len(gated) == len(set(gated))
     # and the same holds for what a person sees
     text = render(plan)
-    warned = [line.split()[1] for line in text.splitlines() if re.match(r"⚠ [a-z_]", line) and "·" in line.split()[2]]
+    # a step inside a block (a `for each`'s body) is indented under it
+    warned = [line.split()[1] for line in text.splitlines() if re.match(r" *⚠ [a-z_]", line) and "·" in line.split()[2]]
     assert sorted(warned) == sorted(guarded)
     asks = re.findall(r"will stop and ask before `([^`]+)` runs", text)
     assert sorted(asks) == sorted(guarded)

@@ -29,6 +29,7 @@ from .plan import (
     ApprovalNode,
     Input,
     JoinNode,
+    LoopNode,
     Options,
     Plan,
     QuestionNode,
@@ -46,6 +47,11 @@ MAX_TIMEOUT = 86400
 
 MAX_RETRIES = 10
 """The most ``retries:`` of a read step (0 in a plan: none were asked for)."""
+
+MAX_LOOP_ITEMS = 10_000
+"""The most items a ``for each`` may be given (``max items:``); 100 unless it says."""
+
+DEFAULT_LOOP_ITEMS = 100
 
 RESERVED = frozenset(
     {
@@ -90,7 +96,7 @@ _PERSON = re.compile(PERSON)
 _MODEL = re.compile(MODEL)
 _COUNTED = re.compile(r"[1-9][0-9]*")
 _PLAIN = frozenset({str, int, bool, type(None)})
-_NODE_KINDS = frozenset({ToolNode, WriteNode, JoinNode, QuestionNode, ApprovalNode})
+_NODE_KINDS = frozenset({ToolNode, WriteNode, JoinNode, QuestionNode, ApprovalNode, LoopNode})
 
 _HINT = "compile the recipe again to get an actions.json within the language's bounds"
 
@@ -230,7 +236,7 @@ class _Check:
         for i, node in enumerate(plan.nodes):
             kind = type(node)
             if kind not in _NODE_KINDS:
-                raise self.fail(f"nodes[{i}]", node, "a node is a tool, write, join, question or approval")
+                raise self.fail(f"nodes[{i}]", node, "a node is a tool, write, join, question, approval or loop")
             needs, where = node.needs, node.where
             if type(needs) is not list or any(type(n) is not str for n in needs):
                 self.ids(f"nodes[{i}].needs", needs, node)
@@ -264,6 +270,39 @@ class _Check:
                     raise self.fail(f"nodes[{i}].text", node.text, "a question has words", node)
             elif isinstance(node, JoinNode):
                 self.join(i, node)
+            elif isinstance(node, LoopNode):
+                self.loop(i, node)
+
+    def loop(self, i: int, node: LoopNode) -> None:
+        at = f"nodes[{i}]"
+        if type(node.id) is not str or not (node.id.startswith("each:") and _COUNTED.fullmatch(node.id, 5)):
+            raise self.fail(f"{at}.id", node.id, "a loop's id is `each:N` (N counts from 1)", node)
+        self.new_name(f"{at}.var", node.var, node)
+        self.ids(f"{at}.body", node.body, node)
+        if not node.body or node.exit not in node.body:
+            raise self.fail(f"{at}.exit", node.exit, "a loop's exit is one of its body's nodes", node)
+        if type(node.over) is str:
+            parts = node.over[1:-1] if node.over.startswith("{") and node.over.endswith("}") else ""
+            if not parts or not _NAME.match(parts) or "{" in parts or "}" in parts:
+                raise self.fail(
+                    f"{at}.over", node.over, "a loop goes through a `{name.path}` reference or a list", node
+                )
+        elif type(node.over) is not list:
+            raise self.fail(f"{at}.over", node.over, "a loop goes through a `{name.path}` reference or a list", node)
+        self.finite(f"{at}.over", node.over, node)
+        self.whole(
+            f"{at}.max_items", node.max_items, 1, MAX_LOOP_ITEMS, f"`max items:` is from 1 to {MAX_LOOP_ITEMS}", node
+        )
+        if node.at_most is not None:
+            self.whole(
+                f"{at}.at_most", node.at_most, 1, MAX_LOOP_ITEMS, f"`at most` is from 1 to {MAX_LOOP_ITEMS}", node
+            )
+        if node.need is not None:
+            self.whole(
+                f"{at}.need", node.need, 1, MAX_LOOP_ITEMS, f"a loop's `need:` is from 1 to {MAX_LOOP_ITEMS}", node
+            )
+        if node.need_percent is not None:
+            self.whole(f"{at}.need_percent", node.need_percent, 1, 100, "a loop's `need:` share is 1% to 100%", node)
 
     def plain_step(self, node: ToolNode, addresses: set[tuple[str, str]]) -> bool:
         """Whether ``node`` is a step plainly within bounds, its name now taken: the usual

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .plan import ApprovalNode, JoinNode, Plan, QuestionNode, ToolNode, WriteNode
+from .plan import ApprovalNode, JoinNode, LoopNode, Plan, QuestionNode, ToolNode, WriteNode
 from .text_safety import visible
 
 RISK_STYLE = {"read": "green", "write": "yellow", "critical": "bold red"}
@@ -32,14 +32,43 @@ class ToolStatus:
 
 
 def groups(plan: Plan) -> tuple[dict[str, list[str]], dict[str, int]]:
-    """For each node: the joins whose items contain it (outermost first), and its depth."""
+    """For each node: the joins and loops that contain it, and its depth."""
     inside: dict[str, list[str]] = {}
+    loop_of: dict[str, str] = {}
     for node in plan.nodes:
         if isinstance(node, JoinNode):
             for item in node.members:
                 for member in item:
                     inside.setdefault(member, []).insert(0, node.id)
+        elif isinstance(node, LoopNode):
+            for member in node.body:
+                loop_of[member] = node.id
+    for nid in loop_of:
+        chain: list[str] = []
+        up: str | None = loop_of[nid]
+        while up is not None:
+            chain.insert(0, up)
+            up = loop_of.get(up)
+        inside[nid] = chain + inside.get(nid, [])
     return inside, {k: len(v) for k, v in inside.items()}
+
+
+def loop_words(node: LoopNode) -> tuple[str, str]:
+    """A loop's card row: ``for each m in unread.messages`` and what is known of it now."""
+    if isinstance(node.over, list):
+        n = len(node.over)
+        count = f"{n} item{'s' if n != 1 else ''}"
+    else:
+        count = "count known at run time"
+    rules = [f"({count})"]
+    if node.at_most:
+        rules.append(f"at most {node.at_most} at a time")
+    if node.need is not None:
+        rules.append(f"needs {node.need} of all; the rest are cancelled")
+    elif node.need_percent is not None:
+        rules.append(f"needs {node.need_percent}% of them; the rest are cancelled")
+    rules.append(f"at most {node.max_items} items")
+    return f"for each {node.var} in {visible(node.over_text)}", "; ".join(rules)
 
 
 def plan_rows(
@@ -71,6 +100,20 @@ def plan_rows(
                     False,
                 )
             )
+        if isinstance(node, LoopNode):
+            label, rule = loop_words(node)
+            rows.append(
+                (
+                    d,
+                    label,
+                    rule + ("; each item asks in one card for all" if _asks_in(node, approvals) else ""),
+                    None,
+                    None,
+                    None,
+                    False,
+                )
+            )
+            continue
         if isinstance(node, JoinNode):
             rule = f"needs {node.need} of {node.of}" if node.need < node.of else f"waits for all {node.of}"
             extra = "; the rest are cancelled" if node.need < node.of else ""
@@ -126,6 +169,10 @@ def plan_rows(
     return rows
 
 
+def _asks_in(loop: LoopNode, approvals: Mapping[str, ApprovalNode]) -> bool:
+    return any(m in approvals for m in loop.body)
+
+
 def plan_card(
     plan: Plan,
     *,
@@ -167,15 +214,18 @@ def plan_card(
         lines.append(line)
     notes = []
     approvals = [n for n in plan.nodes if isinstance(n, ApprovalNode)]
+    looped = {m for n in plan.nodes if isinstance(n, LoopNode) for m in n.body}
     index = plan.index()
     for gate in approvals:
         step = index[gate.step]
-        assert isinstance(step, ToolNode)  # graph/verify.py refuses an approval of anything else
+        if not isinstance(step, ToolNode):  # the verified plan makes every approval guard a tool step
+            continue
         notes.append(
             Text.assemble(
                 ("⚠ ", "bold yellow"),
                 (f"{step.server}·{step.tool}", "bold"),
-                f" {'cannot be undone' if step.risk == 'critical' else 'changes something outside vodou'}, so the run will stop and ask before `{step.id}` runs. ",
+                f" {'cannot be undone' if step.risk == 'critical' else 'changes something outside vodou'}, so the run will stop and ask before `{step.id}` runs"
+                + (" (once, in one card listing every item's payload). " if step.id in looped else ". "),
                 (
                     "Write `without asking` under the step to opt out."
                     if step.risk != "critical"
@@ -494,8 +544,17 @@ def mermaid(plan: Plan) -> str:
             out.append(f'  {k}[/"⚠ approve {_esc(n.step)}"/]')
         elif isinstance(n, QuestionNode):
             out.append(f'  {k}[/"ask: {_esc(n.text)}"/]')
+        elif isinstance(n, LoopNode):
+            out.append(f'  {k}[["{_esc(visible(f"for each {n.var} in {n.over_text}"))}"]]')
         for need in n.needs:
             out.append(f"  {ids[need]} --> {k}")
+    for n in plan.nodes:
+        if isinstance(n, LoopNode):
+            # the body, run once per item: a subgraph entered from the loop node
+            out.append(f'  subgraph {ids[n.id]}b["each {_esc(n.var)}"]')
+            out.extend(f"    {ids[m]}" for m in n.body)
+            out.append("  end")
+            out.append(f"  {ids[n.id]} -.-> {ids[n.id]}b")
     for n in plan.nodes:
         if isinstance(n, ApprovalNode):
             out.append(f"  style {ids[n.id]} fill:#ffe08a")

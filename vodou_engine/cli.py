@@ -156,6 +156,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FP",
         help="approve only if the question still has this fingerprint (the one on the card you read)",
     )
+    a.add_argument(
+        "--items",
+        metavar="N,N",
+        type=_item_list,
+        help="for an effect inside a `for each` (one card for all its items): approve only these items, by index "
+        "as the card lists them (e.g. 0,2); the others are declined and never run",
+    )
     a.add_argument("--model", help="model for write steps after this one (default: the one the run started with)")
     a.add_argument(
         "--here",
@@ -512,3 +519,14 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
+
+
+def _item_list(text: str) -> list[int]:
+    """``--items 0,2``: item indexes, as a loop's card lists them."""
+    try:
+        items = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of item numbers such as 0,2") from None
+    if any(i < 0 for i in items):
+        raise argparse.ArgumentTypeError("item numbers count from 0")
+    return items

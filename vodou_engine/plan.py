@@ -16,6 +16,10 @@ from typing import Any, Literal
 import msgspec
 
 FORMAT = "vodou.actions/1"
+FORMAT_LOOPS = "vodou.actions/2"
+"""A plan with a ``for each`` (a node of kind ``each``): an engine that knows only format 1
+refuses it by its format string, with a message that says so, rather than as a bad node."""
+FORMATS = frozenset({FORMAT, FORMAT_LOOPS})
 
 Risk = Literal["read", "write", "critical"]
 RISK_ORDER: dict[str, int] = {"read": 0, "write": 1, "critical": 2}
@@ -139,7 +143,42 @@ class ApprovalNode(NodeBase, tag="approval", frozen=True):
     where: Where | None = None
 
 
-Node = ToolNode | WriteNode | JoinNode | QuestionNode | ApprovalNode
+class LoopNode(NodeBase, tag="each", frozen=True):
+    """A ``for each`` block: its body runs once per item of a list.
+
+    The body's nodes are ordinary nodes of the plan, listed in ``body`` (the
+    direct members: a nested loop's own body is that loop's); they are
+    templates, never run as they are. At run time each item gets its own copy
+    of every body node, with the item's index after the id (``reply[0]``,
+    ``reply[1]``; nested: ``x[0][2]``), and ``{VAR}`` bound to the item. The
+    entry nodes of the body need nothing; everything outside the block that
+    follows it needs this node, which ends when the items have (quorum:
+    ``need``). After it, a body step's id names the list of its per-item
+    outputs, in item order.
+
+    ``over`` is where the list comes from: a ``{name.path}`` reference (a
+    string) or a JSON list written in place. ``over_text`` is how the card
+    shows it.
+    """
+
+    id: str
+    var: str
+    over: Any
+    over_text: str
+    body: list[str]
+    exit: str
+    """The body's last node: an item has succeeded when its copy of it has."""
+    needs: list[str] = []
+    at_most: int | None = None
+    """Items at the same time; None: the run's thread limit."""
+    need: int | None = None
+    """Items that must succeed (quorum); None: all of them (or ``need_percent``)."""
+    need_percent: int | None = None
+    max_items: int = 100
+    where: Where | None = None
+
+
+Node = ToolNode | WriteNode | JoinNode | QuestionNode | ApprovalNode | LoopNode
 
 
 class Input(Base, frozen=True):
@@ -222,9 +261,9 @@ def decode_plan(data: bytes | str, *, path: str | None = None) -> Plan:
         head = _head_decoder.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError):
         head = None
-    if head is not None and head.format != FORMAT:
+    if head is not None and head.format not in FORMATS:
         raise PlanError(
-            f"unsupported format {head.format!r}; this engine reads {FORMAT!r}",
+            f"unsupported format {head.format!r}; this engine reads {FORMAT!r} and {FORMAT_LOOPS!r}",
             path=path,
             hint="recompile the recipe with this version of the engine",
         )
@@ -240,13 +279,18 @@ def decode_plan(data: bytes | str, *, path: str | None = None) -> Plan:
         raise PlanError(
             f"not valid JSON: {exc}", path=path, hint="check the file is an actions.json written by the compiler"
         ) from None
-    if plan.format != FORMAT:
+    if plan.format not in FORMATS:
         raise PlanError(
-            f"unsupported format {plan.format!r}; this engine reads {FORMAT!r}",
+            f"unsupported format {plan.format!r}; this engine reads {FORMAT!r} and {FORMAT_LOOPS!r}",
             path=path,
             hint="recompile the recipe with this version of the engine",
         )
     return plan
+
+
+def format_for(nodes: list[Node]) -> str:
+    """The oldest format that can hold these nodes: format 1 unless a loop is among them."""
+    return FORMAT_LOOPS if any(isinstance(n, LoopNode) for n in nodes) else FORMAT
 
 
 def json_schema() -> dict[str, Any]:

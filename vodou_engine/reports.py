@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from .plan import ApprovalNode, JoinNode, Plan, QuestionNode, ToolNode, WriteNode
+from .plan import ApprovalNode, JoinNode, LoopNode, Plan, QuestionNode, ToolNode, WriteNode
 
 
 class Doc(msgspec.Struct, frozen=True, kw_only=True):
@@ -195,6 +195,7 @@ def node_kind(node: Any) -> str:
         JoinNode: "join",
         QuestionNode: "question",
         ApprovalNode: "approval",
+        LoopNode: "each",
     }
     return kinds[type(node)]
 

@@ -61,6 +61,7 @@ def _decide(args: Any, prespawned: Any) -> int:
                     prespawned=prespawned,
                     proof=proof,
                     hand_off=not getattr(args, "here", False),
+                    items=getattr(args, "items", None),
                 )
             )
         if not args.json:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import PlanEditedError, PlanError, RecipeError
-from ..plan import FORMAT, Plan, RecipeInfo, Where, compute_fingerprint, decode_plan, with_fingerprint
+from ..plan import Plan, RecipeInfo, Where, compute_fingerprint, decode_plan, format_for, with_fingerprint
 from ..policy import Hints, Policy
 
 if TYPE_CHECKING:
@@ -112,7 +112,7 @@ def _compile(source: Source, policy: Policy, hints: Mapping[str, Hints | None] |
     nodes = insert_approvals(assess_tools(lowered.nodes, policy, hints, error_at))
     name = lowered.title or (Path(path).stem if path else "recipe")
     plan = Plan(
-        format=FORMAT,
+        format=format_for(nodes),
         recipe=RecipeInfo(name=name, source_sha256=hashlib.sha256(source.text.encode("utf-8")).hexdigest()),
         inputs=lowered.inputs,
         options=lowered.options,

@@ -66,7 +66,29 @@ class Step:
 @dataclass(slots=True)
 class Need:
     k: int
-    n: int
+    n: int | None  # None: `of all` (a loop's)
+    pos: Pos
+    percent: int | None = None  # `need: 50%` (a loop's)
+
+
+@dataclass(slots=True)
+class LoopOption:
+    kind: str  # at_most | max_items
+    value: int
+    pos: Pos
+
+
+@dataclass(slots=True)
+class Loop:
+    """``for each VAR in SOURCE:``; ``ref`` is the reference's text (``unread.messages``)
+    when the source is one, else ``literal`` is the JSON value written in place."""
+
+    var: str
+    var_pos: Pos
+    ref: str | None
+    literal: Any
+    source_pos: Pos
+    items: list[Any]
     pos: Pos
 
 

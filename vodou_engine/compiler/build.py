@@ -15,7 +15,12 @@ from typing import Any
 
 from lark import Token, Transformer
 
-from ..bounds import MAX_DURATION, MAX_RETRIES, MAX_TIMEOUT  # the same bounds for a plan from anywhere (bounds.py)
+from ..bounds import (
+    MAX_DURATION,
+    MAX_LOOP_ITEMS,
+    MAX_RETRIES,
+    MAX_TIMEOUT,
+)  # the same bounds for a plan from anywhere (bounds.py)
 from . import ast
 from .literals import FLAT_PART, LITERALS, MAX_PLAIN_DIGITS, PLAIN, SURROGATE, NotPlain, plain_json
 from .source import Source, token_pos
@@ -210,6 +215,58 @@ class Builder(Transformer[Token, ast.Recipe]):
         head, k, n = children
         at = token_pos(head)
         return ast.Need(int(k), int(n), ast.Pos(at.line, at.column, n.end_column - at.column if n.end_column else 1))
+
+    def need_all(self, children: list[Token]) -> ast.Need:
+        head, k, every = children
+        at = token_pos(head)
+        return ast.Need(
+            int(k), None, ast.Pos(at.line, at.column, every.end_column - at.column if every.end_column else 1)
+        )
+
+    def need_percent(self, children: list[Token]) -> ast.Need:
+        head, pct = children
+        at = token_pos(head)
+        value = int(pct[:-1])
+        if not 1 <= value <= 100:
+            raise self.source.error(
+                f"`need: {pct}` is not a share of the items",
+                token_pos(pct),
+                hint="write a percentage from 1% to 100%, or `need: K of all`",
+            )
+        return ast.Need(
+            0, None, ast.Pos(at.line, at.column, pct.end_column - at.column if pct.end_column else 1), value
+        )
+
+    # --- loops ----------------------------------------------------------------
+    def foreach(self, children: list[Any]) -> ast.Loop:
+        head, var, source, items = children
+        at = token_pos(head)
+        if isinstance(source, Token) and source.type == "LOOP_REF":
+            ref, literal, where = str(source)[1:-1], None, token_pos(source)
+        else:
+            ref, literal = None, source
+            vat = token_pos(var)
+            line = self.source.line(vat.line)
+            m = re.compile(r"[ ]+in[ ]+").match(line, vat.column - 1 + len(var))
+            where = ast.Pos(vat.line, (m.end() + 1) if m else vat.column)
+        return ast.Loop(str(var), token_pos(var), ref, literal, where, list(items), at)
+
+    def at_most(self, children: list[Token]) -> ast.LoopOption:
+        head, n, _ = children
+        return self._loop_option("at_most", head, n, "at most", "write e.g. `at most 4 at a time`")
+
+    def max_items(self, children: list[Token]) -> ast.LoopOption:
+        head, n = children
+        return self._loop_option(
+            "max_items", head, n, "max items", f"write e.g. `max items: 500` (at most {MAX_LOOP_ITEMS})"
+        )
+
+    def _loop_option(self, kind: str, head: Token, n: Token, what: str, hint: str) -> ast.LoopOption:
+        value = int(n)
+        top = MAX_LOOP_ITEMS
+        if not 1 <= value <= top:
+            raise self.source.error(f"`{what}` is a number from 1 to {top}", token_pos(n), hint=hint)
+        return ast.LoopOption(kind, value, token_pos(head))
 
     # --- steps ----------------------------------------------------------------
     def tool_call(self, children: list[Any]) -> ast.ToolCall:

@@ -16,8 +16,9 @@ import difflib
 from dataclasses import dataclass
 from typing import Any
 
+from ..bounds import DEFAULT_LOOP_ITEMS
 from ..errors import RecipeError
-from ..plan import Input, JoinNode, Options, QuestionNode, ToolNode, ToolRef, Where, WriteNode
+from ..plan import Input, JoinNode, LoopNode, Options, QuestionNode, ToolNode, ToolRef, Where, WriteNode
 from . import ast, template
 from .literals import positioned_args
 from .source import Source
@@ -32,10 +33,11 @@ class _Frame:
 
 @dataclass(slots=True)
 class _Name:
-    kind: str  # input | step | block
+    kind: str  # input | step | block | loopvar
     pos: ast.Pos
     path: tuple[_Frame, ...] = ()
     order: int = 0  # source order among steps, to tell "later" from "parallel"
+    loop: int = 0  # a loop variable's: the uid of the loop that binds it
 
 
 @dataclass(slots=True)
@@ -56,7 +58,10 @@ class Lowerer:
         self._uid = 0
         self._questions = 0
         self._joins = 0
+        self._loops = 0
         self._order = 0
+        self.loop_var: dict[int, str] = {}  # loop uid -> its variable
+        self.loop_line: dict[int, int] = {}  # loop uid -> the line of its `for each`
 
     def error(self, message: str, pos: ast.Pos | None, hint: str | None = None) -> RecipeError:
         return self.source.error(message, pos, hint)
@@ -77,6 +82,10 @@ class Lowerer:
             elif isinstance(item, ast.Block):
                 if item.name:
                     self._declare(item.name, "block", item.name_pos or item.pos)  # a named block has both
+                self._declare_items(item.items)
+            elif isinstance(item, ast.Loop):
+                self._declare(item.var, "loop variable", item.var_pos)
+                self.names[item.var].kind = "loopvar"
                 self._declare_items(item.items)
 
     def _declare(self, name: str, kind: str, pos: ast.Pos) -> None:
@@ -111,12 +120,27 @@ class Lowerer:
         info = self.names.get(name)
         if info is None:
             near = self._nearest(name)
+            loops = [self.loop_var[f.uid] for f in here if f.uid in self.loop_var]
+            if near is None and loops:
+                return (
+                    f"unknown name `{name}`",
+                    f"the loop variable here is `{loops[-1]}`"
+                    + (f" (and {', '.join(f'`{v}`' for v in loops[:-1])} outside it)" if len(loops) > 1 else "")
+                    + "; refer to it, an input or an earlier step",
+                )
             return (
                 f"unknown name `{name}`",
                 f"did you mean `{near}`?" if near else "refer to an input or an earlier step by its name",
             )
         if info.kind == "input":
             return None
+        if info.kind == "loopvar":
+            if any(f.uid == info.loop for f in here):
+                return None
+            return (
+                f"`{name}` is the loop variable of the `for each` on line {info.pos.line}; it has a value only inside that block",
+                "use it in a step indented under the `for each`; after the block, a body step's name is the list of its per-item outputs",
+            )
         if info.kind == "block":
             return (f"`{name}` is a block, not a step", "refer to one of the steps inside it by name")
         if name == me:
@@ -147,6 +171,9 @@ class Lowerer:
             )
         if droppable_ok:
             return None
+        for frame in theirs[depth + 1 :]:
+            if self.block_kind[frame.uid] == "each":
+                return None  # after the block: the list of its per-item outputs, one per item
         for frame in theirs[depth + 1 :]:
             if self.quorum.get(frame.uid):
                 return (
@@ -191,6 +218,26 @@ class Lowerer:
                 start = next(p.start for p in template.parse(value) if isinstance(p, template.Ref) and p.name == name)
                 raise self.error(problem[0], _at(value, fallback, start + 1, len(name)), hint=problem[1])
             names.append(name)
+        if "." in value and self.loop_var and any(f.uid in self.loop_var for f in here):
+            for ref in template.parse(value):
+                if isinstance(ref, template.Ref) and ref.path[:1] == ("count",):
+                    self._not_by_list(ref, here, value, fallback)
+
+    def _not_by_list(self, ref: template.Ref, here: tuple[_Frame, ...], value: str, fallback: ast.Pos) -> None:
+        """Inside a loop, a body step of that loop is this item's value: its list (``.count``)
+        exists only after the block."""
+        info = self.names.get(ref.name)
+        if info is None or info.kind != "step":
+            return
+        inner = [f for f in info.path if f.uid in self.loop_var]
+        for frame in inner[-1:]:  # its innermost loop: the one whose items give it a value each
+            if any(f.uid == frame.uid for f in here):
+                raise self.error(
+                    f"`{ref.name}` is a step of this `for each` (line {self.loop_line[frame.uid]}): inside it, "
+                    f"`{{{ref.name}}}` is this item's value, and its list (`.count`) exists only after the block",
+                    _at(value, fallback, ref.start + 1, ref.end - ref.start - 2),
+                    hint=f"use `{{{ref.name}.count}}` in a step after the block (not indented under the `for each`)",
+                )
 
     # --- lowering ------------------------------------------------------------
     def lower(self, recipe: ast.Recipe) -> Lowered:
@@ -225,6 +272,12 @@ class Lowerer:
                     item.pos,
                     hint="move it into the together it is the join rule of",
                 )
+            if isinstance(item, ast.LoopOption):
+                raise self._loop_option_outside(item)
+            if isinstance(item, ast.Loop):
+                needs = self._loop(item, needs, (*path, _Frame(uid, index)))
+                index += 1
+                continue
             follow = items[i + 1] if i + 1 < len(items) else None
             if isinstance(item, ast.Block) and item.kind == "together":
                 after = follow.items[0] if isinstance(follow, ast.Block) and follow.kind == "then" else None
@@ -271,6 +324,15 @@ class Lowerer:
             raise self.error(
                 "this together has no steps", need.pos if need else block.pos, hint="indent its steps under it"
             )
+        if need is not None and need.n is None:
+            raise self.error(
+                "`need: K of all` and `need: N%` are the quorum of a `for each`; a together counts its items",
+                need.pos,
+                hint=f"write `need: K of {n}` for this together",
+            )
+        for item in items:
+            if isinstance(item, ast.LoopOption):
+                raise self._loop_option_outside(item)
         if need is not None:
             if need.n != n:
                 raise self.error(
@@ -295,6 +357,8 @@ class Lowerer:
             frame = (*path, _Frame(uid, index))
             if isinstance(item, ast.Block) and item.kind == "together":
                 out = self._together(item, needs, frame, None)
+            elif isinstance(item, ast.Loop):
+                out = self._loop(item, needs, frame)
             elif isinstance(item, ast.Block):
                 out = self._sequence(item.items, self._new_uid("then"), needs, frame)
             else:
@@ -320,6 +384,105 @@ class Lowerer:
             )
         )
         return [join_id]
+
+    def _loop_option_outside(self, item: ast.LoopOption) -> RecipeError:
+        what = "at most N at a time" if item.kind == "at_most" else "max items: N"
+        return self.error(
+            f"`{what}` belongs to a `for each` block",
+            item.pos,
+            hint="indent it under the `for each` whose items it limits",
+        )
+
+    def _loop(self, loop: ast.Loop, needs: list[str], path: tuple[_Frame, ...]) -> list[str]:
+        """A ``for each``: its body lowered as a sequence of its own (nothing before it, the
+        loop node after the nodes that supply its list), the loop node put before the body."""
+        uid = self._new_uid("each")
+        self.loop_var[uid] = loop.var
+        self.loop_line[uid] = loop.pos.line
+        self.names[loop.var].loop = uid
+        self._loops += 1
+        loop_id = f"each:{self._loops}"
+        at_most = max_items = None
+        need: ast.Need | None = None
+        body: list[Any] = []
+        for item in loop.items:
+            if isinstance(item, ast.LoopOption):
+                if (item.kind == "at_most" and at_most) or (item.kind == "max_items" and max_items):
+                    raise self.error(
+                        f"this `for each` has two `{'at most' if item.kind == 'at_most' else 'max items'}` lines",
+                        item.pos,
+                        hint="keep one of them",
+                    )
+                if item.kind == "at_most":
+                    at_most = item
+                else:
+                    max_items = item
+            elif isinstance(item, ast.Need):
+                if need is not None:
+                    raise self.error("this `for each` has two `need:` lines", item.pos, hint="keep one quorum per loop")
+                if item.n is not None:
+                    raise self.error(
+                        f"`need: {item.k} of {item.n}`: a loop's number of items is known only at run time",
+                        item.pos,
+                        hint=f"write `need: {item.k} of all`, or a share such as `need: 50%`",
+                    )
+                if item.percent is None and item.k < 1:
+                    raise self.error("`need: 0 of all` would wait for nothing", item.pos, hint="K is 1 or more")
+                need = item
+            else:
+                body.append(item)
+        if not body:
+            raise self.error(
+                "this `for each` has no steps", loop.pos, hint="indent the steps to run for each item under it"
+            )
+        # where the list comes from: checked as a reference from the loop's own place
+        if loop.ref is not None:
+            name = loop.ref.split(".", 1)[0]
+            problem = self._ref_problem(name, path, loop_id, False)
+            if problem is not None:
+                raise self.error(
+                    problem[0], ast.Pos(loop.source_pos.line, loop.source_pos.column + 1, len(name)), problem[1]
+                )
+            over: Any = "{" + loop.ref + "}"
+            over_text = loop.ref
+        else:
+            if not isinstance(loop.literal, list):
+                kind = {dict: "a JSON object", str: "a string", bool: "true or false", type(None): "null"}.get(
+                    type(loop.literal), "a number"
+                )
+                if isinstance(loop.literal, str):
+                    kind = "a string"
+                raise self.error(
+                    f"`for each` goes through a list, and this is {kind}",
+                    loop.source_pos,
+                    hint='write a JSON list such as ["a", "b"], or a reference to one such as {unread.messages}',
+                )
+            self._check_template_refs({"": loop.literal}, path, loop_id, fallback=loop.source_pos)
+            over = _plain(loop.literal)
+            text = template.compact(over)
+            over_text = text if len(text) <= 40 else text[:37] + "…"
+        start = len(self.nodes)
+        exits = self._sequence(body, uid, [], path)
+        inner = self.nodes[start:]
+        nested = {m for n in inner if isinstance(n, LoopNode) for m in n.body}
+        members = [n.id for n in inner if n.id not in nested]
+        where = Where(loop.pos.line, loop.pos.column)
+        node = LoopNode(
+            id=loop_id,
+            var=loop.var,
+            over=over,
+            over_text=over_text,
+            body=members,
+            exit=exits[0],
+            needs=list(needs),
+            at_most=at_most.value if at_most else None,
+            need=need.k if need is not None and need.percent is None else None,
+            need_percent=need.percent if need is not None else None,
+            max_items=max_items.value if max_items else DEFAULT_LOOP_ITEMS,
+            where=where,
+        )
+        self.nodes.insert(start, node)
+        return [loop_id]
 
     def _leaf(self, item: ast.Ask | ast.Step, needs: list[str], path: tuple[_Frame, ...]) -> list[str]:
         if isinstance(item, ast.Ask):

@@ -113,13 +113,21 @@ class MissingValue(LookupError):
     """A reference names a value that does not exist at run time."""
 
 
+def compact(value: Any) -> str:
+    """A JSON value in one line, as a card shows it."""
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+
+
 def lookup_path(value: Any, ref: Ref, before: tuple[str, ...] = ()) -> Any:
-    """The value at ``ref.path`` inside ``value``; ``before``: the path already taken to reach it."""
+    """The value at ``ref.path`` inside ``value``; ``before``: the path already taken to reach it.
+    ``.count`` of a list is its length (a loop's per-item outputs, or any list)."""
     for key in ref.path:
         if isinstance(value, dict) and key in value:
             value = value[key]
         elif isinstance(value, list) and key.isdigit() and int(key) < len(value):
             value = value[int(key)]
+        elif isinstance(value, list) and key == "count":
+            value = len(value)
         else:
             dotted = ".".join((ref.name, *before, *ref.path))
             where = f"the content of {ref.name}" if before else f"the value of {ref.name}"

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 import msgspec
 
 from ..errors import RecipeError
-from ..plan import ApprovalNode, JoinNode, Node, QuestionNode, Risk, ToolNode, ToolRef, Where
+from ..plan import ApprovalNode, JoinNode, LoopNode, Node, QuestionNode, Risk, ToolNode, ToolRef, Where
 from ..policy import Hints, Policy
 
 ErrorAt = Callable[[str, "Where | None", str], RecipeError]
@@ -115,7 +115,20 @@ def insert_approvals(nodes: list[Node]) -> list[Node]:
     # was made from), so a dropped branch's question is withdrawn with it.
     question_of = {q: a.id for q, a in converted.items()}
     for i, n in enumerate(out):
-        if isinstance(n, JoinNode):
+        if isinstance(n, LoopNode):
+            # The approval is in the loop's body with its step: each item's copy of the
+            # effect passes its own copy of the gate (one card for all, at run time).
+            body: list[str] = []
+            for m in n.body:
+                if m in question_of:
+                    continue
+                if m in gate_of:
+                    body.append(gate_of[m])
+                body.append(m)
+            exit_ = question_of.get(n.exit, n.exit)
+            if body != n.body or exit_ != n.exit:
+                out[i] = msgspec.structs.replace(n, body=body, exit=exit_)
+        elif isinstance(n, JoinNode):
             members: list[list[str]] = []
             for item in n.members:
                 new_item: list[str] = []

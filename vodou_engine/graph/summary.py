@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..plan import ApprovalNode, JoinNode, Plan, ToolNode
+from ..plan import ApprovalNode, JoinNode, LoopNode, Plan, ToolNode
 from .verify import ROOT, verify
 
 
@@ -26,5 +26,10 @@ def summary(plan: Plan) -> dict[str, Any]:
         "effects": [n.id for n in plan.nodes if isinstance(n, ToolNode) and n.effectful],
         "without_asking": [n.id for n in plan.nodes if isinstance(n, ToolNode) and n.without_asking],
         "joins": {n.id: {"need": n.need, "of": n.of} for n in plan.nodes if isinstance(n, JoinNode)},
+        "loops": {
+            n.id: {"var": n.var, "over": n.over_text, "body": list(n.body), "max_items": n.max_items}
+            for n in plan.nodes
+            if isinstance(n, LoopNode)
+        },
         "verified": True,
     }

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from ..bounds import check_plan
 from ..errors import PlanError, UnguardedEffectError
-from ..plan import ApprovalNode, JoinNode, Node, Plan, Risk, ToolNode
+from ..plan import FORMAT_LOOPS, ApprovalNode, JoinNode, LoopNode, Node, Plan, Risk, ToolNode
 from ..policy import Policy, at_least
 
 if TYPE_CHECKING:
@@ -75,6 +75,64 @@ def _graph(plan: Plan, index: dict[str, object]) -> nx.DiGraph:
     return g
 
 
+def _check_loops(loops: list[LoopNode], plan: Plan, index: dict[str, object], path: str | None) -> dict[str, str]:
+    """A loop's body is a graph of its own, run once per item: its nodes need only each other
+    (the entry ones nothing), nothing outside needs them (what follows needs the loop), and
+    each node belongs to one body. Returns node -> the loop whose body holds it."""
+    body_of: dict[str, str] = {}
+    for loop in loops:
+        for member in loop.body:
+            if member not in index or member == loop.id:
+                raise _err(
+                    PlanError,
+                    f"loop `{loop.id}` lists `{member}`, which is not in its body",
+                    loop,
+                    "recompile the recipe",
+                    path,
+                )
+            if member in body_of:
+                raise _err(
+                    PlanError,
+                    f"`{member}` is in the bodies of two loops (`{body_of[member]}`, `{loop.id}`)",
+                    loop,
+                    "recompile the recipe",
+                    path,
+                )
+            body_of[member] = loop.id
+    for node in plan.nodes:
+        mine = body_of.get(node.id)
+        for need in node.needs:
+            if body_of.get(need) != mine:
+                raise _err(
+                    PlanError,
+                    f"`{node.id}` needs `{need}` across the edge of a loop's body",
+                    node,
+                    "recompile the recipe: what follows a loop needs the loop, and a body's nodes need only each other",
+                    path,
+                )
+        if isinstance(node, JoinNode):
+            for item in node.members:
+                for member in item:
+                    if body_of.get(member) != mine:
+                        raise _err(
+                            PlanError,
+                            f"join `{node.id}` lists `{member}`, which is not in the same loop body",
+                            node,
+                            "recompile the recipe",
+                            path,
+                        )
+    # No loop inside its own body (a nested loop's body is its own).
+    for loop in loops:
+        seen = {loop.id}
+        up = body_of.get(loop.id)
+        while up is not None:
+            if up in seen:
+                raise _err(PlanError, f"loop `{loop.id}` is inside itself", loop, "recompile the recipe", path)
+            seen.add(up)
+            up = body_of.get(up)
+    return body_of
+
+
 def build_graph(plan: Plan, *, path: str | None = None) -> nx.DiGraph:
     return _graph(plan, _index(plan, path))
 
@@ -105,6 +163,7 @@ def _check(
     joins: list[JoinNode] = []
     approvals: list[ApprovalNode] = []
     tools: list[ToolNode] = []
+    loops: list[LoopNode] = []
     for node in plan.nodes:
         if ordered and not seen.issuperset(node.needs):
             ordered = False
@@ -116,6 +175,17 @@ def _check(
             approvals.append(node)
         elif isinstance(node, JoinNode):
             joins.append(node)
+        elif isinstance(node, LoopNode):
+            loops.append(node)
+    if loops and plan.format != FORMAT_LOOPS:
+        raise _err(
+            PlanError,
+            f"a plan with a loop is format {FORMAT_LOOPS!r}, but this one says {plan.format!r}",
+            loops[0],
+            "recompile the recipe",
+            path,
+        )
+    body_of = _check_loops(loops, plan, index, path) if loops else {}
     if not ordered:
         import networkx as nx
 
@@ -200,6 +270,14 @@ def _check(
                 path,
             )
         gate_id = mine[0].id
+        if body_of.get(gate_id) != body_of.get(node.id):
+            raise _err(
+                UnguardedEffectError,
+                f"step `{node.id}` ({node.address}) is in a loop's body but its approval `{gate_id}` is not in the same one",
+                node,
+                "recompile the recipe: every item's effect passes the batch approval of its own loop",
+                path,
+            )
         if node.needs == [gate_id]:
             continue  # its only way in is the gate: dominated by definition
         if idom is None:

@@ -64,6 +64,7 @@ class DecisionsMixin(DriveMixin):
         drive: bool = True,
         hand_off: bool = True,
         _answer: dict[str, Any] | None = None,
+        items: list[int] | None = None,
     ) -> RunReport:
         """Approve the pending question of ``step`` and drive the run on: here, or, when
         this store's runs go on in the workers (:attr:`workers`), by queueing its resume
@@ -72,6 +73,8 @@ class DecisionsMixin(DriveMixin):
         On a SQLite store that a live ``recipe serve`` holds, the run is driven there, on
         its warm servers, and this call waits for its report (``driven_in`` says so);
         ``hand_off=False`` drives it here all the same (``runs/handoff.py``).
+        ``items``: for a loop's batch question, approve only these items (by index); the
+        others are declined and never run.
 
         ``fingerprint``: approve only if the question is still the one with this
         fingerprint (the card the person read). Everything that would stop the
@@ -94,13 +97,13 @@ class DecisionsMixin(DriveMixin):
             if hub is not None and drive and not queue:  # warm servers handed in: started where the run's start?
                 started_where(run_id, servers, hub)
             if not queue:
-                _decide(store, approval, ApprovalState.APPROVED, actor, reason, proof)
+                _decide(store, approval, ApprovalState.APPROVED, actor, reason, proof, items)
                 return run, plan, servers, policy
             conn = store_queue(store)
             refusal = None
             with store.transaction():  # the decision and the job that acts on it commit together
                 try:
-                    _decide(store, approval, ApprovalState.APPROVED, actor, reason, proof)
+                    _decide(store, approval, ApprovalState.APPROVED, actor, reason, proof, items)
                 except RefusedError as exc:
                     refusal = exc  # the refused attempt stays in the run's log
                 else:
@@ -274,9 +277,11 @@ def _check_card(run: Any, approval: Any) -> None:
     )
 
 
-def _decide(store: Any, approval: Any, state: str, actor: str, reason: str | None, proof: str) -> Any:
+def _decide(
+    store: Any, approval: Any, state: str, actor: str, reason: str | None, proof: str, items: list[int] | None = None
+) -> Any:
     try:
-        return store.decide(approval.id, state, by=actor, reason=reason)
+        return store.decide(approval.id, state, by=actor, reason=reason, items=items)
     except ExpiredError:
         # Recorded as expired, so the audit log shows the question lapsed unanswered.
         verb = "approve" if state == ApprovalState.APPROVED else "reject"

@@ -22,6 +22,7 @@ from ..owners import LEASE_S
 from ..plan import Plan, decode_plan, encode_plan
 from ..policy import Policy
 from ..reports import RunReport
+from ..runtime.loops import refuse_asking_in_loops
 from ..servers import ServerSet, servers_needed
 from ..states import TERMINAL_RUN_STATES, RunState
 from .common import busy, in_thread, plain, takeable
@@ -146,6 +147,7 @@ class LifecycleMixin(DriveMixin):
         from ..runtime.driver import drive
 
         plan = prepared.plan
+        refuse_asking_in_loops(plan, prepared.path, prepared.text)
         threads = thread_limit(self.threads)
         values = resolve_inputs(plan, inputs or {})
         run_id = run_id or new_run_id()

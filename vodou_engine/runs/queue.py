@@ -18,6 +18,7 @@ from ..errors import UsageError
 from ..jobs import defer_drive_in, load_procrastinate, no_queue, store_queue
 from ..osuser import os_user
 from ..reports import RunReport
+from ..runtime.loops import refuse_asking_in_loops
 from ..states import TERMINAL_RUN_STATES
 from .inputs import new_run_id, refuse_agent_opt_out, resolve_inputs, thread_limit
 from .views import ViewsMixin
@@ -52,6 +53,7 @@ class QueueMixin(ViewsMixin):
             )
         if origin == "agent":
             refuse_agent_opt_out(plan)
+        refuse_asking_in_loops(plan, path, recipe_text)
         resolve_inputs(plan, inputs or {})
         thread_limit(self.threads)
         start = {

@@ -14,9 +14,10 @@ import msgspec
 
 from ..binding import decode_bindings
 from ..owners import describe
-from ..plan import Plan
+from ..plan import FORMAT_LOOPS, Plan
 from ..policy import Policy
 from ..reports import ApprovalView, EffectView, NodeView, RunReport, RunSummary, RunView, node_kind, together_stats
+from ..runtime.loops import copies_by_template
 from ..runtime.plans import check_stored_plan
 from ..servers import ServerSet
 from ..states import EffectState, NodeState, RunState
@@ -336,20 +337,23 @@ def _view(store: Any, run: Any, now: float) -> RunView:
     events = store.events(run.id)
     contents = stored_contents(events)
     heard = {e.node_id: e.data_json for e in events if e.kind == "progress" and e.node_id}
+    copies = copies_by_template(plan, list(nodes)) if plan.format == FORMAT_LOOPS else {}
     for n in plan.nodes:
-        rec = nodes.get(n.id)
-        st = by_effect.get(n.id) or (rec.state if rec else NodeState.PENDING)
-        states[n.id] = st
-        if rec is not None:
-            times[n.id] = (rec.ready_at, rec.started_at, rec.ended_at)
-        has_output = rec is not None and rec.output_json is not None
-        node_views.append(NodeView(
-            node=n.id, kind=node_kind(n), state=st,
-            ready_at=rec.ready_at if rec else None, started_at=rec.started_at if rec else None, ended_at=rec.ended_at if rec else None,
-            error=rec.error if rec else None, output=dec.decode(rec.output_json) if has_output else None, has_output=has_output,
-            content=contents.get(n.id) if st == NodeState.SUCCEEDED else None,
-            progress=dec.decode(heard[n.id]) if n.id in heard else None,
-        ))  # fmt: skip
+        # a loop's body step, then each item's copy of it (runtime/loops.py)
+        for nid in (n.id, *copies.get(n.id, ())):
+            rec = nodes.get(nid)
+            st = by_effect.get(nid) or (rec.state if rec else NodeState.PENDING)
+            states[nid] = st
+            if rec is not None:
+                times[nid] = (rec.ready_at, rec.started_at, rec.ended_at)
+            has_output = rec is not None and rec.output_json is not None
+            node_views.append(NodeView(
+                node=nid, kind=node_kind(n), state=st,
+                ready_at=rec.ready_at if rec else None, started_at=rec.started_at if rec else None, ended_at=rec.ended_at if rec else None,
+                error=rec.error if rec else None, output=dec.decode(rec.output_json) if has_output else None, has_output=has_output,
+                content=contents.get(nid) if st == NodeState.SUCCEEDED else None,
+                progress=dec.decode(heard[nid]) if nid in heard else None,
+            ))  # fmt: skip
     return RunView(
         run=run.id,
         recipe=run.recipe_name,

@@ -65,6 +65,53 @@ class Effects:
         self.hooks: Callable[[ToolNode], CallHooks] | None = None
         """What an effect's call hears (its progress; a question, declined): set by the scheduler."""
 
+    async def run_item(self, node: ToolNode, template: ToolNode, gate_id: str, item: int) -> None:
+        """One loop item's copy of an effect (``reply[2]``), approved in its batch: the payload
+        that runs is the one frozen for this item in the batch question, which must be intact
+        and approved; the claim names this item, and its idempotency key includes it."""
+        ctx = self.ctx
+        approval = await self.gates.latest(gate_id)
+        if approval is None or approval.state != "approved":
+            raise TamperedError(
+                f"step `{node.id}` has no approved batch on record; nothing was executed", run=ctx.run_id, step=node.id
+            )
+        batch = msgspec.json.decode(approval.payload_json)
+        self._check_untampered(template, approval, batch)
+        entry = next((e for e in batch.get("items", ()) if isinstance(e, dict) and e.get("item") == item), None)
+        if entry is None:
+            raise TamperedError(
+                f"item {item} of `{template.id}` is not in the batch approved in {approval.id}; nothing was executed",
+                run=ctx.run_id,
+                step=node.id,
+            )
+        payload = entry["payload"]
+        fp = self.gates.item_fingerprint(node, payload)
+        if fp != entry["fingerprint"]:
+            raise TamperedError(
+                f"the payload stored for item {item} of `{template.id}` does not give its fingerprint; nothing was executed",
+                run=ctx.run_id,
+                step=node.id,
+            )
+        key = idempotency_key(ctx.run_id, node.id, fp)
+        args = await self._prepare(node, payload, key)
+        if args is None:
+            return
+        journal = self.journal
+        won = await journal.db(
+            journal.store.begin_effect,
+            ctx.run_id,
+            node.id,
+            approval_id=approval.id,
+            fingerprint=fp,
+            idempotency_key=key,
+            payload_json=_json.encode(payload).decode(),
+            owner=journal.owner,
+        )
+        if not won:
+            await self._claimed_elsewhere(node)
+            return
+        await self._execute(node, args)
+
     async def run(self, node: ToolNode) -> None:
         """An approved effect: verify, re-check, claim, call once."""
         ctx = self.ctx

@@ -16,6 +16,8 @@ question withdrawn, so nobody can decide it afterwards.
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from ..plan import ApprovalNode, QuestionNode, ToolNode
@@ -147,6 +149,56 @@ class Gates:
         await journal.db(journal.store.ask, rec, owner=journal.owner)
         crashpoint("parking")
         journal.set(node.id, NodeState.WAITING)
+        return rec
+
+    def item_fingerprint(self, step: ToolNode, payload: Any) -> str:
+        """One loop item's payload for effect ``step`` (the item's copy, ``reply[2]``): what the
+        batch card lists it with, and what its claim is checked against."""
+        ctx = self.ctx
+        return payload_fingerprint(
+            run_id=ctx.run_id, node_id=step.id, address=step.address, payload=payload,
+            policy=ctx.policy_doc(step), server=ctx.server_digest(step.server),
+        )  # fmt: skip
+
+    async def ask_batch(self, gate: ApprovalNode, step: ToolNode, items: list[dict[str, Any]]) -> ApprovalRecord:
+        """One question for every item of a loop that reached effect ``step`` (the template
+        node): the payload lists each item's frozen payload with its own fingerprint, and the
+        question's fingerprint covers the set. Stored under the template gate and step, so it
+        is decided, shown and checked like any question (``recipe approve RUN STEP``)."""
+        ctx = self.ctx
+        payload = {"items": items}
+        policy = ctx.policy_doc(step)
+        now = ctx.clock()
+        expires_at = now + expiry_s(ctx.plan.options, step)
+        server = ctx.servers.get(step.server)
+        fp = payload_fingerprint(
+            run_id=ctx.run_id, node_id=step.id, address=step.address, payload=payload, policy=policy,
+            server=ctx.server_digest(step.server),
+            card=card_doc(approvers=ctx.approvers, source=server.source if server is not None else ""),
+        )  # fmt: skip
+        from ..cards import approval_card_text
+
+        card = approval_card_text(
+            run_id=ctx.run_id, step=step, question=gate.question, payload=payload, fingerprint=fp, preview=None,
+            expires_at=expires_at, approvers=ctx.approvers, server=server,
+        )  # fmt: skip
+        rec = ApprovalRecord(
+            id=f"{ctx.run_id}/{gate.id}/{int(now * 1000):x}",
+            run_id=ctx.run_id,
+            node_id=gate.id,
+            step=step.id,
+            payload_json=_json.encode(payload).decode(),
+            fingerprint=fp,
+            asked_at=now,
+            card_text=card,
+            policy_json=_json.encode(policy).decode(),
+            expires_at=expires_at,
+            approvers_json=_json.encode(ctx.approvers).decode(),
+        )
+        self.forget()
+        journal = self.journal
+        await journal.db(journal.store.ask, rec, owner=journal.owner)
+        crashpoint("parking")
         return rec
 
     async def withdraw(self, node_ids: list[str], reason: str) -> None:

@@ -103,6 +103,7 @@ class Journal:
         self._progress_written: dict[str, int] = {}
         self._flush_wanted = trio.Event()
         self._limiter = trio.CapacityLimiter(1)
+        self._stored: tuple[dict[str, NodeRecord], dict[str, Any], dict[str, list[Any]]] | None = None
 
     # --- changing states -------------------------------------------------------------
     def set(
@@ -172,6 +173,23 @@ class Journal:
             self._flush_wanted.set()
         if self.on_progress is not None:
             self.on_progress(nid, doc)
+
+    def add(self, nid: str) -> None:
+        """A node the plan does not list by this id: a loop item's copy of a body node
+        (``reply[0]``), or a body step's list for one item of an enclosing loop."""
+        self.states[nid] = NodeState.PENDING
+        self.times[nid] = [None, None, None]
+
+    def restore_one(self, nid: str) -> None:
+        """A node added during this drive (:meth:`add`), as a drive before left it: a loop item's
+        reads, writes and effect are not done again when its run resumes."""
+        if self._stored is not None:
+            nodes, effects, contents = self._stored
+            self.restore(
+                {nid: nodes[nid]} if nid in nodes else {},
+                {nid: effects[nid]} if nid in effects else {},
+                {nid: contents[nid]} if nid in contents else {},
+            )
 
     def ready(self, nid: str) -> None:
         """The node could start now (it may still wait for a thread)."""
@@ -301,7 +319,11 @@ class Journal:
         self, nodes: dict[str, NodeRecord], effects: dict[str, Any], contents: dict[str, list[Any]] | None = None
     ) -> None:
         """States as stored; an effect's own record is the truth about its step.
-        ``contents``: the steps' content blocks as stored (``stored_contents``)."""
+        ``contents``: the steps' content blocks as stored (``stored_contents``). The records
+        are kept: a loop item's copy (``reply[2]``), which the plan does not list by id, is
+        restored by :meth:`restore_one` when the loop makes it again."""
+        if self._stored is None:
+            self._stored = (nodes, effects, contents or {})
         dec = msgspec.json.Decoder()
         self.contents.update(contents or {})
         states = self.states

@@ -25,13 +25,14 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeGuard
 
+import msgspec
 import trio
 
 from ..compiler import template
 from ..errors import LostRunError, ToolError, VodouError
-from ..plan import ApprovalNode, JoinNode, QuestionNode, ToolNode, WriteNode
+from ..plan import ApprovalNode, JoinNode, LoopNode, QuestionNode, ToolNode, WriteNode
 from ..policy import BUILTIN_SERVER
-from ..states import NodeState, RunState
+from ..states import ApprovalState, NodeState, RunState
 from ..tools.results import blocks_of
 from . import builtin, writer
 from .calls import Tools
@@ -41,6 +42,7 @@ from .elicit import Elicitations
 from .faults import crashpoint
 from .gates import Gates
 from .journal import Journal
+from .loops import TOP, Batch, LoopRun, Scope, copy_node, item_of, lookup, templates_within, the_list
 from .threads import Blocking, Job
 
 if TYPE_CHECKING:
@@ -62,6 +64,7 @@ FAILED, CANCELLED, SKIPPED, REJECTED, UNKNOWN = (
     NodeState.UNKNOWN,
 )
 DONE_BAD = frozenset({FAILED, CANCELLED, SKIPPED, REJECTED})
+TERMINAL = DONE_BAD | {SUCCEEDED, UNKNOWN}
 STEP_ERRORS = (ToolError, template.MissingValue, VodouError)
 
 
@@ -113,6 +116,19 @@ class Scheduler:
         self.droppable: set[str] = {m for n in nodes if isinstance(n, JoinNode) for item in n.members for m in item}
         """Nodes inside a quorum's items: the only ones a drop cancels while they run, so the
         only ones that need a cancel scope of their own."""
+        self.templates: set[str] = {m for n in nodes if isinstance(n, LoopNode) for m in n.body}
+        """A loop's body nodes: each item runs copies of them (loops.py), never the nodes themselves;
+        when the loop ends, each holds the list of its copies' outputs."""
+        self.within = templates_within(ctx.plan) if self.templates else {}
+        self.scope: dict[str, Scope] = {}
+        """A copy's item: its suffix and the loop variables it sees."""
+        self.loop_runs: dict[str, LoopRun] = {}
+        self.exit_of: dict[str, tuple[LoopRun, int]] = {}
+        self.loop_of_item: dict[str, LoopRun] = {}
+        """An item's suffix (``[2]``) -> the loop (copy) it is an item of."""
+        self.batches: dict[str, Batch] = {}
+        """A loop's effect asked as one question: the template gate id -> the items waiting at it."""
+        """The copy of a loop's exit node, for each item still running: which loop, which item."""
         self.ready: deque[ToolNode] = deque()
         self.draining = False
         self.scopes: dict[str, trio.CancelScope] = {}
@@ -189,7 +205,7 @@ class Scheduler:
 
     def _try_start(self, nid: str) -> None:
         states = self.states
-        if states[nid] != PENDING:
+        if states[nid] != PENDING or nid in self.templates:
             return
         node = self.index[nid]
         if isinstance(node, JoinNode):
@@ -204,22 +220,26 @@ class Scheduler:
                 return
             if st != SUCCEEDED:
                 met = False
-        if met:
-            self.journal.mark(nid, RUNNING)
-            self.journal.ready(nid)
-            if isinstance(node, ToolNode) and (blocks := _builtin_read(node)) is not None:
-                if blocks:
-                    self._submit(node)
-                else:
-                    # started like any other ready node, but by one shared task
-                    self.ready.append(node)
-                    if not self.draining:
-                        self.draining = True
-                        self.work.start_soon(self._drain)
-            elif self.handing and self.handed is None and _hub_read(node):
-                self.handed = node  # the task that made it ready runs it next (_run)
+        if not met:
+            return
+        if isinstance(node, LoopNode):
+            self._open_loop(node)
+            return
+        self.journal.mark(nid, RUNNING)
+        self.journal.ready(nid)
+        if isinstance(node, ToolNode) and (blocks := _builtin_read(node)) is not None:
+            if blocks:
+                self._submit(node)
             else:
-                self.work.start_soon(self._run, node)
+                # started like any other ready node, but by one shared task
+                self.ready.append(node)
+                if not self.draining:
+                    self.draining = True
+                    self.work.start_soon(self._drain)
+        elif self.handing and self.handed is None and _hub_read(node):
+            self.handed = node  # the task that made it ready runs it next (_run)
+        else:
+            self.work.start_soon(self._run, node)
 
     async def _drain(self) -> None:
         """Run queued inline steps in order, in this one task: their successors queue up
@@ -241,7 +261,7 @@ class Scheduler:
             self.journal.set(nid, CANCELLED, error="dropped by a quorum")
         else:
             self.journal.set(nid, RUNNING)
-            self._finish_read(nid, lambda: builtin.TOOLS[node.tool][0](self.render(node.args)))
+            self._finish_read(nid, lambda: builtin.TOOLS[node.tool][0](self._render_for(nid, node.args)))
         self._after(nid)
 
     def _finish_read(
@@ -261,7 +281,7 @@ class Scheduler:
         abandons the call (_drop_items) instead of cancelling a scope."""
         nid = node.id
         try:
-            args = self.render(node.args)
+            args = self._render_for(nid, node.args)
         except STEP_ERRORS as exc:
             self.journal.set(nid, FAILED, error=str(exc))
             self._after(nid)
@@ -293,6 +313,276 @@ class Scheduler:
     def _after(self, nid: str) -> None:
         for s in self.succ[nid]:
             self._try_start(s)
+        if nid in self.exit_of:
+            self._item_done(nid)
+
+    # --- loops ---------------------------------------------------------------------------
+    def _open_loop(self, node: LoopNode) -> None:
+        """The list is known: check it against the loop's bounds (nothing runs if it fails
+        them), make every item's copies of the body, and start the first items."""
+        nid = node.id
+        scope = self.scope.get(nid, TOP)
+        self.journal.set(nid, RUNNING)
+        try:
+            over = node.over if isinstance(node.over, str) else {"": node.over}
+            value = self._render_in(scope, over)
+            items = the_list(node, value if isinstance(node.over, str) else value[""])
+            need = len(items) if node.need is None and node.need_percent is None else 0
+            if node.need is not None:
+                need = node.need
+                if items and need > len(items):
+                    raise ToolError(
+                        f"`for each {node.var} in {node.over_text}` needs {need} items to succeed, "
+                        f"but the list has {len(items)}; no item ran"
+                    )
+            elif node.need_percent is not None:
+                need = max(1, -(-node.need_percent * len(items) // 100)) if items else 0
+        except STEP_ERRORS as exc:
+            self._end_loop_templates(node, scope, None)
+            self.journal.set(nid, FAILED, error=str(exc))
+            self._after(nid)
+            return
+        lr = LoopRun(node, scope, need=need if items else 0, limit=node.at_most or self.threads.limit)
+        self.loop_runs[nid] = lr
+        body = set(node.body)
+        index = self.index  # the templates, under their own ids
+        quorum = lr.need < len(items)
+        for i, item in enumerate(items):
+            suffix = f"{scope.suffix}[{i}]"
+            item_scope = Scope(suffix, {**scope.binds, node.var: item})
+            ids = []
+            for t in node.body:
+                copy = copy_node(index[t], suffix, body)
+                self._add_copy(copy, item_scope, quorum)
+                ids.append(copy.id)
+            lr.items.append(item_scope)
+            lr.members.append(ids)
+            self.loop_of_item[suffix] = lr
+            exit_id = node.exit + suffix
+            lr.exits.append(exit_id)
+            self.exit_of[exit_id] = (lr, i)
+        if not items:
+            self._close_loop(lr)
+            return
+        self._more(lr)
+
+    def _add_copy(self, copy: Any, scope: Scope, droppable: bool) -> None:
+        cid = copy.id
+        self.index[cid] = copy
+        self.succ[cid] = []
+        for need in copy.needs:
+            self.succ[need].append(cid)
+        self.journal.add(cid)
+        self.journal.restore_one(cid)  # as a drive before left it, if one did
+        self.scope[cid] = scope
+        if droppable:
+            self.droppable.add(cid)
+        if isinstance(copy, JoinNode):
+            for need in copy.needs:
+                self.joins_of.setdefault(need, []).append(cid)
+                self.journal.watched[need] = self._count
+            self.tally[cid] = [0, 0]
+            self.droppable.update(m for item in copy.members for m in item)
+
+    def _more(self, lr: LoopRun) -> None:
+        """Start items, in order, while fewer than the loop's limit are running. An item that
+        ends at once starts the next from the same loop here, not by recursion."""
+        if lr.filling:
+            return
+        lr.filling = True
+        try:
+            while not lr.done and lr.active < lr.limit and lr.started < len(lr.items):
+                i = lr.started
+                lr.started += 1
+                lr.active += 1
+                members = lr.members[i]
+                # restored from a drive before (journal.restore_one): what follows them may start
+                for cid in [c for c in members if self.states[c] in TERMINAL]:
+                    if self.states[cid] == SUCCEEDED and isinstance(self.index[cid], ApprovalNode):
+                        lr.committed = True  # its batch was approved in a drive before
+                    self._after(cid)
+                for cid in members:
+                    if self.states[cid] == PENDING and not self.index[cid].needs:
+                        self._try_start(cid)
+        finally:
+            lr.filling = False
+
+    def _item_done(self, exit_id: str) -> None:
+        lr, i = self.exit_of.pop(exit_id)
+        if lr.done:
+            return
+        lr.active -= 1
+        if i in lr.declined:
+            # declined at its batch's card: it never runs, and the loop goes on without it
+            self.absorbed.update(lr.members[i])
+            lr.need = min(lr.need, len(lr.items) - len(lr.declined))
+        elif self.states[exit_id] == SUCCEEDED:
+            lr.ok += 1
+        else:
+            lr.bad += 1
+            if self.states[exit_id] == UNKNOWN:
+                lr.committed = True  # an effect in doubt: the others go on, and a person settles it
+        for key, batch in self.batches.items():
+            if batch.loop is lr:
+                self._batch_ready(key, batch)
+        n = len(lr.items) - len(lr.declined)
+        if lr.ok >= lr.need or (lr.bad > n - lr.need and not lr.committed) or lr.ok + lr.bad == n:
+            self._close_loop(lr)
+        else:
+            self._more(lr)
+
+    def _close_loop(self, lr: LoopRun) -> None:
+        """The loop is decided: items not yet succeeded are dropped (an executing effect is
+        shielded), each body step's name gets the list of its per-item outputs, then what
+        follows the loop may start."""
+        lr.done = True
+        node = lr.node
+        nid = node.id
+        states = self.states
+        n = len(lr.items)
+        success = lr.ok >= lr.need
+        unfinished = [lr.members[i] for i in range(n) if states[lr.exits[i]] != SUCCEEDED]
+        why = f"dropped by the quorum of {nid}" if success else f"{nid} did not succeed"
+        for item in unfinished:
+            self.absorbed.update(item)
+        nested = self.within.get(nid[: len(nid) - len(lr.scope.suffix)] if lr.scope.suffix else nid, ())
+        for i in range(n):
+            if states[lr.exits[i]] != SUCCEEDED:  # a nested loop's list for an item that has none
+                self.absorbed.update(t + lr.items[i].suffix for t in nested)
+        dropped = self._drop_members(unfinished, why)
+        for exit_id in lr.exits:
+            self.exit_of.pop(exit_id, None)
+        self._end_loop_templates(node, lr.scope, lr.items if success else None)
+        if success:
+            self.journal.set(
+                nid,
+                SUCCEEDED,
+                output={
+                    "items": n,
+                    "succeeded": [i for i in range(n) if states[lr.exits[i]] == SUCCEEDED],
+                    "not_succeeded": {
+                        str(i): str(states[lr.exits[i]]) for i in range(n) if states[lr.exits[i]] != SUCCEEDED
+                    },
+                },
+            )
+        else:
+            self.journal.set(nid, FAILED, error=f"needs {lr.need} of {n} items, but {lr.bad} did not succeed")
+        self._after(nid)
+        for m in dropped:
+            self._after(m)
+
+    def _end_loop_templates(self, node: LoopNode, scope: Scope, items: list[Scope] | None) -> None:
+        """Each step inside the loop (nested loops' too) as seen from the loop's own place:
+        the list of its per-item values (None for an item without one); skipped if the loop failed."""
+        template_id = node.id[: len(node.id) - len(scope.suffix)] if scope.suffix else node.id
+        outputs = self.journal.outputs
+        states = self.states
+        for t in self.within.get(template_id, ()):
+            agg = t + scope.suffix
+            if agg not in states:
+                self.journal.add(agg)
+            if items is None:
+                self.journal.set(agg, SKIPPED, error=f"its loop ({template_id}) did not succeed")
+            else:
+                values = [
+                    outputs.get(t + it.suffix) if states.get(t + it.suffix) == SUCCEEDED else None for it in items
+                ]
+                self.journal.set(agg, SUCCEEDED, output=values)
+
+    # --- one question for a loop's effect ------------------------------------------------
+    def _batch_of(self, copy_id: str) -> tuple[ToolNode, str, int]:
+        """A loop item's copy of an effect: its template step, the template gate the batch is
+        asked under, and the item's index."""
+        scope = self.scope[copy_id]
+        template = self.index[copy_id[: len(copy_id) - len(scope.suffix)]]
+        assert isinstance(template, ToolNode), "only a tool step is an effect"
+        return template, template.needs[0], item_of(scope.suffix)
+
+    async def _batch_gate(self, gate: ApprovalNode) -> None:
+        """An item reaches its copy of the gate: with the batch decided, it passes if its payload
+        is among those approved (declined with the batch if rejected); undecided, it waits, and
+        when every item of the loop has reached the gate or ended, one question is asked for all."""
+        gid = gate.id
+        scope = self.scope[gid]
+        key = gid[: len(gid) - len(scope.suffix)]
+        step = self.index[gate.step]
+        assert isinstance(step, ToolNode), "an approval guards a tool step"
+        item = item_of(scope.suffix)
+        payload = self._render_for(step.id, step.args)
+        fp = self.gates.item_fingerprint(step, payload)
+        latest = await self.gates.latest(key)
+        journal = self.journal
+        if latest is not None and latest.state == ApprovalState.APPROVED:
+            # decided: every approved item runs, whatever happens to the others
+            self.loop_of_item[scope.suffix].committed = True
+            entries = msgspec.json.decode(latest.payload_json).get("items", [])
+            chosen = msgspec.json.decode(latest.items_json) if latest.items_json is not None else None
+            if chosen is not None and item not in chosen:
+                self.loop_of_item[scope.suffix].declined.add(item)
+                journal.set(
+                    gid,
+                    SKIPPED,
+                    error=f"declined: {latest.decided_by} approved items {', '.join(map(str, chosen))} of {latest.id}, not this one",
+                )
+            elif any(e.get("item") == item and e.get("fingerprint") == fp for e in entries):
+                journal.set(gid, SUCCEEDED, output={"approval": latest.id, "item": item, "fingerprint": fp})
+            else:
+                journal.set(
+                    gid,
+                    FAILED,
+                    error=f"item {item}'s payload ({fp}) is not among those approved in {latest.id}; it did not run",
+                )
+            return
+        if latest is not None and latest.state == ApprovalState.REJECTED:
+            why = f"rejected by {latest.decided_by}" + (f": {latest.reason}" if latest.reason else "")
+            journal.set(gid, REJECTED, error=why)
+            return
+        if latest is not None and latest.state == ApprovalState.PENDING:
+            if latest.expires_at is None or latest.expires_at > self.ctx.clock():
+                journal.set(gid, WAITING)
+                return
+            self.gates.forget()
+            await journal.db(journal.store.decide, latest.id, ApprovalState.EXPIRED, by="clock")
+        lr = self.loop_of_item[scope.suffix]
+        batch = self.batches.get(key)
+        if batch is None:
+            batch = self.batches[key] = Batch(lr)
+        batch.waiting[item] = {"item": item, "payload": payload, "fingerprint": fp}
+        journal.set(gid, WAITING)
+        lr.active -= 1  # waiting for a person: its place goes to the next item
+        self._more(lr)
+        self._batch_ready(key, batch)
+
+    def _batch_ready(self, key: str, batch: Batch) -> None:
+        """Ask the batch once every item of its loop has reached the gate or ended."""
+        lr = batch.loop
+        if batch.asked or not batch.waiting:
+            return
+        states = self.states
+        for i in range(len(lr.items)):
+            if i not in batch.waiting and states[lr.exits[i]] not in TERMINAL:
+                return
+        batch.asked = True
+        gate = self.index[key]
+        assert isinstance(gate, ApprovalNode), "a batch is asked under its template gate"
+        step = self.index[gate.step]
+        assert isinstance(step, ToolNode), "an approval guards a tool step"
+        items = [batch.waiting[i] for i in sorted(batch.waiting)]
+        self.work.start_soon(self.gates.ask_batch, gate, step, items)
+
+    def _render_in(self, scope: Scope, args: Any) -> Any:
+        outputs = self.journal.outputs
+
+        def resolve(name: str) -> Any:
+            found, value = lookup(name, scope, outputs)
+            return value if found else self._resolve(name)
+
+        return template.render(args, resolve)
+
+    def _render_for(self, nid: str, args: dict[str, Any]) -> Any:
+        """A node's arguments, rendered where it stands: a loop's copy sees its item."""
+        scope = self.scope.get(nid)
+        return self.render(args) if scope is None else self._render_in(scope, args)
 
     def _after_in_task(self, nid: str) -> ToolNode | None:
         """:meth:`_after`, from ``nid``'s own task: the first hub read it makes ready is handed
@@ -345,17 +635,31 @@ class Scheduler:
         """Cancel every item that has not succeeded; an executing effect is shielded.
         Returns the abandoned thread calls and cancelled gates, whose successors are
         still to be told; a dropped gate's pending question is withdrawn."""
-        dropped = []
-        withdrawn = []
+        states = self.states
+        items = [item for i, item in enumerate(j.members) if states[j.needs[i]] != SUCCEEDED]
+        for item in items:
+            self.absorbed.update(item)
+        return self._drop_members(items, f"dropped by the quorum of {j.id}")
+
+    def _drop_members(self, items: list[list[str]], why: str) -> list[str]:
+        dropped: list[str] = []
+        withdrawn: list[str] = []
         states = self.states
         journal = self.journal
-        why = f"dropped by the quorum of {j.id}"
-        for i, item in enumerate(j.members):
-            if states[j.needs[i]] == SUCCEEDED:
-                continue
-            self.absorbed.update(item)
+        for item in items:
             for m in item:
                 st = states[m]
+                lr = self.loop_runs.get(m)
+                if lr is not None and st == RUNNING and not lr.done:
+                    # a loop inside a dropped item: its items go with it
+                    lr.done = True
+                    inner = [lr.members[i] for i in range(len(lr.items)) if states[lr.exits[i]] != SUCCEEDED]
+                    for sub in inner:
+                        self.absorbed.update(sub)
+                    dropped.extend(self._drop_members(inner, why))
+                    journal.set(m, CANCELLED, error=why)
+                    dropped.append(m)
+                    continue
                 if st == RUNNING:
                     job = self.jobs.pop(m, None)
                     if job is not None:
@@ -415,8 +719,13 @@ class Scheduler:
         """A node's work, by kind; a step's own failure fails the step, nothing more."""
         journal = self.journal
         try:
-            if isinstance(node, ToolNode):
-                if node.effectful and not node.without_asking:
+            if isinstance(node, ApprovalNode) and node.id in self.scope:
+                await self._batch_gate(node)
+            elif isinstance(node, ToolNode):
+                if node.effectful and not node.without_asking and node.id in self.scope:
+                    template, gate_id, item = self._batch_of(node.id)
+                    await self.effects.run_item(node, template, gate_id, item)
+                elif node.effectful and not node.without_asking:
                     await self.effects.run(node)
                 elif node.effectful:
                     await self.effects.run_unasked(node)
@@ -457,7 +766,7 @@ class Scheduler:
     async def _read(self, node: ToolNode) -> tuple[Any, list[Any] | None]:
         """A read step: its own timeout, and its retries with a pause that doubles (an
         effect never comes here: it is never tried again by itself)."""
-        args = self.render(node.args)
+        args = self._render_for(node.id, node.args)
         pause = RETRY_PAUSE_S
         for attempt in range(node.retries + 1):
             try:
@@ -499,7 +808,13 @@ class Scheduler:
     async def _write(self, node: WriteNode) -> None:
         present = {}
         states = self.states
+        scope = self.scope.get(node.id)
         for n in node.inputs:
+            if scope is not None:
+                found, value = lookup(n, scope, self.journal.outputs)
+                if found:
+                    present[n] = value
+                    continue
             if states.get(n) == SUCCEEDED:
                 present[n] = self.journal.outputs[n]
             elif n not in states and n in self.inputs:

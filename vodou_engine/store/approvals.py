@@ -51,7 +51,7 @@ SUPERSEDE_APPROVED = (
     "WHERE run_id = ? AND step = ? AND state = 'approved' "
     "AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.run_id = approvals.run_id AND e.step = approvals.step)"
 )
-DECIDE = "UPDATE approvals SET state = ?, decided_by = ?, decided_at = ?, reason = ? WHERE id = ? AND state IN "
+DECIDE = "UPDATE approvals SET state = ?, decided_by = ?, decided_at = ?, reason = ?, items_json = ? WHERE id = ? AND state IN "
 
 INSERT_EFFECT = (
     "INSERT INTO effects (run_id, step, approval_id, fingerprint, idempotency_key, state, payload_json, "
@@ -131,8 +131,12 @@ class ApprovalsMixin(StoreCore):
         by: str,
         reason: str | None = None,
         now: float | None = None,
+        items: list[int] | None = None,
     ) -> ApprovalRecord:
         """Compare-and-set one answer; every attempt, won or refused, is logged.
+
+        ``items``: approve only these items of a loop's batch question (each must be one
+        it lists); the others are declined and never run.
 
         Approving or rejecting is refused when ``by`` is not among the named
         approvers or the question has expired; marking it ``expired`` is the
@@ -148,12 +152,16 @@ class ApprovalsMixin(StoreCore):
                 raise self._unknown_approval(approval_id)
             current = ApprovalRecord(*row)
             refusal = self._refusal(current, new_state, states, by, now)
+            if refusal is None and items is not None:
+                refusal = _items_refusal(current, new_state, items)
+            chosen = None if items is None else msgspec.json.encode(sorted(set(items))).decode()
             decided = current
             if refusal is None:
-                cur.execute(self._q(DECIDE + _in(len(states))), (new_state, by, now, reason, approval_id, *states))
+                params = (new_state, by, now, reason, chosen, approval_id, *states)
+                cur.execute(self._q(DECIDE + _in(len(states))), params)
                 if cur.rowcount == 1:
                     decided = msgspec.structs.replace(
-                        current, state=new_state, decided_by=by, decided_at=now, reason=reason
+                        current, state=new_state, decided_by=by, decided_at=now, reason=reason, items_json=chosen
                     )
                 else:  # only reachable if the engine let another writer in between
                     refusal = AlreadyDecidedError(f"approval {approval_id} was decided by someone else just now")
@@ -165,6 +173,8 @@ class ApprovalsMixin(StoreCore):
                 "refused": None if refusal is None else type(refusal).__name__,
                 "reason": reason,
             }
+            if items is not None:
+                data["items"] = sorted(set(items))
             kind = "approval.decided" if refusal is None else "approval.refused"
             self._insert_event(cur, current.run_id, kind, current.node_id, by, _json(data), now)
         if refusal is not None:
@@ -265,6 +275,10 @@ class ApprovalsMixin(StoreCore):
             return cur.rowcount == 1
 
     def _check_approved(self, a: ApprovalRecord, run_id: str, step: str, fingerprint: str) -> None:
+        if a.run_id == run_id and step != a.step and batch_item(a, step, fingerprint):
+            if a.state != "approved":
+                raise RefusedError(f"{describe_decision(a)}, not approved; nothing was executed")
+            return  # one item of a loop's batch, with the very payload approved for it
         if (a.run_id, a.step) != (run_id, step):
             raise RefusedError(
                 f"approval {a.id} guards step {a.step!r} of run {a.run_id}, not step {step!r} of run {run_id}; "
@@ -389,3 +403,48 @@ def describe_decision(a: ApprovalRecord) -> str:
     who = f" by {a.decided_by}" if a.decided_by else ""
     why = f" ({a.reason})" if a.reason else ""
     return f"approval {a.id} was already {a.state}{who} at {iso(a.decided_at)}{why}"
+
+
+def batch_item(a: ApprovalRecord, step: str, fingerprint: str) -> bool:
+    """Whether ``step`` is item N of the loop step ``a`` asked about as one batch (``reply[N]``
+    of ``reply``) and ``fingerprint`` is the one that item was asked with: a batch's payload is
+    ``{"items": [{"item", "payload", "fingerprint"}...]}`` (runtime/loops.py)."""
+    prefix = a.step + "["
+    if not (step.startswith(prefix) and step.endswith("]") and step[len(prefix) : -1].isdigit()):
+        return False
+    try:
+        raw = a.payload_json
+        doc = msgspec.json.decode(raw) if isinstance(raw, (str, bytes)) else raw
+        items = doc["items"] if isinstance(doc, dict) and set(doc) == {"items"} else []
+    except (msgspec.DecodeError, TypeError):
+        return False
+    n = int(step[len(prefix) : -1])
+    if a.items_json is not None and n not in msgspec.json.decode(a.items_json):
+        return False  # declined with the rest of the batch's items not chosen
+    return any(isinstance(e, dict) and e.get("item") == n and e.get("fingerprint") == fingerprint for e in items)
+
+
+def batch_indexes(a: ApprovalRecord) -> list[int] | None:
+    """The item indexes a batch question lists, or None when it is not a batch."""
+    try:
+        doc = msgspec.json.decode(a.payload_json) if isinstance(a.payload_json, (str, bytes)) else a.payload_json
+    except msgspec.DecodeError:
+        return None
+    if not (isinstance(doc, dict) and set(doc) == {"items"} and isinstance(doc["items"], list)):
+        return None
+    return [e["item"] for e in doc["items"] if isinstance(e, dict) and isinstance(e.get("item"), int)]
+
+
+def _items_refusal(a: ApprovalRecord, new_state: str, items: list[int]) -> RefusedError | None:
+    listed = batch_indexes(a)
+    if new_state != "approved" or listed is None:
+        return RefusedError(f"approval {a.id} is not a loop's batch to approve some items of; nothing was changed")
+    if not items:
+        return RefusedError(f"no item chosen to approve in {a.id}; reject it to run none; nothing was changed")
+    unknown = sorted(set(items) - set(listed))
+    if unknown:
+        return RefusedError(
+            f"item{'s' if len(unknown) > 1 else ''} {', '.join(map(str, unknown))} "
+            f"{'are' if len(unknown) > 1 else 'is'} not in {a.id} (its items: {', '.join(map(str, listed))}); nothing was changed"
+        )
+    return None

@@ -119,6 +119,7 @@ class RunStore(Protocol):
         by: str,
         reason: str | None = None,
         now: float | None = None,
+        items: list[int] | None = None,
     ) -> ApprovalRecord: ...
 
     # effects

@@ -93,6 +93,9 @@ class ApprovalRecord(Struct, frozen=True):
     decided_at: float | None = None
     reason: str | None = None
     superseded_by: str | None = None
+    items_json: str | bytes | None = None
+    """For a loop's batch question (runtime/loops.py), the item indexes approved, as a JSON
+    list; None: all of them (and every question that is not a batch)."""
 
 
 class EffectRecord(Struct, frozen=True):

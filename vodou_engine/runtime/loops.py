@@ -1,0 +1,201 @@
+"""``for each`` at run time: a loop's items as copies of its body, and what each copy's names mean.
+
+The plan holds a loop's body once, as template nodes (``plan.LoopNode``). When the
+loop's list is known, every item gets its own copy of every body node, the item's
+index after the id (``reply[0]``; in a nested loop ``t[0][2]``), its needs renamed
+the same way; the scheduler then runs the copies like any other node, so reads,
+writes, joins and built-ins inside a loop behave exactly as outside it. Here: the
+list and its bounds, the copies, and how a copy's references resolve (the item,
+then the same item's steps, then the enclosing items', then the run's).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from ..compiler import template
+from ..errors import RecipeError, ToolError
+from ..plan import ApprovalNode, JoinNode, LoopNode, Node, Plan, QuestionNode, ToolNode
+
+
+@dataclass(slots=True)
+class Scope:
+    """What a copied node's names mean: its item's suffix, and every enclosing loop's variable."""
+
+    suffix: str
+    binds: dict[str, Any]
+
+
+TOP = Scope("", {})
+
+
+@dataclass(slots=True)
+class LoopRun:
+    """One loop (or one copy of a nested loop) while its items run."""
+
+    node: LoopNode
+    scope: Scope
+    items: list[Scope] = field(default_factory=list)
+    exits: list[str] = field(default_factory=list)
+    members: list[list[str]] = field(default_factory=list)
+    started: int = 0
+    active: int = 0
+    ok: int = 0
+    bad: int = 0
+    need: int = 0
+    limit: int = 1
+    done: bool = False
+    filling: bool = False
+    committed: bool = False
+    declined: set[int] = field(default_factory=set)
+    """Items a person left out of an approved batch: never run, not counted."""
+    """A batch question of this loop was approved: its approved items all run, so a failed
+    item no longer ends the loop early (it ends when every item has)."""
+
+
+@dataclass(slots=True)
+class Batch:
+    """A loop's effect asked once for all its items: the items waiting at its gate (by index:
+    ``{"item", "payload", "fingerprint"}``), asked when every item has reached it or ended."""
+
+    loop: LoopRun
+    waiting: dict[int, dict[str, Any]] = field(default_factory=dict)
+    asked: bool = False
+
+
+def item_of(suffix: str) -> int:
+    """The index of the innermost item in a suffix: 2 for ``[0][2]``."""
+    return int(suffix[suffix.rfind("[") + 1 : -1])
+
+
+def templates_within(plan: Plan) -> dict[str, list[str]]:
+    """Per loop id: every template node inside it, nested loops' bodies included."""
+    index = plan.index()
+    out: dict[str, list[str]] = {}
+
+    def walk(loop: LoopNode) -> list[str]:
+        found = out.get(loop.id)
+        if found is None:
+            found = []
+            for m in loop.body:
+                found.append(m)
+                inner = index[m]
+                if isinstance(inner, LoopNode):
+                    found.extend(walk(inner))
+            out[loop.id] = found
+        return found
+
+    for n in plan.nodes:
+        if isinstance(n, LoopNode):
+            walk(n)
+    return out
+
+
+def the_list(node: LoopNode, value: Any) -> list[Any]:
+    """The items, or a ToolError saying what was found instead (the step fails, nothing runs)."""
+    if not isinstance(value, list):
+        kind = {dict: "an object", str: "a string", bool: "true or false", type(None): "null"}.get(
+            type(value), "a number"
+        )
+        raise ToolError(
+            f"`for each {node.var} in {node.over_text}`: {node.over_text} is {kind}, not a list; no item ran"
+        )
+    if len(value) > node.max_items:
+        raise ToolError(
+            f"`for each {node.var} in {node.over_text}`: {len(value)} items, more than the {node.max_items} "
+            f"this loop allows (`max items: N`, at most 10000); no item ran"
+        )
+    return value
+
+
+def copy_node(node: Node, suffix: str, body: set[str]) -> Node:
+    """The copy of template ``node`` for the item with ``suffix``: its id and its needs (all
+    inside the same body) carry the suffix; a join's members and an approval's step too."""
+
+    def rename(nid: str) -> str:
+        return nid + suffix if nid in body else nid
+
+    changes: dict[str, Any] = {"id": node.id + suffix, "needs": [rename(x) for x in node.needs]}
+    if isinstance(node, JoinNode):
+        changes["members"] = [[rename(m) for m in item] for item in node.members]
+    elif isinstance(node, ApprovalNode):
+        changes["step"] = rename(node.step)
+    return msgspec.structs.replace(node, **changes)
+
+
+def lookup(name: str, scope: Scope, outputs: dict[str, Any]) -> tuple[bool, Any]:
+    """A name as a copied node sees it: an enclosing loop's variable, else the step's value
+    for the same item (``draft[2]``), the enclosing items' (``t[2]``: a nested loop's list
+    for this item), then the run's (an input or a step outside every loop)."""
+    if name in scope.binds:
+        return True, scope.binds[name]
+    suffix = scope.suffix
+    while suffix:
+        key = name + suffix
+        if key in outputs:
+            return True, outputs[key]
+        suffix = suffix[: suffix.rfind("[")]
+    return False, None
+
+
+def missing(name: str) -> template.MissingValue:
+    return template.MissingValue(f"{{{name}}} has no value")
+
+
+def copies_by_template(plan: Plan, node_ids: list[str]) -> dict[str, list[str]]:
+    """Stored node ids that are loop items' copies (``reply[0]``, ``t[1][0]``), per template
+    id, in item order: how ``recipe show`` lists each item under its step."""
+    templates = {m for n in plan.nodes if isinstance(n, LoopNode) for m in n.body}
+    templates.update(t for n in plan.nodes if isinstance(n, LoopNode) for t in templates_within(plan).get(n.id, ()))
+    out: dict[str, list[tuple[tuple[int, ...], str]]] = {}
+    for nid in node_ids:
+        cut = nid.find("[")
+        if cut > 0 and nid[:cut] in templates and nid.endswith("]"):
+            try:
+                key = tuple(int(x) for x in nid[cut + 1 : -1].split("]["))
+            except ValueError:
+                continue
+            out.setdefault(nid[:cut], []).append((key, nid))
+    return {t: [nid for _, nid in sorted(found)] for t, found in out.items()}
+
+
+def refuse_asking_in_loops(plan: Plan, path: str | None = None, text: str | None = None) -> None:
+    """Before a run starts: what a loop's body may not hold yet is refused (exit 2), nothing
+    run. An effect in a loop is asked once for the whole batch; this engine does so for a
+    loop that is not inside another, for an effect without ``preview:`` or ``check:`` (which
+    would be read per item) that asks. A question of its own in a loop is refused too."""
+    index = plan.index()
+    inner = {m for n in plan.nodes if isinstance(n, LoopNode) for m in n.body}
+    for loop in plan.nodes:
+        if not isinstance(loop, LoopNode):
+            continue
+        for nid in loop.body:
+            node = index[nid]
+            what = None
+            if isinstance(node, ToolNode) and node.effectful:
+                if loop.id in inner:
+                    what = f"`{nid}` ({node.address}, {node.risk}) is an effect in a loop inside another loop"
+                elif node.preview is not None or node.check is not None:
+                    what = f"`{nid}` ({node.address}) has a `preview:` or `check:` and is"
+                elif node.without_asking:
+                    what = f"`{nid}` ({node.address}) runs without asking and is"
+            elif isinstance(node, QuestionNode):
+                what = f"the question “{node.text}” is"
+            if what is None:
+                continue
+            where = node.where
+            lines = text.splitlines() if text is not None and where is not None else []
+            raise RecipeError(
+                f"{what} inside `for each {loop.var}` (line {loop.where.line if loop.where else '?'}): "
+                "this engine asks one question for a loop's effects only for a loop that is not inside "
+                "another, an effect without `preview:` or `check:` that asks, and no question of its own; "
+                "nothing was run",
+                path=path,
+                line=where.line if where else None,
+                column=where.column if where else None,
+                source_line=lines[where.line - 1] if where is not None and where.line <= len(lines) else None,
+                hint="move it after the loop, where it can use the list of the body's outputs (`{step}`, `{step.count}`)",
+            )
