@@ -180,3 +180,26 @@ def test_approving_the_batch_does_not_read_or_write_the_items_again(cli):
     cli("approve", doc["run"], "reply", "--yes", expect=0)
     assert len(demo_calls(cli.demo_db, tool="get_contact")) == n  # each item's read once in all
     assert len(demo_calls(cli.demo_db, tool="send_message")) == n
+
+
+def test_an_item_whose_payload_the_tool_would_refuse_is_never_on_the_card(cli):
+    """The tool's inputSchema holds each item's payload before the batch is asked: an item the
+    server would refuse (`to` a number) fails at its gate and is not on the card; the others are
+    asked about and, approved, sent once each."""
+    path = cli.tmp / "mixed.recipe"
+    path.write_text(
+        'for each m in [{"to": "ana@example.com"}, {"to": 42}, {"to": "bo@example.com"}]:\n'
+        "  need: 2 of all\n"
+        '  reply: gmail.send_message {"to": "{m.to}", "subject": "hi", "body": "hello"}\n'
+    )
+    doc = cli("run", path, "--json", expect=3).json()
+    (pending,) = doc["pending"]
+    (payload_json,) = cli.sql("SELECT payload_json FROM approvals WHERE run_id = ?", (doc["run"],))[0]
+    items = msgspec.json.decode(payload_json)["items"]
+    assert [(e["item"], e["payload"]["to"]) for e in items] == [(0, "ana@example.com"), (2, "bo@example.com")]
+    assert '"to": 42' not in pending["card"]
+    nodes = _nodes(cli, doc["run"])
+    assert nodes["approve:reply[1]"]["state"] == "failed" and "input schema" in nodes["approve:reply[1]"]["error"]
+    assert cli("approve", doc["run"], "reply", "--yes", "--json", expect=0).json()["state"] == "succeeded"
+    sent = demo_calls(cli.demo_db, tool="send_message")
+    assert sorted(c["arguments"]["to"] for c in sent) == ["ana@example.com", "bo@example.com"]

@@ -543,6 +543,8 @@ class Scheduler:
                 return
             self.gates.forget()
             await journal.db(journal.store.decide, latest.id, ApprovalState.EXPIRED, by="clock")
+        # an item whose payload the server would refuse is never on the card: its gate fails, the others go on
+        await self.tools.check_payload(f"{step.id}{scope.suffix}", step.server, step.tool, payload)
         lr = self.loop_of_item[scope.suffix]
         batch = self.batches.get(key)
         if batch is None:
