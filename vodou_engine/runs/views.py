@@ -13,8 +13,21 @@ from typing import Any
 import msgspec
 
 from ..binding import decode_bindings
+from ..cards import card_and_refusal, card_or_refusal
+from ..compiler import load_source
 from ..owners import describe
 from ..plan import Plan
+from ..planning import (
+    check_hints,
+    compile_with_hints,
+    kept_tools,
+    list_tools,
+    list_tools_cached,
+    listed_note,
+    resolve,
+    servers_of,
+    stale,
+)
 from ..policy import Policy
 from ..reports import ApprovalView, EffectView, NodeView, RunReport, RunSummary, RunView, node_kind, together_stats
 from ..runtime.plans import check_stored_plan
@@ -61,7 +74,7 @@ class ViewsMixin(RunsCore):
         store = self.store(create=False)
         run = store.get_run(run_id)
         view = _view(store, run, self.clock())
-        from ..runtime.driver import pending_view
+        from ..runtime.driver import pending_view  # here: imports trio
 
         plan, bindings = check_stored_plan(run.plan_json, run.plan_fingerprint), decode_bindings(run.servers_json)
         return RunReport(
@@ -92,8 +105,6 @@ class ViewsMixin(RunsCore):
         kept list is used, and ``listed`` says when it was listed (docs/cli.md, "The tool
         cache"); the plans compiled for the card come from the compile memo. Every live
         listing is kept for the next time."""
-        from ..planning import list_tools_cached, servers_of, stale
-
         plan, recipe_text, path = self._load_for_card(source, text, memo=cached)
         if not online:
             hidden = source_warnings(recipe_text or "", path)  # characters written into the recipe that nobody sees
@@ -115,8 +126,6 @@ class ViewsMixin(RunsCore):
     def inspect_kept(self, source: str | os.PathLike[str] | Plan, *, text: str | None = None) -> Inspection | None:
         """``inspect(cached=True)`` when every server's tools are kept for its current
         binding: nothing started, no event loop; None when a server must be started."""
-        from ..planning import kept_tools, servers_of, stale
-
         plan, recipe_text, path = self._load_for_card(source, text, memo=True)
         servers = self.servers()
         kept = kept_tools(servers.servers, servers_of(plan), source=servers.source)
@@ -129,8 +138,6 @@ class ViewsMixin(RunsCore):
         self, source: str | os.PathLike[str] | Plan, text: str | None, *, memo: bool
     ) -> tuple[Plan, str | None, str | None]:
         if memo and text is None and not isinstance(source, Plan):
-            from ..compiler import load_source
-
             path = os.fspath(source)
             plan, recipe_text = load_source(path, policy=self.policy(), memo=True)
             return plan, recipe_text, path
@@ -147,8 +154,6 @@ class ViewsMixin(RunsCore):
         *,
         memo: bool,
     ) -> Inspection:
-        from ..planning import check_hints, compile_with_hints, listed_note, resolve, servers_of
-
         hidden = source_warnings(recipe_text or "", path)  # characters written into the recipe that nobody sees
         status, hints = resolve(plan, servers.servers, tools, servers.disabled)
         if recipe_text is not None and hints:
@@ -171,8 +176,6 @@ class ViewsMixin(RunsCore):
     async def check_policy(self) -> list[PolicyProblem]:
         """Entries of the policy file that name no configured server, or a tool that server
         does not list (a typo there is a rule that silently never applies)."""
-        from ..planning import list_tools
-
         policy = self.policy()
         servers = self.servers()
         named = sorted({key.split(".", 1)[0] for key in policy.data.tools} | set(policy.data.servers))
@@ -263,8 +266,6 @@ def policy_problems(policy: Policy, servers: ServerSet, tools: Mapping[str, Mapp
 
 
 def effect_view(eff: Any, approvals: Mapping[str, Any], plan: Plan | None, bindings: Mapping[str, Any]) -> EffectView:
-    from ..cards import card_or_refusal
-
     appr = approvals.get(eff.approval_id) if eff.approval_id else None
     return EffectView(
         step=eff.step,
@@ -287,8 +288,6 @@ def effect_view(eff: Any, approvals: Mapping[str, Any], plan: Plan | None, bindi
 def _approval_view(a: Any, plan: Plan, bindings: Mapping[str, Any], dec: Any) -> ApprovalView:
     """A question as every surface shows it: its card rendered now; a tampered one flagged,
     with no card and no payload (its stored bytes are not the question any more)."""
-    from ..cards import card_and_refusal
-
     card, refusal = card_and_refusal(a, plan, bindings)
     return ApprovalView(
         id=a.id, step=a.step, state=a.state, fingerprint=a.fingerprint, asked_at=a.asked_at, expires_at=a.expires_at,
