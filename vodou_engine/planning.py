@@ -18,8 +18,10 @@ import msgspec
 
 from . import toolcache
 from .cards import ToolStatus
+from .compiler import cache, compile_recipe
 from .compiler.words import written_address, written_server
-from .plan import Plan, ToolNode
+from .errors import UsageError
+from .plan import RISK_ORDER, Plan, ToolNode
 from .policy import BUILTIN_SERVER, BUILTIN_TOOLS, Hints, Policy, hints_from
 from .servers import ServerConfig
 
@@ -176,12 +178,8 @@ def compile_with_hints(
 ) -> Plan:
     """The recipe compiled with the servers' annotations; ``memo`` (the card only, never a
     run): from the compile memo, keyed by the annotations too."""
-    from .compiler import compile_recipe
-
     if not memo:
         return compile_recipe(text, path, policy=policy, hints=hints)
-    from .compiler import cache
-
     said = hashlib.sha256(msgspec.json.encode(dict(hints), order="deterministic")).hexdigest()
     k = cache.key(text, path, f"{policy.digest}:{policy.source}:hints:{said}")
     plan = cache.get(k)
@@ -211,7 +209,7 @@ def listed_note(listed: Mapping[str, Listed], now: float) -> str:
 
 async def list_tools(servers: Mapping[str, ServerConfig], names: list[str]) -> dict[str, dict]:
     """Start the configured ones of ``names`` in parallel; list tools; close them."""
-    from .tools.hub import open_hub
+    from .tools.hub import open_hub  # here: imports trio
 
     wanted = [n for n in names if n in servers]
     if not wanted:
@@ -222,9 +220,6 @@ async def list_tools(servers: Mapping[str, ServerConfig], names: list[str]) -> d
 
 def check_hints(plan: Plan, policy, hints: Mapping[str, Hints | None]) -> None:
     """An actions.json cannot claim a lower risk than its live server now declares."""
-    from .errors import UsageError
-    from .plan import RISK_ORDER
-
     for n in plan.nodes:
         if isinstance(n, ToolNode) and n.address in hints:
             risk, source = policy.assess(n.server, n.tool, hints[n.address])
