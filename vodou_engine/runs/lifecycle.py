@@ -21,7 +21,6 @@ from ..errors import RefusedError, UsageError, VodouError
 from ..osuser import os_user
 from ..owners import LEASE_S
 from ..plan import Plan, decode_plan, encode_plan
-from ..planning import check_hints, missing, resolve
 from ..policy import Policy
 from ..reports import RunReport
 from ..servers import ServerSet, servers_needed
@@ -67,6 +66,9 @@ class LifecycleMixin(DriveMixin):
     async def _prepare(self, loaded: tuple[Plan, str | None, str | None], hub: Any) -> AsyncIterator[Prepared]:
         """``prepare`` from a plan already compiled offline (``load``'s triple), so a start
         compiles the recipe once before the servers' annotations and once after."""
+        # here: planning.py and the tool cache, ~1 ms that `recipe runs` and `show` do without
+        from ..planning import check_hints, missing, resolve
+
         plan, recipe_text, path = loaded
         servers = self.servers()
         needed = servers_needed(plan)

@@ -17,17 +17,6 @@ from ..cards import card_and_refusal, card_or_refusal
 from ..compiler import load_source
 from ..owners import describe
 from ..plan import Plan
-from ..planning import (
-    check_hints,
-    compile_with_hints,
-    kept_tools,
-    list_tools,
-    list_tools_cached,
-    listed_note,
-    resolve,
-    servers_of,
-    stale,
-)
 from ..policy import Policy
 from ..reports import ApprovalView, EffectView, NodeView, RunReport, RunSummary, RunView, node_kind, together_stats
 from ..runtime.plans import check_stored_plan
@@ -105,6 +94,9 @@ class ViewsMixin(RunsCore):
         kept list is used, and ``listed`` says when it was listed (docs/cli.md, "The tool
         cache"); the plans compiled for the card come from the compile memo. Every live
         listing is kept for the next time."""
+        # here: planning.py and the tool cache, ~1 ms that `recipe runs` and `show` do without
+        from ..planning import list_tools_cached, servers_of, stale
+
         plan, recipe_text, path = self._load_for_card(source, text, memo=cached)
         if not online:
             hidden = source_warnings(recipe_text or "", path)  # characters written into the recipe that nobody sees
@@ -126,6 +118,9 @@ class ViewsMixin(RunsCore):
     def inspect_kept(self, source: str | os.PathLike[str] | Plan, *, text: str | None = None) -> Inspection | None:
         """``inspect(cached=True)`` when every server's tools are kept for its current
         binding: nothing started, no event loop; None when a server must be started."""
+        # here: planning.py and the tool cache, ~1 ms that `recipe runs` and `show` do without
+        from ..planning import kept_tools, servers_of, stale
+
         plan, recipe_text, path = self._load_for_card(source, text, memo=True)
         servers = self.servers()
         kept = kept_tools(servers.servers, servers_of(plan), source=servers.source)
@@ -154,6 +149,9 @@ class ViewsMixin(RunsCore):
         *,
         memo: bool,
     ) -> Inspection:
+        # here: planning.py and the tool cache, ~1 ms that `recipe runs` and `show` do without
+        from ..planning import check_hints, compile_with_hints, listed_note, resolve, servers_of
+
         hidden = source_warnings(recipe_text or "", path)  # characters written into the recipe that nobody sees
         status, hints = resolve(plan, servers.servers, tools, servers.disabled)
         if recipe_text is not None and hints:
@@ -176,6 +174,9 @@ class ViewsMixin(RunsCore):
     async def check_policy(self) -> list[PolicyProblem]:
         """Entries of the policy file that name no configured server, or a tool that server
         does not list (a typo there is a rule that silently never applies)."""
+        # here: planning.py and the tool cache, ~1 ms that `recipe runs` and `show` do without
+        from ..planning import list_tools
+
         policy = self.policy()
         servers = self.servers()
         named = sorted({key.split(".", 1)[0] for key in policy.data.tools} | set(policy.data.servers))
