@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -127,8 +128,6 @@ class ServerBinding(msgspec.Struct, frozen=True, omit_defaults=True):
 
     def command_line(self) -> str:
         """What a person is shown: the command line, or the URL of an HTTP server."""
-        import shlex
-
         if self.transport == HTTP:
             return self.url or ""
         return shlex.join([self.command, *self.args])
@@ -143,7 +142,7 @@ def _value_digest(salt: str, name: str, value: str) -> str:
 
 
 def _base_environment() -> dict[str, str]:
-    from .tools.process import default_environment
+    from .tools.process import default_environment  # here: subprocess, which `recipe runs` and `show` do without
 
     return default_environment()
 

@@ -13,12 +13,18 @@ that differ never read alike.
 
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
+from .errors import TamperedError
 from .plan import ApprovalNode, JoinNode, LoopNode, Plan, QuestionNode, ToolNode, WriteNode
-from .text_safety import visible
+from .runtime.freeze import expiry_s, gives_its_fingerprint
+from .text_safety import Findings, findings, json_text, visible
 
 RISK_STYLE = {"read": "green", "write": "yellow", "critical": "bold red"}
 
@@ -271,10 +277,6 @@ def approval_card_text(
     to the same card. ``server`` is the binding of the server the step calls: which
     ``slack`` this is. A question's payload carries the outputs it asks about, shown
     whole: a person judges what they can read."""
-    import time
-
-    from .text_safety import findings, json_text
-
     lines = []
     if step is not None:
         lines.append(
@@ -370,8 +372,6 @@ def _asked_about(payload: Any) -> list[str]:
     """A question's outputs: text as a block of lines (each marked, behind ``│``), anything
     else as JSON. The block keeps the card injective: its lines split only at newlines, and
     every other break or hidden character inside a line is marked."""
-    from .text_safety import Findings, findings, json_text
-
     outputs = payload.get("outputs") if isinstance(payload, dict) else None
     if not isinstance(outputs, dict) or not outputs:
         return []
@@ -394,8 +394,6 @@ def _asked_about(payload: Any) -> list[str]:
 def question_outputs(plan: Plan, node: QuestionNode, outputs: Mapping[str, Any]) -> dict[str, Any]:
     """What a question asks a person to judge: the outputs of the steps it follows (through
     other questions, approvals and joins) and of the steps its text names, as they are now."""
-    import re
-
     index = plan.index()
     wanted: list[str] = []
     seen: set[str] = set()
@@ -426,8 +424,6 @@ def stored_card(approval: Any, plan: Plan, bindings: Mapping[str, Any]) -> str:
     by (payload, check, risk verdict, preview, who may decide, expiry) is no longer what it
     was asked with (:func:`check_untampered`): a person never reads, nor decides, a card whose
     bytes are not the ones that would run."""
-    import msgspec
-
     payload = msgspec.json.decode(approval.payload_json)
     gate, step = check_untampered(approval, plan, bindings, payload)
     if isinstance(gate, ToolNode):  # a server's question, asked in the middle of this step's call
@@ -452,8 +448,6 @@ REFUSED = "✗ refused: "
 def card_and_refusal(approval: Any, plan: Plan, bindings: Mapping[str, Any]) -> tuple[str, str | None]:
     """(:func:`stored_card`, None), or for a tampered question ("", the refusal shown in its
     place): a run's record still shows, with no card to decide from."""
-    from .errors import TamperedError
-
     try:
         return stored_card(approval, plan, bindings), None
     except TamperedError as exc:
@@ -476,11 +470,6 @@ def check_untampered(
     with (a question stored before the rest of the card was covered: as it was fingerprinted
     then); the step it is stored under must be the one its node guards; and it must expire when
     the plan says, counted from when it was asked."""
-    import msgspec
-
-    from .errors import TamperedError
-    from .runtime.freeze import expiry_s, gives_its_fingerprint
-
     index = plan.index()
     gate = index.get(approval.node_id)
     guarded = index.get(gate.step) if isinstance(gate, ApprovalNode) else None

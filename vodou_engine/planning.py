@@ -19,12 +19,12 @@ import msgspec
 
 from . import toolcache
 from .cards import ToolStatus
-from .compiler import ast, template
+from .compiler import ast, cache, compile_recipe, template
 from .compiler.places import argument_places
 from .compiler.source import Source
 from .compiler.words import written_address, written_server
-from .errors import ArgumentsError, RecipeError
-from .plan import Plan, ToolNode, Where
+from .errors import ArgumentsError, RecipeError, UsageError
+from .plan import RISK_ORDER, Plan, ToolNode, Where
 from .policy import BUILTIN_SERVER, BUILTIN_TOOLS, Hints, Policy, hints_from
 from .runtime.freeze import IDEMPOTENCY_FIELDS
 from .servers import ServerConfig
@@ -196,12 +196,8 @@ def compile_with_hints(
 ) -> Plan:
     """The recipe compiled with the servers' annotations; ``memo`` (the card only, never a
     run): from the compile memo, keyed by the annotations too."""
-    from .compiler import compile_recipe
-
     if not memo:
         return compile_recipe(text, path, policy=policy, hints=hints)
-    from .compiler import cache
-
     said = hashlib.sha256(msgspec.json.encode(dict(hints), order="deterministic")).hexdigest()
     k = cache.key(text, path, f"{policy.digest}:{policy.source}:hints:{said}")
     plan = cache.get(k)
@@ -239,7 +235,7 @@ async def survey(
     servers: Mapping[str, ServerConfig], names: list[str]
 ) -> tuple[dict[str, dict], dict[str, frozenset[str]]]:
     """:func:`list_tools`, and per server the tools it lists as callable only as a task."""
-    from .tools.hub import open_hub
+    from .tools.hub import open_hub  # here: imports trio
 
     wanted = [n for n in names if n in servers]
     if not wanted:
@@ -258,9 +254,6 @@ def task_only_of(tools: Mapping[str, Mapping[str, Any]]) -> dict[str, frozenset[
 
 def check_hints(plan: Plan, policy, hints: Mapping[str, Hints | None]) -> None:
     """An actions.json cannot claim a lower risk than its live server now declares."""
-    from .errors import UsageError
-    from .plan import RISK_ORDER
-
     for n in plan.nodes:
         if isinstance(n, ToolNode) and n.address in hints:
             risk, source = policy.assess(n.server, n.tool, hints[n.address])

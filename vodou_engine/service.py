@@ -40,10 +40,11 @@ from .errors import RefusedError, ToolError, VodouError
 from .owners import describe, this_process
 from .policy import Policy
 from .reports import RunReport
-from .runs import Runs
+from .runs import Runs, new_run_id
 from .runs.handoff import DriveReply, bind_listener, read_request
-from .servers import ServerSet
+from .servers import ServerSet, servers_needed
 from .tools.pool import ServerPool
+from .workers.app import TickThread
 
 logger = logging.getLogger("vodou_engine.service")
 
@@ -111,8 +112,6 @@ class Service:
             self._nursery = nursery
             await nursery.start(self.pool.run)
             if self.scheduling and self.workers:
-                from .workers.app import TickThread
-
                 ticks = TickThread(self.store_location)
                 await trio.to_thread.run_sync(ticks.start)
             elif self.scheduling:
@@ -293,8 +292,6 @@ class Service:
 
     def start_saved(self, name: str, *, inputs: Mapping[str, Any] | None, actor: str) -> str:
         """Start a saved recipe in the background; the run id it will have."""
-        from .runs import new_run_id
-
         run_id = new_run_id()
         if self.workers:
             self._spawn(
@@ -333,8 +330,6 @@ class Service:
         runs). The text is not a file, so the run records no recipe path to compare with
         later. A failure within the wait is raised here; after it, logged. With workers
         (:attr:`workers`) this process drives nothing: queue it instead (``Runs.queue``)."""
-        from .runs import new_run_id
-
         if self.workers:
             raise RefusedError(
                 "runs of this store go on in the workers; this process drives none; nothing was started",
@@ -347,8 +342,6 @@ class Service:
         async def go(runs: Runs) -> RunReport | None:
             try:
                 plan, _, _ = runs.load(source, text=text)
-                from .servers import servers_needed
-
                 needed = [n for n in servers_needed(plan) if n in self.server_set.servers]
                 hub = await self.pool.hub(needed) if needed else None
                 try:
@@ -399,8 +392,6 @@ class Service:
             _release(hub)
 
     async def _hub_for_recipe(self, runs: Runs, saved: Any) -> Any:
-        from .servers import servers_needed
-
         plan, _, _ = runs.load(f"{saved.name}.recipe", text=saved.source)
         needed = [n for n in servers_needed(plan) if n in self.server_set.servers]
         return await self.pool.hub(needed) if needed else None

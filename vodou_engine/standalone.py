@@ -9,6 +9,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from .errors import VodouError
+
 
 def command_main(
     argv: list[str] | None,
@@ -22,8 +24,6 @@ def command_main(
     parser = argparse.ArgumentParser(prog=prog, description=description)
     add_arguments(parser)
     args = parser.parse_args(argv)
-    from .errors import VodouError
-
     if before is not None:
         before()
     try:

@@ -21,6 +21,7 @@ import sys
 from typing import Any
 
 from ..errors import UsageError
+from ..standalone import command_main
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -147,8 +148,6 @@ def _write(path: str, text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..standalone import command_main  # only `python -m` runs it: the CLI has its own main
-
     return command_main(
         argv,
         prog="recipe author",

@@ -6,7 +6,7 @@
 ``see`` and approvers from the store (``web/agents.py``).
 
 The CLI loads this module with ``recipe mcp``'s flags, for every command: it
-imports nothing the CLI has not loaded already.
+imports nothing the CLI has not loaded already but ``osuser.py`` (``pwd``).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import shlex
 from typing import Any
 
 from ..errors import UsageError
+from ..osuser import os_user
 
 NAME_ENV = "VODOU_AGENT_NAME"
 SEES_ENV = "VODOU_AGENT_SEES"
@@ -84,8 +85,6 @@ class AgentConfig:
         """Who decides the runs of an agent's recipe that names no approvers."""
         if self.approvers:
             return list(self.approvers)
-        from ..osuser import os_user  # not at the top: the CLI loads this module for every command
-
         return [os_user()]
 
     def store_flag(self) -> str:

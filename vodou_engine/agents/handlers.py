@@ -34,7 +34,11 @@ import threading
 import time
 from typing import Any
 
+from ..compiler import compile_recipe
 from ..errors import RefusedError, StoreMissingError, UnknownRunError, UsageError
+from ..plan import ToolNode, decode_plan
+from ..runs import Runs, new_run_id, resolve_inputs
+from ..scheduler import check
 from ..states import RunState
 from .approvers import with_approvers
 from .config import AgentConfig
@@ -63,8 +67,6 @@ class AgentServer:
 
     # helpers ---------------------------------------------------------------------------
     def runs(self) -> Any:
-        from ..runs import Runs
-
         return Runs(store=self.config.store, servers=self.config.servers, policy=self.config.policy)
 
     def settings(self, identity: str) -> AgentConfig:
@@ -77,6 +79,7 @@ class AgentServer:
         with self._catalogue_lock:
             cat = self._catalogue
             if refresh or cat is None or time.time() - cat.fetched_at > self.config.catalogue_ttl:
+                # here: the catalogue starts the servers (trio, the hub), with the first call
                 import trio
 
                 from .catalogue import fetch
@@ -130,8 +133,6 @@ class AgentServer:
 
     def compiled(self, recipe: str, name: str | None) -> Any:
         """The plan of an agent's text, offline; a recipe error is raised as it is."""
-        from ..compiler import compile_recipe
-
         runs = self.runs()
         return compile_recipe(recipe, f"{name}.recipe" if name else None, policy=runs.policy())
 
@@ -143,7 +144,7 @@ class AgentServer:
         return data
 
     def check_recipe(self, recipe: str, name: str | None) -> dict[str, Any]:
-        from .checks import check_text
+        from .checks import check_text  # here: imports rich (agents/checks.py), when a recipe is checked
 
         cat = self.catalogue()
         runs = self.runs()
@@ -203,8 +204,6 @@ class AgentServer:
         """Start the run on a thread of its own and wait until it parks or ends, or for
         ``start_wait_s`` (a long read must not hold the agent's call): then it is
         reported ``running`` and keeps going; run_status follows it."""
-        from ..runs import new_run_id, resolve_inputs
-
         plan = self.compiled(recipe, name or "agent")
         people = self.settings(identity).people()
         text, added = with_approvers(recipe, plan, people)
@@ -366,8 +365,6 @@ class AgentServer:
                 "give either `recipe` (a recipe's text, saved first) or `saved` (the name of a saved recipe)",
                 hint="check_recipe a text first",
             )
-        from ..scheduler import check
-
         check(cron, tz)  # a schedule that could never fire saves nothing
         out: dict[str, Any] = {}
         if recipe is not None:
@@ -395,8 +392,6 @@ class AgentServer:
         """A saved recipe an agent's schedule may run: it asks before every effect, and names
         who decides (a run a schedule starts is started under the schedule's creator, here
         the agent, which never decides). Returns the version checked: the one to schedule."""
-        from ..plan import ToolNode, decode_plan
-
         runs = self.runs()
         try:
             record = runs.saved(saved)
@@ -419,7 +414,7 @@ class AgentServer:
         return record.version
 
     def draft_recipe(self, sentence: str, model: str | None) -> dict[str, Any]:
-        from .drafting import draft
+        from .drafting import draft  # here: imports rich (agents/checks.py), when a recipe is drafted
 
         cat = self.catalogue()
         runs = self.runs()

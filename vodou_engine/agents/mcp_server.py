@@ -29,6 +29,7 @@ import argparse
 import sys
 
 from ..gcpause import own_process, paused_for_import
+from ..standalone import command_main
 from .config import APPROVERS_ENV, NAME_ENV, SEES_ENV, AgentConfig
 
 
@@ -80,8 +81,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..standalone import command_main  # only `python -m` runs it: the CLI has its own main
-
     return command_main(
         argv,
         prog="recipe mcp",

@@ -26,6 +26,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
 from ..errors import UsageError, VodouError
+from ..runs import plain_error
 from .error_data import error_data
 from .handlers import WHERE_A_PERSON_DECIDES, AgentServer
 
@@ -167,8 +168,6 @@ def _declarer(server: MCPServer[Any]) -> Declare:
 
 
 def _error_result(exc: BaseException) -> CallToolResult:
-    from ..runs import plain_error  # the run API loads the store: not before a tool has failed
-
     if isinstance(exc, BaseExceptionGroup):
         leaf = plain_error(exc)
         exc = leaf if leaf is not None else exc

@@ -15,6 +15,7 @@ import msgspec
 
 from ..cards import mermaid, plan_card
 from ..compiler import load_source
+from ..graph.summary import summary
 from ..runs import Inspection, new_run_id
 from ..text_safety import source_warnings
 from ..views.report import Progress, queued_run, report
@@ -39,8 +40,6 @@ def cmd_plan(args: Any) -> int:
         seen = kept or _run_async(lambda: runs.inspect(args.file, cached=not refresh))
     plan = seen.plan
     if args.json:
-        from ..graph.summary import summary  # here: only --json needs graph/verify.py and bounds.py
-
         doc: dict[str, Any] = {"plan": plan, "graph": summary(plan)}
         if seen.status:
             doc["tools"] = {k: {"exists": v.exists, "note": v.note} for k, v in seen.status.items()}

@@ -8,15 +8,12 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from ..errors import BusyError
 from ..owners import describe, is_gone
 from ..states import RunState
-
-if TYPE_CHECKING:  # the store package is imported when a store is opened, not with the run API
-    from ..store.records import RunRecord
-
+from ..store.records import RunRecord
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -8,15 +8,16 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ..bounds import check_plan
+from ..compiler import compile_recipe, load_plan, load_source
 from ..owners import this_process
 from ..plan import Plan, encode_plan
 from ..policy import Policy, load_policy
 from ..servers import ServerConfig, ServerSet, load_servers
-
-if TYPE_CHECKING:  # the store package is imported when a store is opened, not with the run API
-    from ..store.protocol import RunStore
+from ..store import POSTGRES_SCHEMES, default_store_path, open_store
+from ..store.protocol import RunStore
 
 
 class RunsCore:
@@ -49,8 +50,6 @@ class RunsCore:
     def store(self, *, create: bool = True, readonly: bool = False) -> RunStore:
         """The store; ``create=False`` refuses a path where no store exists yet."""
         if self._store is None:
-            from ..store import open_store
-
             location = self._store_arg
             self._store = open_store(
                 None if location is None else os.fspath(location), create=create, readonly=readonly
@@ -70,15 +69,11 @@ class RunsCore:
     def _on_postgres(self) -> bool:
         if self._store is not None:
             return getattr(self._store, "kind", None) == "postgresql"
-        from ..store import POSTGRES_SCHEMES
-
         return self._location().startswith(POSTGRES_SCHEMES)
 
     def _location(self) -> str:
         if self._store is not None:
             return str(getattr(self._store, "location", "the store"))
-        from ..store import default_store_path
-
         return default_store_path() if self._store_arg is None else os.fspath(self._store_arg)
 
     def close(self) -> None:
@@ -114,11 +109,7 @@ class RunsCore:
     ) -> tuple[Plan, str | None, str | None]:
         """(plan, recipe text or None, path or None) from a path, recipe text, or a Plan.
         Compiled offline: no server is started, no annotation is known yet."""
-        from ..compiler import compile_recipe, load_plan, load_source
-
         if isinstance(source, Plan):
-            from ..bounds import check_plan
-
             check_plan(source)  # before encoding, which would write an infinite number as null
             return load_plan(encode_plan(source), policy=self.policy()), None, None
         if text is not None:

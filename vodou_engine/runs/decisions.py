@@ -15,6 +15,8 @@ from typing import Any
 import msgspec
 
 from ..binding import decode_bindings, started_where
+from ..bounds import check_plan
+from ..cards import check_untampered
 from ..errors import AlreadyDecidedError, ExpiredError, RefusedError, StaleError, UsageError
 from ..jobs import defer_drive_in, store_queue
 from ..owners import LEASE_S
@@ -24,6 +26,8 @@ from ..reports import EffectView, PendingApproval, RunReport
 from ..runtime.plans import check_stored_plan
 from ..servers import ServerSet
 from ..states import ApprovalState, NodeState, RunState
+from ..store import NodeRecord
+from ..store.base import describe_decision
 from .answers import answer_doc, check_answer_fits
 from .common import effective_state, in_thread, plain, takeable
 from .drive import DriveMixin
@@ -37,9 +41,7 @@ class DecisionsMixin(DriveMixin):
 
     def pending(self, run_id: str, step: str | None = None) -> PendingApproval:
         """The question a person means by RUN [STEP]: what they should read before deciding."""
-        from ..bounds import check_plan
-        from ..cards import check_untampered
-        from ..runtime.driver import pending_view
+        from ..runtime.driver import pending_view  # here: imports trio
 
         store = self.store(create=False)
         run, approval = _find_approval(store, run_id, step)
@@ -181,8 +183,6 @@ class DecisionsMixin(DriveMixin):
             with store.transaction():
                 if takeable(run) and store.take_run(run_id, self.owner, lease_s=LEASE_S, dead_owner=run.owner):
                     why = f"rejected by {actor}" + (f": {reason}" if reason else "")
-                    from ..store import NodeRecord
-
                     store.save_nodes(
                         run_id,
                         [
@@ -222,8 +222,6 @@ def _find_approval(store: Any, run_id: str, step: str | None) -> tuple[Any, Any]
             return run, max(mine, key=lambda a: a.asked_at)
         every = [a for a in store.approvals(run_id) if a.step == step or a.node_id == step]
         if every:
-            from ..store.base import describe_decision
-
             last = max(every, key=lambda a: a.asked_at)
             raise AlreadyDecidedError(
                 f"{describe_decision(last)}; nothing was changed", run=run_id, step=step, state=last.state
@@ -270,8 +268,6 @@ def _stale_fingerprint(store: Any, run_id: str, approval: Any, wanted: str) -> S
 def _check_card(run: Any, approval: Any) -> None:
     """A decision binds to the card a person read: refused when the stored payload no longer
     gives the fingerprint it was asked with (``TamperedError``), as showing it is."""
-    from ..cards import check_untampered
-
     check_untampered(
         approval, check_stored_plan(run.plan_json, run.plan_fingerprint), decode_bindings(run.servers_json)
     )

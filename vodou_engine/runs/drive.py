@@ -11,12 +11,13 @@ import functools
 import os
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
 from ..binding import decode_bindings, servers_for_run
 from ..errors import PolicyMismatchError
+from ..graph.verify import check
 from ..owners import LEASE_S, is_gone
 from ..plan import Plan
 from ..policy import Policy, load_policy
@@ -25,16 +26,14 @@ from ..runtime.faults import crashpoint
 from ..runtime.plans import check_stored_plan, recipe_unchanged
 from ..servers import ServerSet, servers_to_finish
 from ..states import TERMINAL_RUN_STATES, RunState
+from ..store.records import ApprovalRecord, EffectRecord, EventRecord, NodeRecord, RunRecord
 from ..tools.results import stored_contents
 from .common import busy, in_thread
 from .inputs import thread_limit
 from .views import ViewsMixin
 
-if TYPE_CHECKING:  # the store package is imported when a store is opened, not with the run API
-    from ..store.records import ApprovalRecord, EffectRecord, EventRecord, NodeRecord, RunRecord
-
-    Restore = tuple[dict[str, NodeRecord], dict[str, EffectRecord], list[ApprovalRecord], dict[str, list[Any]]]
-    """What a drive picks up from the store: the nodes, the effects by step, the questions, the content blocks."""
+Restore = tuple[dict[str, NodeRecord], dict[str, EffectRecord], list[ApprovalRecord], dict[str, list[Any]]]
+"""What a drive picks up from the store: the nodes, the effects by step, the questions, the content blocks."""
 
 
 class DriveMixin(ViewsMixin):
@@ -43,8 +42,6 @@ class DriveMixin(ViewsMixin):
     def _ready_to_drive(self, store: Any, run: Any) -> tuple[Plan, ServerSet, Policy]:
         """Everything that would refuse a drive here, checked before anything is recorded:
         the stored plan, the servers (bound to the run), the policy, the recipe file."""
-        from ..graph.verify import check
-
         plan = check_stored_plan(run.plan_json, run.plan_fingerprint)
         policy = self._policy_for_run(store, run)
         check(plan, policy)
@@ -99,7 +96,7 @@ class DriveMixin(ViewsMixin):
         busy_ok: bool,
         hub: Any = None,
     ) -> RunReport:
-        from ..runtime.driver import drive
+        from ..runtime.driver import drive  # here: imports trio
 
         threads = thread_limit(self.threads)
         store = self.store()
@@ -172,7 +169,7 @@ class DriveMixin(ViewsMixin):
         if not needed:
             yield None
             return
-        from ..tools.hub import open_hub
+        from ..tools.hub import open_hub  # here: imports trio
 
         async with open_hub(servers.servers, needed, wait=False, prespawned=prespawned) as hub:
             yield hub

@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from ..binding import bind_all, encode_bindings, started_where
+from ..compiler import compile_recipe
 from ..errors import RefusedError, UsageError, VodouError
 from ..osuser import os_user
 from ..owners import LEASE_S
@@ -66,7 +67,7 @@ class LifecycleMixin(DriveMixin):
     async def _prepare(self, loaded: tuple[Plan, str | None, str | None], hub: Any) -> AsyncIterator[Prepared]:
         """``prepare`` from a plan already compiled offline (``load``'s triple), so a start
         compiles the recipe once before the servers' annotations and once after."""
-        from ..compiler import compile_recipe
+        # here: planning.py and the tool cache, ~1 ms that `recipe runs` and `show` do without
         from ..planning import check_arguments, check_hints, missing, resolve
 
         plan, recipe_text, path = loaded
@@ -78,7 +79,7 @@ class LifecycleMixin(DriveMixin):
         if not needed:
             yield Prepared(plan=plan, text=recipe_text, path=path, servers=servers, hub=None)
             return
-        from ..tools.hub import open_hub
+        from ..tools.hub import open_hub  # here: imports trio
 
         async with AsyncExitStack() as stack:
             if hub is None:
@@ -144,7 +145,7 @@ class LifecycleMixin(DriveMixin):
         saved: Any = None,
         schedule: str | None = None,
     ) -> RunReport:
-        from ..runtime.driver import drive
+        from ..runtime.driver import drive  # here: imports trio
 
         plan = prepared.plan
         refuse_asking_in_loops(plan, prepared.path, prepared.text)
@@ -310,7 +311,7 @@ def close_nodes(store: Any, run: Any, why: str, now: float) -> None:
     is left pending, running or waiting. An effect still executing becomes ``unknown`` (its
     driver, if alive, records the real outcome over it when the call returns; if it died,
     a person settles it); a step with an effect says what the effect's record says."""
-    from ..runtime.journal import ending_records
+    from ..runtime.journal import ending_records  # here: imports trio
 
     live = run.state == RunState.RUNNING and not takeable(run)  # its driver may still be calling
     store.mark_unknown(run.id, reason=CANCELLED_MID_CALL if live else None)

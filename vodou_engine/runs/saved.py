@@ -16,7 +16,9 @@ import msgspec
 from ..errors import RefusedError, UsageError, VodouError
 from ..plan import encode_plan
 from ..reports import RunReport
-from ..runtime.plans import check_stored_plan
+from ..runtime.plans import check_saved_text, check_stored_plan
+from ..scheduler import DEFAULT_CATCH_UP_S, check, decide, firing, next_after
+from ..store import FiringRecord, ScheduleRecord
 from .common import in_thread, plain
 from .inputs import new_run_id, refuse_agent_opt_out, resolve_inputs
 from .lifecycle import LifecycleMixin
@@ -83,9 +85,6 @@ class SavedMixin(LifecycleMixin):
         proposed with (``version``, else the latest now), never a later one: a version
         saved after the proposal was never seen by the person who enables it. That version
         may not opt out of asking."""
-        from ..scheduler import DEFAULT_CATCH_UP_S, check, next_after
-        from ..store import ScheduleRecord
-
         _check_name(name, "schedule")
         check(cron, tz)
         catch_up = DEFAULT_CATCH_UP_S if catch_up_s is None else float(catch_up_s)
@@ -120,8 +119,6 @@ class SavedMixin(LifecycleMixin):
     def resume_schedule(self, name: str, *, by: str) -> Any:
         """Enable a paused schedule; its next due time is counted from now (what was missed
         while paused is not run)."""
-        from ..scheduler import next_after
-
         store = self.store(create=False)
         s = store.get_schedule(name)
         now = self.clock()
@@ -148,8 +145,6 @@ class SavedMixin(LifecycleMixin):
         """Decide every due time reached by ``now`` (each exactly once, whoever else is
         deciding) and return the firings whose runs this caller must start, including
         firings left without a run by a scheduler that died (docs/serve.md)."""
-        from ..scheduler import decide, firing
-
         store = self.store()
         now = self.clock() if now is None else now
         to_start = list(store.orphan_firings(decided_before=now - ORPHAN_AFTER_S))
@@ -159,8 +154,6 @@ class SavedMixin(LifecycleMixin):
             except VodouError as exc:
                 # a row that can no longer be read (a zone gone from tzdata, an edited row) stops
                 # itself only: its due time is recorded failed, saying why, and it is due no more
-                from ..store import FiringRecord
-
                 assert s.next_due is not None  # a schedule that is due has a due time
                 store.decide_firing(
                     FiringRecord(s.name, s.next_due, "failed", now, by, None, exc.message), next_due=None
@@ -239,8 +232,6 @@ class SavedMixin(LifecycleMixin):
             saved = self.store().get_recipe(saved)
         path = f"{saved.name}.recipe"
         plan, _, _ = self.load(path, text=saved.source)
-        from ..runtime.plans import check_saved_text
-
         check_saved_text(saved, plan)  # the text is the one saved, not one edited in the store since
         if origin == "agent":
             refuse_agent_opt_out(plan, what="schedule")

@@ -13,6 +13,8 @@ from typing import Any
 import msgspec
 
 from ..binding import decode_bindings
+from ..cards import card_and_refusal, card_or_refusal
+from ..compiler import load_source
 from ..owners import describe
 from ..plan import FORMAT_LOOPS, Plan
 from ..policy import Policy
@@ -63,7 +65,7 @@ class ViewsMixin(RunsCore):
         store = self.store(create=False)
         run = store.get_run(run_id)
         view = _view(store, run, self.clock())
-        from ..runtime.driver import pending_view
+        from ..runtime.driver import pending_view  # here: imports trio
 
         plan, bindings = check_stored_plan(run.plan_json, run.plan_fingerprint), decode_bindings(run.servers_json)
         return RunReport(
@@ -94,6 +96,7 @@ class ViewsMixin(RunsCore):
         kept list is used, and ``listed`` says when it was listed (docs/cli.md, "The tool
         cache"); the plans compiled for the card come from the compile memo. Every live
         listing is kept for the next time."""
+        # here: planning.py and the tool cache, ~1 ms that `recipe runs` and `show` do without
         from ..planning import list_tools_cached, servers_of, stale
 
         plan, recipe_text, path = self._load_for_card(source, text, memo=cached)
@@ -117,6 +120,7 @@ class ViewsMixin(RunsCore):
     def inspect_kept(self, source: str | os.PathLike[str] | Plan, *, text: str | None = None) -> Inspection | None:
         """``inspect(cached=True)`` when every server's tools are kept for its current
         binding: nothing started, no event loop; None when a server must be started."""
+        # here: planning.py and the tool cache, ~1 ms that `recipe runs` and `show` do without
         from ..planning import kept_tools, servers_of, stale
 
         plan, recipe_text, path = self._load_for_card(source, text, memo=True)
@@ -131,8 +135,6 @@ class ViewsMixin(RunsCore):
         self, source: str | os.PathLike[str] | Plan, text: str | None, *, memo: bool
     ) -> tuple[Plan, str | None, str | None]:
         if memo and text is None and not isinstance(source, Plan):
-            from ..compiler import load_source
-
             path = os.fspath(source)
             plan, recipe_text = load_source(path, policy=self.policy(), memo=True)
             return plan, recipe_text, path
@@ -149,6 +151,7 @@ class ViewsMixin(RunsCore):
         *,
         memo: bool,
     ) -> Inspection:
+        # here: planning.py and the tool cache, ~1 ms that `recipe runs` and `show` do without
         from ..planning import (
             check_arguments,
             check_hints,
@@ -184,6 +187,7 @@ class ViewsMixin(RunsCore):
     async def check_policy(self) -> list[PolicyProblem]:
         """Entries of the policy file that name no configured server, or a tool that server
         does not list (a typo there is a rule that silently never applies)."""
+        # here: planning.py and the tool cache, ~1 ms that `recipe runs` and `show` do without
         from ..planning import list_tools
 
         policy = self.policy()
@@ -276,8 +280,6 @@ def policy_problems(policy: Policy, servers: ServerSet, tools: Mapping[str, Mapp
 
 
 def effect_view(eff: Any, approvals: Mapping[str, Any], plan: Plan | None, bindings: Mapping[str, Any]) -> EffectView:
-    from ..cards import card_or_refusal
-
     appr = approvals.get(eff.approval_id) if eff.approval_id else None
     return EffectView(
         step=eff.step,
@@ -300,8 +302,6 @@ def effect_view(eff: Any, approvals: Mapping[str, Any], plan: Plan | None, bindi
 def _approval_view(a: Any, plan: Plan, bindings: Mapping[str, Any], dec: Any) -> ApprovalView:
     """A question as every surface shows it: its card rendered now; a tampered one flagged,
     with no card and no payload (its stored bytes are not the question any more)."""
-    from ..cards import card_and_refusal
-
     card, refusal = card_and_refusal(a, plan, bindings)
     return ApprovalView(
         id=a.id, step=a.step, state=a.state, fingerprint=a.fingerprint, asked_at=a.asked_at, expires_at=a.expires_at,

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from .base import SqlRunStore, latest_version
+from .postgres import PostgresRunStore
 from .protocol import RunStore
 from .records import (
     APPROVAL_STATES,
@@ -53,8 +54,6 @@ def open_store(
     absent store is an error naming the path, not a new empty store."""
     location = default_store_path() if path_or_url is None else os.fspath(path_or_url)
     if location.startswith(POSTGRES_SCHEMES):
-        from .postgres import PostgresRunStore
-
         return PostgresRunStore(location, readonly=readonly, create=create)
     return SqliteRunStore(location, readonly=readonly, create=create)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
+from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import StoreError, StoreMissingError, VodouError
 from .base import Dialect, SqlRunStore
@@ -104,8 +105,6 @@ def _first_line(exc: Exception) -> str:
 
 def _safe(location: str) -> str:
     """The URL without a password, for messages."""
-    from urllib.parse import urlsplit, urlunsplit
-
     try:
         parts = urlsplit(location)
     except ValueError:

@@ -15,14 +15,6 @@ Importing this package is cheap; Procrastinate is imported when a queue is used.
 
 from __future__ import annotations
 
-from typing import Any
+from .app import Queue, queue_url
 
 __all__ = ["Queue", "queue_url"]
-
-
-def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from . import app
-
-        return getattr(app, name)
-    raise AttributeError(name)

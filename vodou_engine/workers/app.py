@@ -47,15 +47,17 @@ is the store's doing, so a job run twice is harmless.
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import logging
 import os
+import threading
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import StoreError
+from ..errors import StoreError, VodouError
 from ..jobs import DRIVE_TASK, QUEUE, drive_options, ensure_queue, load_procrastinate, no_queue
-from ..owners import LEASE_S, RENEW_EVERY_S, is_gone
+from ..owners import LEASE_S, RENEW_EVERY_S, is_gone, this_process
 
 logger = logging.getLogger("vodou_engine.workers")
 
@@ -79,6 +81,7 @@ def require_procrastinate() -> None:
 
 def queue_url(store: str | None = None) -> str:
     """The store's URL (``store``, else ``$VODOU_STORE``); refused unless it is PostgreSQL."""
+    # here: the CLI loads this module for its flags, and the store package loads sqlite3
     from ..store import POSTGRES_SCHEMES, default_store_path
 
     location = os.fspath(store) if store is not None else default_store_path()
@@ -93,7 +96,7 @@ def ensure_schema(url: str) -> None:
     load_procrastinate()  # psycopg too: exit 7 with the install hint, not an ImportError
     import psycopg
 
-    from ..store.postgres import _safe
+    from ..store.postgres import _safe  # here: with psycopg
 
     try:
         conn = psycopg.connect(url, autocommit=True, connect_timeout=10)
@@ -137,7 +140,7 @@ def _spec(**parts: Any) -> dict[str, Any]:
 
 
 async def _drive(app: Any, context: Any, run_id: str, spec: dict[str, Any]) -> dict:
-    import asyncio
+    import asyncio  # here (and msgspec): the CLI loads this module for its flags
 
     import msgspec
 
@@ -158,8 +161,6 @@ async def _drive(app: Any, context: Any, run_id: str, spec: dict[str, Any]) -> d
         if out.state is None and not await _another_may(app, declined):
             # A start no live worker can do: it fails, and its run is never created (a
             # schedule's due time is recorded failed, as when its start fails anywhere).
-            from ..errors import VodouError
-
             why = f"no live worker can start run {run_id}: " + "; ".join(
                 f"{d['worker']}: {d['reason']}" for d in declined
             )
@@ -177,8 +178,6 @@ async def _drive(app: Any, context: Any, run_id: str, spec: dict[str, Any]) -> d
 def private_queue(owner: str) -> str:
     """The queue only the worker ``owner`` (``host:pid:start``) takes jobs from: the drives it
     took from :data:`WAITING_QUEUE`. Short, so its notification channel stays a valid name."""
-    import hashlib
-
     return "vodou@" + hashlib.sha256(owner.encode()).hexdigest()[:12]
 
 
@@ -255,8 +254,6 @@ async def claim_waiting(app: Any, owner: str, *, limit: int = 20) -> list[int]:
 
 
 async def _tick(app: Any, context: Any, timestamp: int) -> dict:
-    from ..owners import this_process
-
     env = context.additional_context
     host, engine = env["host"], env["engine"]
     fired = await host.call(engine.due, f"worker {this_process()}")
@@ -283,7 +280,7 @@ async def defer_ticks(url: str, *, tick_cron: str = TICK_CRON) -> None:
     deferrer alone: this process defers, workers run). Every worker runs the same
     deferrer; Procrastinate inserts one job per timestamp however many processes try.
     Runs until cancelled."""
-    import asyncio
+    import asyncio  # here: the CLI loads this module for its flags
 
     from procrastinate.periodic import PeriodicDeferrer
 
@@ -305,8 +302,7 @@ class TickThread:
         self._thread: Any = None
 
     def start(self) -> None:
-        import asyncio
-        import threading
+        import asyncio  # here: the CLI loads this module for its flags
 
         started = threading.Event()
 

@@ -28,7 +28,25 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .app import HEARTBEAT_S, RECOVER_EVERY_S, STALLED_AFTER_S, TICK_CRON
+from ..errors import UsageError
+from ..jobs import load_procrastinate
+from ..logs import configure as configure_logging
+from ..owners import this_process
+from ..standalone import command_main
+from .app import (
+    HEARTBEAT_S,
+    QUEUE,
+    RECOVER_EVERY_S,
+    STALLED_AFTER_S,
+    TICK_CRON,
+    build_app,
+    claim_waiting,
+    ensure_schema,
+    private_queue,
+    queue_url,
+    recover,
+    register_worker,
+)
 
 logger = logging.getLogger("vodou_engine.workers")
 
@@ -77,12 +95,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: Any) -> int:
     """``recipe worker``: work until a signal; 0 after a clean stop."""
-    from ..errors import UsageError
-    from ..jobs import load_procrastinate
-    from ..logs import configure as configure_logging
-    from ..policy import load_policy
+    from ..policy import load_policy  # here: the CLI loads this module for its flags
     from ..servers import load_servers
-    from .app import queue_url
 
     configure_logging(getattr(args, "log_format", None), quiet=("procrastinate",))
     concurrency = getattr(args, "concurrency", CONCURRENCY)
@@ -92,7 +106,7 @@ def run(args: Any) -> int:
     load_procrastinate()  # the workers extra (Procrastinate, psycopg): exit 7 with the install hint
     servers = load_servers(getattr(args, "servers", None))
     policy = load_policy(getattr(args, "policy", None))
-    import asyncio
+    import asyncio  # here: the CLI loads this module for its flags
 
     got: list[int] = []
     asyncio.run(
@@ -116,14 +130,12 @@ async def work(
 ) -> None:
     """One worker, until a signal (``signals`` is not None: SIGINT/SIGTERM handled here) or
     ``stop`` (an ``asyncio.Event``) is set."""
-    import asyncio
+    import asyncio  # here: the CLI loads this module for its flags
 
     from procrastinate.worker import Worker
 
-    from ..owners import this_process
-    from .app import QUEUE, build_app, ensure_schema, private_queue
-    from .engine import Engine
-    from .host import EngineHost
+    from .engine import Engine  # here: the run API and trio, when a worker starts
+    from .host import EngineHost  # here: asyncio
 
     owner = this_process()
     await asyncio.to_thread(ensure_schema, url)
@@ -177,7 +189,7 @@ def _handle_signals(loop: Any, worker: Any, got: list[int]) -> None:
             logger.warning("%s: stopping; running steps get their grace period", signal.Signals(signum).name)
             worker.stop()
         else:
-            from ..tools.process import stop_all_now
+            from ..tools.process import stop_all_now  # here: subprocess, only on a second signal
 
             stop_all_now()
             os._exit(128 + signum)
@@ -189,9 +201,7 @@ def _handle_signals(loop: Any, worker: Any, got: list[int]) -> None:
 async def _keep_recovering(app: Any, worker: Any, owner: str, on_ready: Callable[[], None] | None) -> None:
     """Say which process this worker is, then, now and every few seconds, look for jobs of
     dead workers and take the runs other workers handed back that this one has not tried."""
-    import asyncio
-
-    from .app import claim_waiting, recover, register_worker
+    import asyncio  # here: the CLI loads this module for its flags
 
     while worker.worker_id is None:  # noqa: ASYNC110 - procrastinate sets worker_id and signals nothing
         await asyncio.sleep(0.01)
@@ -211,8 +221,6 @@ async def _keep_recovering(app: Any, worker: Any, owner: str, on_ready: Callable
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m vodou_engine.workers.command``: the command without the rest of the CLI."""
-    from ..standalone import command_main
-
     return command_main(
         argv,
         prog="recipe worker",

@@ -35,9 +35,11 @@ from ..owners import describe, this_process
 from ..plan import ToolNode
 from ..policy import Policy
 from ..runs import Runs
-from ..runtime.plans import RecipeChangedError
+from ..runtime.plans import RecipeChangedError, check_stored_plan
 from ..servers import ServerSet, servers_needed
 from ..states import TERMINAL_NODE_STATES, TERMINAL_RUN_STATES
+from ..store import FiringRecord
+from ..tools.pool import ServerPool
 
 logger = logging.getLogger("vodou_engine.workers")
 
@@ -83,8 +85,6 @@ class Engine:
         keep: int = 16,
         owner: str | None = None,
     ):
-        from ..tools.pool import ServerPool
-
         self.owner = owner or this_process()
         """This worker, as a run's log names it when it hands a run back."""
         self.store_url = store
@@ -221,8 +221,6 @@ class Engine:
                     saved, inputs=s.get("inputs") or {}, actor=s.get("actor"), run_id=run_id, hub=hub
                 )
             if "firing" in spec:
-                from ..store import FiringRecord
-
                 f = msgspec.convert(spec["firing"], FiringRecord)
                 _, saved = await trio.to_thread.run_sync(runs.firing_recipe, f)
                 plan, _, _ = runs.load(f"{saved.name}.recipe", text=saved.source)
@@ -279,8 +277,6 @@ class Engine:
         when what would start differs), each listing every tool the run still calls
         (:class:`CannotDriveHere` otherwise)."""
         import trio
-
-        from ..runtime.plans import check_stored_plan
 
         store = runs.store()
 
