@@ -14,7 +14,7 @@ from typing import Any
 import networkx as nx
 from markupsafe import Markup, escape
 
-from ..plan import ApprovalNode, JoinNode, Plan, QuestionNode, ToolNode, WriteNode
+from ..plan import ApprovalNode, JoinNode, LoopNode, Plan, QuestionNode, ToolNode, WriteNode
 from ..text_safety import visible
 
 NODE_W = 168
@@ -38,6 +38,8 @@ def labels(node: Any) -> tuple[list[str], str]:
         return [f"⚠ approve {node.step}"], "gate"
     if isinstance(node, QuestionNode):
         return [f"ask: {node.text}"], "gate"
+    if isinstance(node, LoopNode):
+        return [f"for each {node.var} in {node.over_text}", "its steps once per item"], "box"
     return [str(getattr(node, "id", "?"))], "box"
 
 
