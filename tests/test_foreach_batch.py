@@ -10,6 +10,10 @@ import msgspec
 import pytest
 from conftest import RECIPES, demo_calls
 
+from vodou_engine.demo import db as demo
+from vodou_engine.errors import StaleError
+from vodou_engine.store import open_store
+
 pytestmark = pytest.mark.both_stores  # the store decides every claim and decision: both must hold
 
 REPLY = (
@@ -203,3 +207,69 @@ def test_an_item_whose_payload_the_tool_would_refuse_is_never_on_the_card(cli):
     assert cli("approve", doc["run"], "reply", "--yes", "--json", expect=0).json()["state"] == "succeeded"
     sent = demo_calls(cli.demo_db, tool="send_message")
     assert sorted(c["arguments"]["to"] for c in sent) == ["ana@example.com", "bo@example.com"]
+
+
+GUARDED = (
+    'for each c in ["#daily", "#general"]:\n'
+    '  post: slack.slack_post_message {"channel": "{c}", "text": "hello {c}"}\n'
+    '    preview: slack.slack_preview_message {"channel": "{c}", "text": "hello {c}"}\n'
+    '    check: slack.slack_get_channel {"channel": "{c}"}\n'
+)
+
+
+def _posts(cli) -> list[str]:
+    return sorted(c["arguments"]["channel"] for c in demo_calls(cli.demo_db, tool="slack_post_message"))
+
+
+def test_each_items_preview_is_on_the_card_and_a_stale_item_alone_is_asked_again(cli):
+    """`preview:` and `check:` on an effect in a loop are read per item and frozen in the item's
+    entry (the card shows each preview); an item whose check read changed after the approval does
+    not run and is asked about again on a card of its own, while the other approved item runs;
+    approving that card runs it, and nothing runs twice."""
+    path = cli.tmp / "guarded.recipe"
+    path.write_text(GUARDED)
+    doc = cli("run", path, "--json", expect=3).json()
+    (pending,) = doc["pending"]
+    (payload_json,) = cli.sql("SELECT payload_json FROM approvals WHERE run_id = ?", (doc["run"],))[0]
+    items = msgspec.json.decode(payload_json)["items"]
+    assert [e["preview"]["after"]["last_message"] for e in items] == ["hello #daily", "hello #general"]
+    assert [e["check"]["args"] for e in items] == [{"channel": "#daily"}, {"channel": "#general"}]
+    assert '"last_message": "hello #general"' in pending["card"]
+    assert _posts(cli) == []
+
+    demo.set_channel_topic(cli.demo_db, "#general", "the world moved")  # changed between question and yes
+    res = cli("approve", doc["run"], "post", "--yes", "--json", expect=3).json()
+    assert _posts(cli) == ["#daily"]  # the approved item that is still as approved ran
+    (again,) = res["pending"]
+    assert again["step"] == "post" and again["fingerprint"] != pending["fingerprint"]
+    rows = cli.sql("SELECT payload_json, state FROM approvals WHERE run_id = ? ORDER BY asked_at", (doc["run"],))
+    assert [s for _, s in rows] == ["approved", "pending"]  # the first approval stands for item 0
+    asked = msgspec.json.decode(rows[1][0])["items"]
+    assert [e["item"] for e in asked] == [1] and asked[0]["check"]["result"]["topic"] == "the world moved"
+
+    done = cli("approve", doc["run"], "post", "--yes", "--json", expect=0).json()
+    assert done["state"] == "succeeded"
+    assert _posts(cli) == ["#daily", "#general"]  # each once
+    cli("resume", doc["run"], expect=None)
+    assert _posts(cli) == ["#daily", "#general"]
+
+
+def test_a_claim_with_an_approval_a_later_question_replaced_for_that_item_is_refused(cli):
+    """The store's own check: once an item was asked about again, the earlier approval no longer
+    lets that item run, though it still lets the others."""
+    path = cli.tmp / "guarded.recipe"
+    path.write_text(GUARDED)
+    doc = cli("run", path, "--json", expect=3).json()
+    demo.set_channel_topic(cli.demo_db, "#general", "the world moved")
+    cli("approve", doc["run"], "post", "--yes", expect=3)
+    ((first_id, payload_json),) = cli.sql(
+        "SELECT id, payload_json FROM approvals WHERE run_id = ? AND state = 'approved'", (doc["run"],)
+    )
+    item = msgspec.json.decode(payload_json)["items"][1]
+    store = open_store(cli.location)
+    with pytest.raises(StaleError, match="asked about again"):
+        store.begin_effect(
+            doc["run"], "post[1]", approval_id=first_id, fingerprint=item["fingerprint"],
+            idempotency_key="k", payload_json=item["payload"],
+        )  # fmt: skip
+    assert _posts(cli) == ["#daily"]

@@ -15,9 +15,11 @@ from conftest import demo_calls
 from starlette.testclient import TestClient
 from web_helpers import form, forms, sign_in, wait_for
 
+from vodou_engine.compiler import compile_recipe
 from vodou_engine.policy import Policy
 from vodou_engine.servers import ServerSet, demo_servers
 from vodou_engine.service import Service
+from vodou_engine.web import decide
 from vodou_engine.web.app import create_app
 from vodou_engine.web.config import WebConfig
 from vodou_engine.web.identity import add_approver
@@ -104,3 +106,21 @@ def test_approving_with_nothing_ticked_is_refused_and_sends_nothing(box):
     assert "no item chosen" in unescape(res.text) and "nothing was changed" in unescape(res.text)
     assert demo_calls(demo, tool="send_message") == []
     assert runs.store().pending_approvals(run_id)  # still asked
+
+
+def test_each_rows_preview_is_shown_as_a_diff():
+    plan = compile_recipe(
+        'for each c in ["#daily"]:\n'
+        '  post: slack.slack_post_message {"channel": "{c}", "text": "hi"}\n'
+        '    preview: slack.slack_preview_message {"channel": "{c}", "text": "hi"}\n',
+        "p.recipe",
+    )
+    entry = {
+        "item": 0, "payload": {"channel": "#daily", "text": "hi"}, "fingerprint": "sha256:" + "1" * 64,
+        "preview": {"before": {"last_message": "old"}, "after": {"last_message": "hi"}},
+    }  # fmt: skip
+    shown = decide.decision(plan, "post", {"items": [entry]}, None)
+    (row,) = shown["batch"]
+    assert row["texts"] == [("text", "hi")] and row["fields"] == [("channel", "#daily")]
+    assert ("del", "last_message: old") in row["diff"] and ("add", "last_message: hi") in row["diff"]
+    assert shown["does"] == "post message on slack" and shown["message"] is None

@@ -42,6 +42,8 @@ class Gates:
         """The run's approvals as read when the drive began; forgotten as soon as this
         process writes one or wakes for new decisions, so it is never stale. It only
         saves thread hops: the store re-checks an approval when its effect is claimed."""
+        self.listed: dict[str, frozenset[int]] = {}
+        """Per batch question: the items it lists (``latest_item``)."""
 
     def forget(self) -> None:
         self.seen = None
@@ -52,6 +54,28 @@ class Gates:
             seen = await self.journal.db(self.journal.store.approvals, self.ctx.run_id)
         rows = [a for a in seen if a.node_id == gate_id]
         return max(rows, key=lambda a: a.asked_at) if rows else None
+
+    async def latest_item(self, gate_id: str, item: int) -> ApprovalRecord | None:
+        """The latest question of a loop's batch gate that lists ``item``: the one that decides
+        it. A question asked again for some items (their ``check:`` read changed) leaves the
+        earlier approval standing for the others."""
+        seen = self.seen
+        if seen is None:
+            seen = await self.journal.db(self.journal.store.approvals, self.ctx.run_id)
+        rows = [a for a in seen if a.node_id == gate_id and item in self._listed(a)]
+        return max(rows, key=lambda a: a.asked_at) if rows else None
+
+    def _listed(self, a: ApprovalRecord) -> frozenset[int]:
+        """The items a batch question lists (its payload never changes: decoded once per question)."""
+        found = self.listed.get(a.id)
+        if found is None:
+            doc = msgspec.json.decode(a.payload_json)
+            entries = doc.get("items") if isinstance(doc, dict) else None
+            found = frozenset(
+                e["item"] for e in entries or () if isinstance(e, dict) and isinstance(e.get("item"), int)
+            )
+            self.listed[a.id] = found
+        return found
 
     async def run(self, node: ApprovalNode | QuestionNode) -> None:
         """Pass, refuse or wait at a gate, asking the question if it has no live one."""
@@ -163,8 +187,10 @@ class Gates:
     async def ask_batch(self, gate: ApprovalNode, step: ToolNode, items: list[dict[str, Any]]) -> ApprovalRecord:
         """One question for every item of a loop that reached effect ``step`` (the template
         node): the payload lists each item's frozen payload with its own fingerprint, and the
-        question's fingerprint covers the set. Stored under the template gate and step, so it
-        is decided, shown and checked like any question (``recipe approve RUN STEP``)."""
+        question's fingerprint covers the set, each item's ``preview:`` and ``check:`` read
+        (kept in its entry) included. Stored under the template gate and step, so it is
+        decided, shown and checked like any question (``recipe approve RUN STEP``); asked
+        again for some items, the earlier approval stands for the others (``latest_item``)."""
         ctx = self.ctx
         payload = {"items": items}
         policy = ctx.policy_doc(step)

@@ -164,9 +164,9 @@ def copies_by_template(plan: Plan, node_ids: list[str]) -> dict[str, list[str]]:
 
 def refuse_asking_in_loops(plan: Plan, path: str | None = None, text: str | None = None) -> None:
     """Before a run starts: what a loop's body may not hold yet is refused (exit 2), nothing
-    run. An effect in a loop is asked once for the whole batch; this engine does so for a
-    loop that is not inside another, for an effect without ``preview:`` or ``check:`` (which
-    would be read per item) that asks. A question of its own in a loop is refused too."""
+    run. An effect in a loop is asked once for the whole batch (its ``preview:`` and
+    ``check:`` read per item); this engine does so for a loop that is not inside another,
+    for an effect that asks. A question of its own in a loop is refused too."""
     index = plan.index()
     inner = {m for n in plan.nodes if isinstance(n, LoopNode) for m in n.body}
     for loop in plan.nodes:
@@ -178,8 +178,6 @@ def refuse_asking_in_loops(plan: Plan, path: str | None = None, text: str | None
             if isinstance(node, ToolNode) and node.effectful:
                 if loop.id in inner:
                     what = f"`{nid}` ({node.address}, {node.risk}) is an effect in a loop inside another loop"
-                elif node.preview is not None or node.check is not None:
-                    what = f"`{nid}` ({node.address}) has a `preview:` or `check:` and is"
                 elif node.without_asking:
                     what = f"`{nid}` ({node.address}) runs without asking and is"
             elif isinstance(node, QuestionNode):
@@ -191,8 +189,7 @@ def refuse_asking_in_loops(plan: Plan, path: str | None = None, text: str | None
             raise RecipeError(
                 f"{what} inside `for each {loop.var}` (line {loop.where.line if loop.where else '?'}): "
                 "this engine asks one question for a loop's effects only for a loop that is not inside "
-                "another, an effect without `preview:` or `check:` that asks, and no question of its own; "
-                "nothing was run",
+                "another, an effect that asks, and no question of its own; nothing was run",
                 path=path,
                 line=where.line if where else None,
                 column=where.column if where else None,

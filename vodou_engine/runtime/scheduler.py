@@ -313,7 +313,7 @@ class Scheduler:
     def _after(self, nid: str) -> None:
         for s in self.succ[nid]:
             self._try_start(s)
-        if nid in self.exit_of:
+        if nid in self.exit_of and self.states[nid] in TERMINAL:  # an item asked about again is not done
             self._item_done(nid)
 
     # --- loops ---------------------------------------------------------------------------
@@ -498,10 +498,11 @@ class Scheduler:
         assert isinstance(template, ToolNode), "only a tool step is an effect"
         return template, template.needs[0], item_of(scope.suffix)
 
-    async def _batch_gate(self, gate: ApprovalNode) -> None:
+    async def _batch_gate(self, gate: ApprovalNode, again: bool = False) -> None:
         """An item reaches its copy of the gate: with the batch decided, it passes if its payload
         is among those approved (declined with the batch if rejected); undecided, it waits, and
-        when every item of the loop has reached the gate or ended, one question is asked for all."""
+        when every item of the loop has reached the gate or ended, one question is asked for all.
+        ``again``: the item's ``check:`` read changed after its approval; it is asked about again."""
         gid = gate.id
         scope = self.scope[gid]
         key = gid[: len(gid) - len(scope.suffix)]
@@ -510,7 +511,7 @@ class Scheduler:
         item = item_of(scope.suffix)
         payload = self._render_for(step.id, step.args)
         fp = self.gates.item_fingerprint(step, payload)
-        latest = await self.gates.latest(key)
+        latest = None if again else await self.gates.latest_item(key, item)
         journal = self.journal
         if latest is not None and latest.state == ApprovalState.APPROVED:
             # decided: every approved item runs, whatever happens to the others
@@ -545,15 +546,37 @@ class Scheduler:
             await journal.db(journal.store.decide, latest.id, ApprovalState.EXPIRED, by="clock")
         # an item whose payload the server would refuse is never on the card: its gate fails, the others go on
         await self.tools.check_payload(f"{step.id}{scope.suffix}", step.server, step.tool, payload)
+        entry: dict[str, Any] = {"item": item, "payload": payload, "fingerprint": fp}
+        if step.preview is not None:  # read per item, shown in the item's row
+            preview_args = self._render_for(step.id, step.preview.args)
+            entry["preview"] = await self.tools.read(step.preview.server, step.preview.tool, preview_args)
+        if step.check is not None:  # read per item, read again right before the item's effect
+            check_args = self._render_for(step.id, step.check.args)
+            entry["check"] = {
+                "args": check_args,
+                "result": await self.tools.read(step.check.server, step.check.tool, check_args),
+            }
         lr = self.loop_of_item[scope.suffix]
         batch = self.batches.get(key)
-        if batch is None:
+        if batch is None or batch.asked:  # a batch asked already: this item is asked about on a new card
             batch = self.batches[key] = Batch(lr)
-        batch.waiting[item] = {"item": item, "payload": payload, "fingerprint": fp}
+        batch.waiting[item] = entry
         journal.set(gid, WAITING)
         lr.active -= 1  # waiting for a person: its place goes to the next item
         self._more(lr)
         self._batch_ready(key, batch)
+
+    async def _ask_item_again(self, node: ToolNode, gate_id: str) -> None:
+        """An item's ``check:`` read changed after its batch was approved: that item alone goes
+        back to its gate and is asked about again, on a card of its own once the loop's other
+        items have ended; the others' approval stands."""
+        suffix = self.scope[node.id].suffix
+        gate = self.index[gate_id + suffix]
+        assert isinstance(gate, ApprovalNode), "an item's effect follows its copy of the gate"
+        self.journal.mark(node.id, PENDING)
+        self.journal.mark(gate.id, RUNNING)
+        await self._batch_gate(gate, again=True)
+        self.journal.set(node.id, PENDING)
 
     def _batch_ready(self, key: str, batch: Batch) -> None:
         """Ask the batch once every item of its loop has reached the gate or ended."""
@@ -726,7 +749,8 @@ class Scheduler:
             elif isinstance(node, ToolNode):
                 if node.effectful and not node.without_asking and node.id in self.scope:
                     template, gate_id, item = self._batch_of(node.id)
-                    await self.effects.run_item(node, template, gate_id, item)
+                    if await self.effects.run_item(node, template, gate_id, item) == "stale":
+                        await self._ask_item_again(node, gate_id)
                 elif node.effectful and not node.without_asking:
                     await self.effects.run(node)
                 elif node.effectful:
