@@ -273,3 +273,36 @@ def test_a_claim_with_an_approval_a_later_question_replaced_for_that_item_is_ref
             idempotency_key="k", payload_json=item["payload"],
         )  # fmt: skip
     assert _posts(cli) == ["#daily"]
+
+
+@pytest.mark.parametrize("executed", [True, False], ids=["executed", "not-executed"])
+def test_reconcile_settles_one_items_unknown_effect(cli, executed):
+    """SIGKILL while an item's effect is claimed: that item is `unknown`; `recipe reconcile RUN
+    reply[N] --executed|--not-executed` settles it alone, and a resume sends nothing again: with
+    --executed the run ends succeeded, with --not-executed that item failed and the loop with it."""
+    run_id = _parked(cli)["run"]
+    assert cli.proc("approve", run_id, "reply", "--yes", env={"VODOU_CRASH_AT": "executing"}).code == -9
+    cli("resume", run_id, expect=None)
+    nodes = _nodes(cli, run_id)
+    n = len(nodes["unread"]["output"]["messages"])
+    doubtful = [f"reply[{i}]" for i in range(n) if nodes[f"reply[{i}]"]["state"] == "unknown"]
+    assert len(doubtful) == 1, [nodes[f"reply[{i}]"]["state"] for i in range(n)]
+    (step,) = doubtful
+    sent = len(demo_calls(cli.demo_db, tool="send_message"))
+    flag = "--executed" if executed else "--not-executed"
+    said = cli("reconcile", run_id, step, flag, "--reason", "checked the outbox", expect=0).out
+    assert f"effect {step} of run {run_id} settled as {'executed' if executed else 'not executed'}" in said
+    effects = {e["step"]: e for e in cli("show", run_id, "--json", expect=0).json()["effects"]}
+    assert effects[step]["state"] == ("executed" if executed else "failed") and effects[step]["settled_by"]
+    others = [f"reply[{i}]" for i in range(n) if f"reply[{i}]" != step]
+    assert all(_nodes(cli, run_id)[o]["state"] == "succeeded" for o in others)  # settling one left the others
+    res = cli("resume", run_id, "--json", expect=None).json()
+    nodes = _nodes(cli, run_id)
+    assert len(demo_calls(cli.demo_db, tool="send_message")) == sent  # nothing sent again
+    if executed:
+        assert res["state"] == "succeeded" and nodes[step]["state"] == "succeeded"
+        assert nodes["done"]["output"] == f"sent {n} replies"
+    else:
+        assert res["state"] == "failed" and nodes[step]["state"] == "failed"
+    again = cli("reconcile", run_id, step, "--executed", expect=None)
+    assert again.code != 0 and "nothing was changed" in again.err  # settled once

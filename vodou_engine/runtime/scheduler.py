@@ -441,6 +441,22 @@ class Scheduler:
         states = self.states
         n = len(lr.items)
         success = lr.ok >= lr.need
+        doubt = [i for i in range(n) if states[lr.exits[i]] == UNKNOWN]
+        if not success and doubt and lr.ok + len(doubt) >= lr.need:
+            # Whether the loop succeeded hangs on effects in doubt: it waits, undecided, for a
+            # person to settle them (`recipe reconcile RUN reply[N]`); what follows it waits too,
+            # and the next drive, finding them settled, decides the loop.
+            for exit_id in lr.exits:
+                self.exit_of.pop(exit_id, None)
+            steps = ", ".join(lr.exits[i] for i in doubt)
+            self.journal.set(
+                nid,
+                UNKNOWN,
+                error=f"item{'s' if len(doubt) > 1 else ''} {', '.join(map(str, doubt))}: the effect may or may not "
+                f"have happened ({steps}); "
+                "settle it with `recipe reconcile RUN STEP --executed|--not-executed`, then resume",
+            )
+            return
         unfinished = [lr.members[i] for i in range(n) if states[lr.exits[i]] != SUCCEEDED]
         why = f"dropped by the quorum of {nid}" if success else f"{nid} did not succeed"
         for item in unfinished:
