@@ -306,3 +306,39 @@ def test_reconcile_settles_one_items_unknown_effect(cli, executed):
         assert res["state"] == "failed" and nodes[step]["state"] == "failed"
     again = cli("reconcile", run_id, step, "--executed", expect=None)
     assert again.code != 0 and "nothing was changed" in again.err  # settled once
+
+
+ASKED = (
+    'for each c in ["#daily", "#general"]:\n'
+    '  topic: slack.slack_get_channel {"channel": "{c}"}\n'
+    "  ask me:\n"
+    "  - post to this channel?\n"
+    '  post: vodou.echo {"value": "{c}"}\n'
+    'tell: slack.slack_post_message {"channel": "#daily", "text": "went on with {post}"}\n'
+)
+
+
+def test_a_question_of_its_own_in_a_loop_is_asked_once_for_every_item(cli):
+    """`ask me` in a loop with no effect after it is one question for all the items, each item's
+    part frozen with its own fingerprint (the item and the outputs it follows, the item's own);
+    approving some lets exactly those go on, the others are declined and never run."""
+    path = cli.tmp / "asked.recipe"
+    path.write_text(ASKED)
+    doc = cli("run", path, "--json", expect=3).json()
+    (pending,) = doc["pending"]  # one question, not one per item
+    assert pending["step"] == "ask:1" and pending["items"] == [0, 1]
+    (payload_json,) = cli.sql("SELECT payload_json FROM approvals WHERE run_id = ?", (doc["run"],))[0]
+    items = msgspec.json.decode(payload_json)["items"]
+    assert [e["payload"]["outputs"]["c"] for e in items] == ["#daily", "#general"]
+    assert [e["payload"]["outputs"]["topic"]["channel"] for e in items] == ["#daily", "#general"]
+    for e in items:
+        assert f"item {e['item']}  fingerprint {e['fingerprint']}:" in pending["card"]
+    assert '"channel": "#general"' in pending["card"]
+    res = cli("approve", doc["run"], "ask:1", "--yes", "--items", "1", "--json", expect=3).json()
+    assert [p["step"] for p in res["pending"]] == ["tell"]  # the run went on to the effect after the loop
+    nodes = _nodes(cli, doc["run"])
+    assert nodes["post[1]"]["output"] == "#general" and nodes["post[0]"]["state"] == "skipped"
+    assert "declined" in nodes["ask:1[0]"]["error"]
+    cli("approve", doc["run"], "tell", "--yes", expect=0)
+    (told,) = demo_calls(cli.demo_db, tool="slack_post_message")
+    assert told["arguments"]["text"] == 'went on with [null, "#general"]'

@@ -124,3 +124,20 @@ def test_each_rows_preview_is_shown_as_a_diff():
     assert row["texts"] == [("text", "hi")] and row["fields"] == [("channel", "#daily")]
     assert ("del", "last_message: old") in row["diff"] and ("add", "last_message: hi") in row["diff"]
     assert shown["does"] == "post message on slack" and shown["message"] is None
+
+
+def test_a_question_of_its_own_in_a_loop_shows_each_items_part_as_a_row():
+    plan = compile_recipe(
+        'for each c in ["#daily"]:\n  topic: slack.slack_get_channel {"channel": "{c}"}\n'
+        '  ask me:\n  - go on?\n  post: vodou.echo {"value": "{c}"}\n',
+        "q.recipe",
+    )
+    entry = {
+        "item": 0, "fingerprint": "sha256:" + "2" * 64,
+        "payload": {"question": "go on?", "outputs": {"c": "#daily", "topic": {"topic": "status\nupdates"}}},
+    }  # fmt: skip
+    shown = decide.decision(plan, "ask:1", {"items": [entry]}, None)
+    (row,) = shown["batch"]
+    assert shown["question"] == "go on?" and shown["does"] is None
+    assert row["fields"][0] == ("c", "#daily") and row["fields"][1][0] == "topic"
+    assert '"topic": "status\\nupdates"' in row["fields"][1][1]

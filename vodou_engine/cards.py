@@ -372,22 +372,45 @@ def _asked_about(payload: Any) -> list[str]:
     """A question's outputs: text as a block of lines (each marked, behind ``│``), anything
     else as JSON. The block keeps the card injective: its lines split only at newlines, and
     every other break or hidden character inside a line is marked."""
+    if isinstance(payload, dict) and set(payload) == {"items"} and isinstance(payload["items"], list):
+        # a question of its own in a loop: each item's part, with its own fingerprint
+        lines = ["for each item, what it asks about (frozen with the question, exactly as the run goes on with it):"]
+        found = Findings()
+        for entry in payload["items"]:
+            entry = entry if isinstance(entry, dict) else {}
+            lines.append(
+                f"  item {json_text(entry.get('item'))}  fingerprint {visible(str(entry.get('fingerprint')))}:"
+            )
+            part = entry.get("payload")
+            lines.extend(_outputs_lines(part.get("outputs") if isinstance(part, dict) else part, "    ", found))
+        lines.extend(found.lines("what it asks about"))
+        return lines
     outputs = payload.get("outputs") if isinstance(payload, dict) else None
     if not isinstance(outputs, dict) or not outputs:
         return []
     lines = ["what it asks about (frozen with the question, exactly as the run goes on with it):"]
     found = Findings()
+    lines.extend(_outputs_lines(outputs, "  ", found))
+    lines.extend(found.lines("what it asks about"))
+    return lines
+
+
+def _outputs_lines(outputs: Any, indent: str, found: Findings) -> list[str]:
+    """Outputs asked about, by name: text as a block of marked lines, anything else as JSON."""
+    if not isinstance(outputs, dict):
+        findings(outputs, found)
+        return _indented(json_text(outputs), indent)
+    lines = []
     for name in sorted(outputs):
         value = outputs[name]
         if isinstance(value, str):
-            lines.append(f"  {visible(name)} (text):")
-            lines.extend("    │ " + visible(line) for line in value.split("\n"))
+            lines.append(f"{indent}{visible(name)} (text):")
+            lines.extend(f"{indent}  │ " + visible(line) for line in value.split("\n"))
             found.add(value.replace("\n", ""))
         else:
-            lines.append(f"  {visible(name)}:")
-            lines.extend(_indented(json_text(value), "    "))
+            lines.append(f"{indent}{visible(name)}:")
+            lines.extend(_indented(json_text(value), indent + "  "))
             findings(value, found)
-    lines.extend(found.lines("what it asks about"))
     return lines
 
 

@@ -184,9 +184,21 @@ class Gates:
             policy=ctx.policy_doc(step), server=ctx.server_digest(step.server),
         )  # fmt: skip
 
-    async def ask_batch(self, gate: ApprovalNode, step: ToolNode, items: list[dict[str, Any]]) -> ApprovalRecord:
+    def question_item_fingerprint(self, question: QuestionNode, payload: Any) -> str:
+        """One loop item's part of a question of its own in a loop (the item's copy, ``ask:1[2]``):
+        the question and what it asks about for that item."""
+        ctx = self.ctx
+        return payload_fingerprint(
+            run_id=ctx.run_id, node_id=question.id, address="question", payload=payload,
+            policy=ctx.policy_doc(None), server="",
+        )  # fmt: skip
+
+    async def ask_batch(
+        self, gate: ApprovalNode | QuestionNode, step: ToolNode | None, items: list[dict[str, Any]]
+    ) -> ApprovalRecord:
         """One question for every item of a loop that reached effect ``step`` (the template
-        node): the payload lists each item's frozen payload with its own fingerprint, and the
+        node), or a question of its own ``gate`` (``step`` None; each item's entry holds the
+        question and what it asks about for that item): the payload lists each item's frozen payload with its own fingerprint, and the
         question's fingerprint covers the set, each item's ``preview:`` and ``check:`` read
         (kept in its entry) included. Stored under the template gate and step, so it is
         decided, shown and checked like any question (``recipe approve RUN STEP``); asked
@@ -196,23 +208,25 @@ class Gates:
         policy = ctx.policy_doc(step)
         now = ctx.clock()
         expires_at = now + expiry_s(ctx.plan.options, step)
-        server = ctx.servers.get(step.server)
+        server = ctx.servers.get(step.server) if step is not None else None
         fp = payload_fingerprint(
-            run_id=ctx.run_id, node_id=step.id, address=step.address, payload=payload, policy=policy,
-            server=ctx.server_digest(step.server),
+            run_id=ctx.run_id, node_id=step.id if step is not None else gate.id,
+            address=step.address if step is not None else "question", payload=payload, policy=policy,
+            server=ctx.server_digest(step.server) if step is not None else "",
             card=card_doc(approvers=ctx.approvers, source=server.source if server is not None else ""),
         )  # fmt: skip
         from ..cards import approval_card_text
 
+        question = gate.question if isinstance(gate, ApprovalNode) else gate.text
         card = approval_card_text(
-            run_id=ctx.run_id, step=step, question=gate.question, payload=payload, fingerprint=fp, preview=None,
+            run_id=ctx.run_id, step=step, question=question, payload=payload, fingerprint=fp, preview=None,
             expires_at=expires_at, approvers=ctx.approvers, server=server,
         )  # fmt: skip
         rec = ApprovalRecord(
             id=f"{ctx.run_id}/{gate.id}/{int(now * 1000):x}",
             run_id=ctx.run_id,
             node_id=gate.id,
-            step=step.id,
+            step=step.id if step is not None else gate.id,
             payload_json=_json.encode(payload).decode(),
             fingerprint=fp,
             asked_at=now,

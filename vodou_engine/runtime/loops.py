@@ -165,8 +165,8 @@ def copies_by_template(plan: Plan, node_ids: list[str]) -> dict[str, list[str]]:
 def refuse_asking_in_loops(plan: Plan, path: str | None = None, text: str | None = None) -> None:
     """Before a run starts: what a loop's body may not hold yet is refused (exit 2), nothing
     run. An effect in a loop is asked once for the whole batch (its ``preview:`` and
-    ``check:`` read per item); this engine does so for a loop that is not inside another,
-    for an effect that asks. A question of its own in a loop is refused too."""
+    ``check:`` read per item), and so is a question of its own; this engine does so for a
+    loop that is not inside another, for an effect that asks."""
     index = plan.index()
     inner = {m for n in plan.nodes if isinstance(n, LoopNode) for m in n.body}
     for loop in plan.nodes:
@@ -180,8 +180,8 @@ def refuse_asking_in_loops(plan: Plan, path: str | None = None, text: str | None
                     what = f"`{nid}` ({node.address}, {node.risk}) is an effect in a loop inside another loop"
                 elif node.without_asking:
                     what = f"`{nid}` ({node.address}) runs without asking and is"
-            elif isinstance(node, QuestionNode):
-                what = f"the question “{node.text}” is"
+            elif isinstance(node, QuestionNode) and loop.id in inner:
+                what = f"the question “{node.text}” is in a loop inside another loop, and"
             if what is None:
                 continue
             where = node.where
@@ -189,7 +189,7 @@ def refuse_asking_in_loops(plan: Plan, path: str | None = None, text: str | None
             raise RecipeError(
                 f"{what} inside `for each {loop.var}` (line {loop.where.line if loop.where else '?'}): "
                 "this engine asks one question for a loop's effects only for a loop that is not inside "
-                "another, an effect that asks, and no question of its own; nothing was run",
+                "another, and an effect that asks; nothing was run",
                 path=path,
                 line=where.line if where else None,
                 column=where.column if where else None,

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 import msgspec
 import trio
 
+from ..cards import question_outputs
 from ..compiler import template
 from ..errors import LostRunError, ToolError, VodouError
 from ..plan import ApprovalNode, JoinNode, LoopNode, QuestionNode, ToolNode, WriteNode
@@ -514,19 +515,27 @@ class Scheduler:
         assert isinstance(template, ToolNode), "only a tool step is an effect"
         return template, template.needs[0], item_of(scope.suffix)
 
-    async def _batch_gate(self, gate: ApprovalNode, again: bool = False) -> None:
+    async def _batch_gate(self, gate: ApprovalNode | QuestionNode, again: bool = False) -> None:
         """An item reaches its copy of the gate: with the batch decided, it passes if its payload
         is among those approved (declined with the batch if rejected); undecided, it waits, and
         when every item of the loop has reached the gate or ended, one question is asked for all.
+        A question of its own (``ask me`` in a loop) is asked the same way, each item's entry
+        holding what it asks about for that item.
         ``again``: the item's ``check:`` read changed after its approval; it is asked about again."""
         gid = gate.id
         scope = self.scope[gid]
         key = gid[: len(gid) - len(scope.suffix)]
-        step = self.index[gate.step]
-        assert isinstance(step, ToolNode), "an approval guards a tool step"
         item = item_of(scope.suffix)
-        payload = self._render_for(step.id, step.args)
-        fp = self.gates.item_fingerprint(step, payload)
+        step: ToolNode | None = None
+        if isinstance(gate, ApprovalNode):
+            found = self.index[gate.step]
+            assert isinstance(found, ToolNode), "an approval guards a tool step"
+            step = found
+            payload = self._render_for(step.id, step.args)
+            fp = self.gates.item_fingerprint(step, payload)
+        else:
+            payload = self._question_payload(gate, key, scope)
+            fp = self.gates.question_item_fingerprint(gate, payload)
         latest = None if again else await self.gates.latest_item(key, item)
         journal = self.journal
         if latest is not None and latest.state == ApprovalState.APPROVED:
@@ -560,13 +569,16 @@ class Scheduler:
                 return
             self.gates.forget()
             await journal.db(journal.store.decide, latest.id, ApprovalState.EXPIRED, by="clock")
-        # an item whose payload the server would refuse is never on the card: its gate fails, the others go on
-        await self.tools.check_payload(f"{step.id}{scope.suffix}", step.server, step.tool, payload)
         entry: dict[str, Any] = {"item": item, "payload": payload, "fingerprint": fp}
-        if step.preview is not None:  # read per item, shown in the item's row
+        if step is None:
+            pass  # a question of its own: nothing to check or read
+        else:
+            # an item whose payload the server would refuse is never on the card: its gate fails, the others go on
+            await self.tools.check_payload(step.id, step.server, step.tool, payload)
+        if step is not None and step.preview is not None:  # read per item, shown in the item's row
             preview_args = self._render_for(step.id, step.preview.args)
             entry["preview"] = await self.tools.read(step.preview.server, step.preview.tool, preview_args)
-        if step.check is not None:  # read per item, read again right before the item's effect
+        if step is not None and step.check is not None:  # read per item, read again right before the effect
             check_args = self._render_for(step.id, step.check.args)
             entry["check"] = {
                 "args": check_args,
@@ -605,11 +617,29 @@ class Scheduler:
                 return
         batch.asked = True
         gate = self.index[key]
+        items = [batch.waiting[i] for i in sorted(batch.waiting)]
+        if isinstance(gate, QuestionNode):
+            self.work.start_soon(self.gates.ask_batch, gate, None, items)
+            return
         assert isinstance(gate, ApprovalNode), "a batch is asked under its template gate"
         step = self.index[gate.step]
         assert isinstance(step, ToolNode), "an approval guards a tool step"
-        items = [batch.waiting[i] for i in sorted(batch.waiting)]
         self.work.start_soon(self.gates.ask_batch, gate, step, items)
+
+    def _question_payload(self, copy: QuestionNode, template_id: str, scope: Scope) -> dict[str, Any]:
+        """What a question in a loop asks about for one item: the question, the item (each
+        enclosing loop's variable) and the outputs it follows or names, the item's own."""
+        template = self.index[template_id]
+        assert isinstance(template, QuestionNode), "a question's copy has a question as template"
+        outputs = self.journal.outputs
+        seen: dict[str, Any] = {}
+        for name in question_outputs(self.ctx.plan, template, _Everything()):
+            found, value = lookup(name, scope, outputs)
+            if found:
+                seen[name] = value
+            elif name in outputs:
+                seen[name] = outputs[name]
+        return {"question": template.text, "outputs": {**scope.binds, **seen}}
 
     def _render_in(self, scope: Scope, args: Any) -> Any:
         outputs = self.journal.outputs
@@ -760,7 +790,7 @@ class Scheduler:
         """A node's work, by kind; a step's own failure fails the step, nothing more."""
         journal = self.journal
         try:
-            if isinstance(node, ApprovalNode) and node.id in self.scope:
+            if isinstance(node, (ApprovalNode, QuestionNode)) and node.id in self.scope:
                 await self._batch_gate(node)
             elif isinstance(node, ToolNode):
                 if node.effectful and not node.without_asking and node.id in self.scope:
@@ -867,6 +897,17 @@ class Scheduler:
         else:
             text = writer.offline(node.prompt, present, missing)
         self.journal.set(node.id, SUCCEEDED, output=text)
+
+
+class _Everything(dict[str, Any]):
+    """Every name present (its value None): ``question_outputs`` then says which names a
+    question asks about, whatever each one's value is for the item."""
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+    def __getitem__(self, key: str) -> Any:
+        return None
 
 
 def _hub_read(node: ToolNode | WriteNode | ApprovalNode | QuestionNode) -> TypeGuard[ToolNode]:

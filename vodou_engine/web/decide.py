@@ -174,11 +174,15 @@ def batch_items(plan: Plan | None, step: str, payload: Any) -> list[dict[str, An
     question is no batch (``{"items": [...]}`` asked for an effect inside a loop)."""
     if not (in_loop(plan, step) and isinstance(payload, dict) and isinstance(payload.get("items"), list)):
         return None
+    tool_less = gate_of(plan, step)[1] is None
     rows = []
     for entry in payload["items"]:
         if not isinstance(entry, dict):
             continue
-        view = payload_view(entry.get("payload"))
+        part = entry.get("payload")
+        if tool_less and isinstance(part, dict) and isinstance(part.get("outputs"), dict):
+            part = part["outputs"]  # a question of its own: what it asks about for this item
+        view = payload_view(part)
         preview = entry.get("preview")
         rows.append(
             {
@@ -200,6 +204,11 @@ def decision(plan: Plan | None, step: str, payload: Any, preview: Any) -> dict[s
     card), the payload once, the preview as a diff; for a question with no effect, the
     outputs it asks about."""
     question, tool = gate_of(plan, step)
+    batch = batch_items(plan, step, payload)
+    if batch is not None:  # one row per item, each with its own payload: nothing shown for the whole
+        return {"question": question, "does": None if tool is None else effect_words(tool, None), "message": None,
+                "payload": None, "about": None, "batch": batch, "warnings": findings(payload).lines("the payload"),
+                "diff": None, "preview_raw": None}  # fmt: skip
     if tool is None:
         outputs = payload.get("outputs") if isinstance(payload, dict) else None
         about = []
@@ -215,11 +224,6 @@ def decision(plan: Plan | None, step: str, payload: Any, preview: Any) -> dict[s
                 "does": None, "message": None, "payload": None, "about": about, "batch": None,
                 "warnings": findings(outputs or {}).lines("what it asks about"),
                 "diff": None, "preview_raw": None if preview is None else json_text(preview)}  # fmt: skip
-    batch = batch_items(plan, step, payload)
-    if batch is not None:  # one row per item, each with its own payload: nothing shown for the whole
-        return {"question": question, "does": effect_words(tool, None), "message": None, "payload": None,
-                "about": None, "batch": batch, "warnings": findings(payload).lines("the payload"),
-                "diff": None, "preview_raw": None}  # fmt: skip
     view = payload_view(payload)
     message = view["texts"][0] if view["texts"] else None
     return {
