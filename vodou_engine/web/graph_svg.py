@@ -39,7 +39,7 @@ def labels(node: Any) -> tuple[list[str], str]:
     if isinstance(node, QuestionNode):
         return [f"ask: {node.text}"], "gate"
     if isinstance(node, LoopNode):
-        return [f"for each {node.var} in {node.over_text}", "its steps once per item"], "box"
+        return [f"for each {node.var} in {node.over_text}"], "box"
     return [str(getattr(node, "id", "?"))], "box"
 
 
