@@ -342,3 +342,37 @@ def test_a_question_of_its_own_in_a_loop_is_asked_once_for_every_item(cli):
     cli("approve", doc["run"], "tell", "--yes", expect=0)
     (told,) = demo_calls(cli.demo_db, tool="slack_post_message")
     assert told["arguments"]["text"] == 'went on with [null, "#general"]'
+
+
+NESTED = (
+    'for each t in [{"to": ["ana@example.com", "bo@example.com"]}, {"to": ["cy@example.com"]}]:\n'
+    "  for each who in {t.to}:\n"
+    '    send: gmail.send_message {"to": "{who}", "subject": "hi", "body": "hello {who}"}\n'
+    'done: vodou.echo {"value": "{send}"}\n'
+)
+
+
+def test_an_effect_in_a_loop_inside_another_asks_once_per_outer_item(cli):
+    """An effect in a nested loop: one question per outer item (`send[0]`, `send[1]`), each
+    listing that item's inner items with their own fingerprints; each is decided on its own,
+    all or some, and exactly the approved payloads are sent once each."""
+    path = cli.tmp / "nested.recipe"
+    path.write_text(NESTED)
+    doc = cli("run", path, "--json", expect=3).json()
+    pending = {p["step"]: p for p in doc["pending"]}
+    assert set(pending) == {"send[0]", "send[1]"}
+    assert pending["send[0]"]["items"] == [0, 1] and pending["send[1]"]["items"] == [0]
+    assert "hello bo@example.com" in pending["send[0]"]["card"] and "cy@" not in pending["send[0]"]["card"]
+    assert demo_calls(cli.demo_db, tool="send_message") == []
+    res = cli("approve", doc["run"], "send[0]", "--yes", "--items", "1", "--json", expect=3).json()
+    assert [p["step"] for p in res["pending"]] == ["send[1]"]
+    assert [c["arguments"]["to"] for c in demo_calls(cli.demo_db, tool="send_message")] == ["bo@example.com"]
+    done = cli("approve", doc["run"], "send[1]", "--yes", "--json", expect=0).json()
+    assert done["state"] == "succeeded"
+    sent = demo_calls(cli.demo_db, tool="send_message")
+    assert sorted(c["arguments"]["to"] for c in sent) == ["bo@example.com", "cy@example.com"]
+    assert len({c["idempotency_key"] for c in sent}) == 2
+    nodes = _nodes(cli, doc["run"])
+    assert nodes["send[0][0]"]["state"] == "skipped" and nodes["send[0][1]"]["state"] == "succeeded"
+    cli("resume", doc["run"], expect=None)
+    assert len(demo_calls(cli.demo_db, tool="send_message")) == 2

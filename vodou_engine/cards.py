@@ -24,6 +24,7 @@ import msgspec
 from .errors import TamperedError
 from .plan import ApprovalNode, JoinNode, LoopNode, Plan, QuestionNode, ToolNode, WriteNode
 from .runtime.freeze import expiry_s, gives_its_fingerprint
+from .runtime.loops import split_copy
 from .text_safety import Findings, findings, json_text, visible
 
 RISK_STYLE = {"read": "green", "write": "yellow", "critical": "bold red"}
@@ -494,7 +495,8 @@ def check_untampered(
     then); the step it is stored under must be the one its node guards; and it must expire when
     the plan says, counted from when it was asked."""
     index = plan.index()
-    gate = index.get(approval.node_id)
+    base, outer = split_copy(index, approval.node_id)  # a loop inside another: asked per outer item
+    gate = index.get(base)
     guarded = index.get(gate.step) if isinstance(gate, ApprovalNode) else None
     step = guarded if isinstance(guarded, ToolNode) else None
     as_asked = False
@@ -514,7 +516,7 @@ def check_untampered(
             as_asked = False
         step = gate
     elif (isinstance(gate, ApprovalNode) and step is not None) or isinstance(gate, QuestionNode):
-        node_id = step.id if step is not None else gate.id
+        node_id = (step.id if step is not None else gate.id) + outer
         try:
             if payload is None:
                 payload = msgspec.json.decode(approval.payload_json)

@@ -29,7 +29,7 @@ from ..store.approvals import batch_indexes
 from .context import RunContext
 from .faults import SimulatedCrash
 from .journal import Journal
-from .loops import templates_within
+from .loops import split_copy, templates_within
 from .scheduler import Scheduler
 from .threads import Blocking
 
@@ -216,7 +216,8 @@ def pending_view(a: Any, plan: Plan, bindings: dict[str, Any]) -> PendingApprova
     if refusal is None:
         payload = msgspec.json.decode(a.payload_json)
         asks = payload[ELICITATION] if is_elicitation(payload) else None
-        if any(a.step in inside for inside in templates_within(plan).values()):
+        base = split_copy(plan.index(), a.step)[0]
+        if any(base in inside for inside in templates_within(plan).values()):
             items = batch_indexes(a)
     return PendingApproval(
         step=a.step, approval=a.id, fingerprint=a.fingerprint, expires_at=a.expires_at, card=card,

@@ -78,7 +78,8 @@ class Effects:
                 f"step `{node.id}` has no approved batch on record; nothing was executed", run=ctx.run_id, step=node.id
             )
         batch = msgspec.json.decode(approval.payload_json)
-        self._check_untampered(template, approval, batch)
+        outer = gate_id[len(template.needs[0]) :]  # in a loop inside another: asked under `send[0]`
+        self._check_untampered(msgspec.structs.replace(template, id=template.id + outer), approval, batch)
         entry = next((e for e in batch.get("items", ()) if isinstance(e, dict) and e.get("item") == item), None)
         if entry is None:
             raise TamperedError(

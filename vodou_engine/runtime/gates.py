@@ -194,7 +194,7 @@ class Gates:
         )  # fmt: skip
 
     async def ask_batch(
-        self, gate: ApprovalNode | QuestionNode, step: ToolNode | None, items: list[dict[str, Any]]
+        self, gate: ApprovalNode | QuestionNode, step: ToolNode | None, items: list[dict[str, Any]], outer: str = ""
     ) -> ApprovalRecord:
         """One question for every item of a loop that reached effect ``step`` (the template
         node), or a question of its own ``gate`` (``step`` None; each item's entry holds the
@@ -202,7 +202,9 @@ class Gates:
         question's fingerprint covers the set, each item's ``preview:`` and ``check:`` read
         (kept in its entry) included. Stored under the template gate and step, so it is
         decided, shown and checked like any question (``recipe approve RUN STEP``); asked
-        again for some items, the earlier approval stands for the others (``latest_item``)."""
+        again for some items, the earlier approval stands for the others (``latest_item``).
+        ``outer``: in a loop inside another, the outer item's suffix; the question is stored
+        under that item's copies of the gate and step (``approve:send[0]``, ``send[0]``)."""
         ctx = self.ctx
         payload = {"items": items}
         policy = ctx.policy_doc(step)
@@ -210,7 +212,7 @@ class Gates:
         expires_at = now + expiry_s(ctx.plan.options, step)
         server = ctx.servers.get(step.server) if step is not None else None
         fp = payload_fingerprint(
-            run_id=ctx.run_id, node_id=step.id if step is not None else gate.id,
+            run_id=ctx.run_id, node_id=(step.id if step is not None else gate.id) + outer,
             address=step.address if step is not None else "question", payload=payload, policy=policy,
             server=ctx.server_digest(step.server) if step is not None else "",
             card=card_doc(approvers=ctx.approvers, source=server.source if server is not None else ""),
@@ -223,10 +225,10 @@ class Gates:
             expires_at=expires_at, approvers=ctx.approvers, server=server,
         )  # fmt: skip
         rec = ApprovalRecord(
-            id=f"{ctx.run_id}/{gate.id}/{int(now * 1000):x}",
+            id=f"{ctx.run_id}/{gate.id}{outer}/{int(now * 1000):x}",
             run_id=ctx.run_id,
-            node_id=gate.id,
-            step=step.id if step is not None else gate.id,
+            node_id=gate.id + outer,
+            step=(step.id if step is not None else gate.id) + outer,
             payload_json=_json.encode(payload).decode(),
             fingerprint=fp,
             asked_at=now,

@@ -43,7 +43,18 @@ from .elicit import Elicitations
 from .faults import crashpoint
 from .gates import Gates
 from .journal import Journal
-from .loops import TOP, Batch, LoopRun, Scope, copy_node, item_of, lookup, templates_within, the_list
+from .loops import (
+    TOP,
+    Batch,
+    LoopRun,
+    Scope,
+    copy_node,
+    item_of,
+    lookup,
+    outer_of,
+    templates_within,
+    the_list,
+)
 from .threads import Blocking, Job
 
 if TYPE_CHECKING:
@@ -508,12 +519,13 @@ class Scheduler:
 
     # --- one question for a loop's effect ------------------------------------------------
     def _batch_of(self, copy_id: str) -> tuple[ToolNode, str, int]:
-        """A loop item's copy of an effect: its template step, the template gate the batch is
-        asked under, and the item's index."""
+        """A loop item's copy of an effect: its template step, the gate its batch is asked
+        under (the template gate; in a loop inside another, its outer item's copy of it:
+        ``approve:send[0]``), and the item's index."""
         scope = self.scope[copy_id]
         template = self.index[copy_id[: len(copy_id) - len(scope.suffix)]]
         assert isinstance(template, ToolNode), "only a tool step is an effect"
-        return template, template.needs[0], item_of(scope.suffix)
+        return template, template.needs[0] + outer_of(scope.suffix), item_of(scope.suffix)
 
     async def _batch_gate(self, gate: ApprovalNode | QuestionNode, again: bool = False) -> None:
         """An item reaches its copy of the gate: with the batch decided, it passes if its payload
@@ -524,7 +536,8 @@ class Scheduler:
         ``again``: the item's ``check:`` read changed after its approval; it is asked about again."""
         gid = gate.id
         scope = self.scope[gid]
-        key = gid[: len(gid) - len(scope.suffix)]
+        template_id = gid[: len(gid) - len(scope.suffix)]
+        key = template_id + outer_of(scope.suffix)  # one question per loop (copy): its items share it
         item = item_of(scope.suffix)
         step: ToolNode | None = None
         if isinstance(gate, ApprovalNode):
@@ -534,7 +547,7 @@ class Scheduler:
             payload = self._render_for(step.id, step.args)
             fp = self.gates.item_fingerprint(step, payload)
         else:
-            payload = self._question_payload(gate, key, scope)
+            payload = self._question_payload(gate, template_id, scope)
             fp = self.gates.question_item_fingerprint(gate, payload)
         latest = None if again else await self.gates.latest_item(key, item)
         journal = self.journal
@@ -587,7 +600,7 @@ class Scheduler:
         lr = self.loop_of_item[scope.suffix]
         batch = self.batches.get(key)
         if batch is None or batch.asked:  # a batch asked already: this item is asked about on a new card
-            batch = self.batches[key] = Batch(lr)
+            batch = self.batches[key] = Batch(lr, template_id, outer_of(scope.suffix))
         batch.waiting[item] = entry
         journal.set(gid, WAITING)
         lr.active -= 1  # waiting for a person: its place goes to the next item
@@ -616,15 +629,15 @@ class Scheduler:
             if i not in batch.waiting and states[lr.exits[i]] not in TERMINAL:
                 return
         batch.asked = True
-        gate = self.index[key]
+        gate = self.index[batch.gate]
         items = [batch.waiting[i] for i in sorted(batch.waiting)]
         if isinstance(gate, QuestionNode):
-            self.work.start_soon(self.gates.ask_batch, gate, None, items)
+            self.work.start_soon(self.gates.ask_batch, gate, None, items, batch.outer)
             return
         assert isinstance(gate, ApprovalNode), "a batch is asked under its template gate"
         step = self.index[gate.step]
         assert isinstance(step, ToolNode), "an approval guards a tool step"
-        self.work.start_soon(self.gates.ask_batch, gate, step, items)
+        self.work.start_soon(self.gates.ask_batch, gate, step, items, batch.outer)
 
     def _question_payload(self, copy: QuestionNode, template_id: str, scope: Scope) -> dict[str, Any]:
         """What a question in a loop asks about for one item: the question, the item (each

@@ -17,6 +17,7 @@ import re
 from typing import Any
 
 from ..plan import ApprovalNode, LoopNode, Plan, QuestionNode, ToolNode
+from ..runtime.loops import split_copy
 from ..text_safety import findings, json_text, visible
 
 TEXT_KEYS = ("text", "message", "body", "content", "markdown", "description", "summary", "notes")
@@ -152,6 +153,7 @@ def gate_of(plan: Plan | None, step: str) -> tuple[str | None, ToolNode | None]:
     if plan is None:
         return None, None
     index = plan.index()
+    step = split_copy(index, step)[0]  # a loop inside another asks per outer item: `send[0]`
     for node in plan.nodes:
         if isinstance(node, ApprovalNode) and node.step == step:
             tool = index.get(node.step)
@@ -164,7 +166,10 @@ def gate_of(plan: Plan | None, step: str) -> tuple[str | None, ToolNode | None]:
 
 def in_loop(plan: Plan | None, step: str) -> bool:
     """Whether ``step`` is an effect inside a loop's body: its question is a batch."""
-    return plan is not None and any(isinstance(n, LoopNode) and step in n.body for n in plan.nodes)
+    if plan is None:
+        return False
+    step = split_copy(plan.index(), step)[0]
+    return any(isinstance(n, LoopNode) and step in n.body for n in plan.nodes)
 
 
 def batch_items(plan: Plan | None, step: str, payload: Any) -> list[dict[str, Any]] | None:
