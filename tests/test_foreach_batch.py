@@ -374,5 +374,28 @@ def test_an_effect_in_a_loop_inside_another_asks_once_per_outer_item(cli):
     assert len({c["idempotency_key"] for c in sent}) == 2
     nodes = _nodes(cli, doc["run"])
     assert nodes["send[0][0]"]["state"] == "skipped" and nodes["send[0][1]"]["state"] == "succeeded"
+    lists = nodes["send"]["output"]  # outer item 0 ended in the drive before: its list is kept
+    assert lists[0][0] is None and lists[0][1] is not None and lists[1][0] is not None
     cli("resume", doc["run"], expect=None)
     assert len(demo_calls(cli.demo_db, tool="send_message")) == 2
+
+
+def test_a_question_in_a_loop_inside_another_is_asked_per_outer_item_and_the_lists_survive_resumes(cli):
+    """`ask me` in a nested loop: one question per outer item; each decided in its own drive,
+    and after the outer loop the lists hold every outer item's values, those of an outer item
+    that ended in an earlier drive too."""
+    path = cli.tmp / "nested-ask.recipe"
+    path.write_text(
+        'for each t in [["#daily", "#general"], ["#daily"]]:\n'
+        "  for each c in {t}:\n"
+        '    topic: slack.slack_get_channel {"channel": "{c}"}\n'
+        "    ask me:\n"
+        "    - fine?\n"
+        '    ok: vodou.echo {"value": "{c}"}\n'
+        'done: vodou.echo {"value": "{ok}"}\n'
+    )
+    doc = cli("run", path, "--json", expect=3).json()
+    assert sorted(p["step"] for p in doc["pending"]) == ["ask:1[0]", "ask:1[1]"]
+    cli("approve", doc["run"], "ask:1[0]", "--yes", "--items", "0", expect=3)
+    cli("approve", doc["run"], "ask:1[1]", "--yes", expect=0)
+    assert _nodes(cli, doc["run"])["done"]["output"] == [["#daily", None], ["#daily"]]

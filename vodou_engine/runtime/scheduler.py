@@ -386,6 +386,13 @@ class Scheduler:
             self.succ[need].append(cid)
         self.journal.add(cid)
         self.journal.restore_one(cid)  # as a drive before left it, if one did
+        if isinstance(copy, LoopNode) and self.states[cid] == SUCCEEDED:
+            # a nested loop that ended in a drive before: its steps' per-item lists (`ok[0]`) too,
+            # for the enclosing loop's lists when it ends in this drive
+            for t in self.within.get(cid[: len(cid) - len(scope.suffix)], ()):
+                if t + scope.suffix not in self.states:
+                    self.journal.add(t + scope.suffix)
+                    self.journal.restore_one(t + scope.suffix)
         self.scope[cid] = scope
         if droppable:
             self.droppable.add(cid)
