@@ -10,6 +10,10 @@ import msgspec
 import pytest
 from conftest import RECIPES, demo_calls
 
+from vodou_engine.demo import db as demo
+from vodou_engine.errors import StaleError
+from vodou_engine.store import open_store
+
 pytestmark = pytest.mark.both_stores  # the store decides every claim and decision: both must hold
 
 REPLY = (
@@ -203,3 +207,195 @@ def test_an_item_whose_payload_the_tool_would_refuse_is_never_on_the_card(cli):
     assert cli("approve", doc["run"], "reply", "--yes", "--json", expect=0).json()["state"] == "succeeded"
     sent = demo_calls(cli.demo_db, tool="send_message")
     assert sorted(c["arguments"]["to"] for c in sent) == ["ana@example.com", "bo@example.com"]
+
+
+GUARDED = (
+    'for each c in ["#daily", "#general"]:\n'
+    '  post: slack.slack_post_message {"channel": "{c}", "text": "hello {c}"}\n'
+    '    preview: slack.slack_preview_message {"channel": "{c}", "text": "hello {c}"}\n'
+    '    check: slack.slack_get_channel {"channel": "{c}"}\n'
+)
+
+
+def _posts(cli) -> list[str]:
+    return sorted(c["arguments"]["channel"] for c in demo_calls(cli.demo_db, tool="slack_post_message"))
+
+
+def test_each_items_preview_is_on_the_card_and_a_stale_item_alone_is_asked_again(cli):
+    """`preview:` and `check:` on an effect in a loop are read per item and frozen in the item's
+    entry (the card shows each preview); an item whose check read changed after the approval does
+    not run and is asked about again on a card of its own, while the other approved item runs;
+    approving that card runs it, and nothing runs twice."""
+    path = cli.tmp / "guarded.recipe"
+    path.write_text(GUARDED)
+    doc = cli("run", path, "--json", expect=3).json()
+    (pending,) = doc["pending"]
+    (payload_json,) = cli.sql("SELECT payload_json FROM approvals WHERE run_id = ?", (doc["run"],))[0]
+    items = msgspec.json.decode(payload_json)["items"]
+    assert [e["preview"]["after"]["last_message"] for e in items] == ["hello #daily", "hello #general"]
+    assert [e["check"]["args"] for e in items] == [{"channel": "#daily"}, {"channel": "#general"}]
+    assert '"last_message": "hello #general"' in pending["card"]
+    assert _posts(cli) == []
+
+    demo.set_channel_topic(cli.demo_db, "#general", "the world moved")  # changed between question and yes
+    res = cli("approve", doc["run"], "post", "--yes", "--json", expect=3).json()
+    assert _posts(cli) == ["#daily"]  # the approved item that is still as approved ran
+    (again,) = res["pending"]
+    assert again["step"] == "post" and again["fingerprint"] != pending["fingerprint"]
+    rows = cli.sql("SELECT payload_json, state FROM approvals WHERE run_id = ? ORDER BY asked_at", (doc["run"],))
+    assert [s for _, s in rows] == ["approved", "pending"]  # the first approval stands for item 0
+    asked = msgspec.json.decode(rows[1][0])["items"]
+    assert [e["item"] for e in asked] == [1] and asked[0]["check"]["result"]["topic"] == "the world moved"
+
+    done = cli("approve", doc["run"], "post", "--yes", "--json", expect=0).json()
+    assert done["state"] == "succeeded"
+    assert _posts(cli) == ["#daily", "#general"]  # each once
+    cli("resume", doc["run"], expect=None)
+    assert _posts(cli) == ["#daily", "#general"]
+
+
+def test_a_claim_with_an_approval_a_later_question_replaced_for_that_item_is_refused(cli):
+    """The store's own check: once an item was asked about again, the earlier approval no longer
+    lets that item run, though it still lets the others."""
+    path = cli.tmp / "guarded.recipe"
+    path.write_text(GUARDED)
+    doc = cli("run", path, "--json", expect=3).json()
+    demo.set_channel_topic(cli.demo_db, "#general", "the world moved")
+    cli("approve", doc["run"], "post", "--yes", expect=3)
+    ((first_id, payload_json),) = cli.sql(
+        "SELECT id, payload_json FROM approvals WHERE run_id = ? AND state = 'approved'", (doc["run"],)
+    )
+    item = msgspec.json.decode(payload_json)["items"][1]
+    store = open_store(cli.location)
+    with pytest.raises(StaleError, match="asked about again"):
+        store.begin_effect(
+            doc["run"], "post[1]", approval_id=first_id, fingerprint=item["fingerprint"],
+            idempotency_key="k", payload_json=item["payload"],
+        )  # fmt: skip
+    assert _posts(cli) == ["#daily"]
+
+
+@pytest.mark.parametrize("executed", [True, False], ids=["executed", "not-executed"])
+def test_reconcile_settles_one_items_unknown_effect(cli, executed):
+    """SIGKILL while an item's effect is claimed: that item is `unknown`; `recipe reconcile RUN
+    reply[N] --executed|--not-executed` settles it alone, and a resume sends nothing again: with
+    --executed the run ends succeeded, with --not-executed that item failed and the loop with it."""
+    run_id = _parked(cli)["run"]
+    assert cli.proc("approve", run_id, "reply", "--yes", env={"VODOU_CRASH_AT": "executing"}).code == -9
+    cli("resume", run_id, expect=None)
+    nodes = _nodes(cli, run_id)
+    n = len(nodes["unread"]["output"]["messages"])
+    doubtful = [f"reply[{i}]" for i in range(n) if nodes[f"reply[{i}]"]["state"] == "unknown"]
+    assert len(doubtful) == 1, [nodes[f"reply[{i}]"]["state"] for i in range(n)]
+    (step,) = doubtful
+    sent = len(demo_calls(cli.demo_db, tool="send_message"))
+    flag = "--executed" if executed else "--not-executed"
+    said = cli("reconcile", run_id, step, flag, "--reason", "checked the outbox", expect=0).out
+    assert f"effect {step} of run {run_id} settled as {'executed' if executed else 'not executed'}" in said
+    effects = {e["step"]: e for e in cli("show", run_id, "--json", expect=0).json()["effects"]}
+    assert effects[step]["state"] == ("executed" if executed else "failed") and effects[step]["settled_by"]
+    others = [f"reply[{i}]" for i in range(n) if f"reply[{i}]" != step]
+    assert all(_nodes(cli, run_id)[o]["state"] == "succeeded" for o in others)  # settling one left the others
+    res = cli("resume", run_id, "--json", expect=None).json()
+    nodes = _nodes(cli, run_id)
+    assert len(demo_calls(cli.demo_db, tool="send_message")) == sent  # nothing sent again
+    if executed:
+        assert res["state"] == "succeeded" and nodes[step]["state"] == "succeeded"
+        assert nodes["done"]["output"] == f"sent {n} replies"
+    else:
+        assert res["state"] == "failed" and nodes[step]["state"] == "failed"
+    again = cli("reconcile", run_id, step, "--executed", expect=None)
+    assert again.code != 0 and "nothing was changed" in again.err  # settled once
+
+
+ASKED = (
+    'for each c in ["#daily", "#general"]:\n'
+    '  topic: slack.slack_get_channel {"channel": "{c}"}\n'
+    "  ask me:\n"
+    "  - post to this channel?\n"
+    '  post: vodou.echo {"value": "{c}"}\n'
+    'tell: slack.slack_post_message {"channel": "#daily", "text": "went on with {post}"}\n'
+)
+
+
+def test_a_question_of_its_own_in_a_loop_is_asked_once_for_every_item(cli):
+    """`ask me` in a loop with no effect after it is one question for all the items, each item's
+    part frozen with its own fingerprint (the item and the outputs it follows, the item's own);
+    approving some lets exactly those go on, the others are declined and never run."""
+    path = cli.tmp / "asked.recipe"
+    path.write_text(ASKED)
+    doc = cli("run", path, "--json", expect=3).json()
+    (pending,) = doc["pending"]  # one question, not one per item
+    assert pending["step"] == "ask:1" and pending["items"] == [0, 1]
+    (payload_json,) = cli.sql("SELECT payload_json FROM approvals WHERE run_id = ?", (doc["run"],))[0]
+    items = msgspec.json.decode(payload_json)["items"]
+    assert [e["payload"]["outputs"]["c"] for e in items] == ["#daily", "#general"]
+    assert [e["payload"]["outputs"]["topic"]["channel"] for e in items] == ["#daily", "#general"]
+    for e in items:
+        assert f"item {e['item']}  fingerprint {e['fingerprint']}:" in pending["card"]
+    assert '"channel": "#general"' in pending["card"]
+    res = cli("approve", doc["run"], "ask:1", "--yes", "--items", "1", "--json", expect=3).json()
+    assert [p["step"] for p in res["pending"]] == ["tell"]  # the run went on to the effect after the loop
+    nodes = _nodes(cli, doc["run"])
+    assert nodes["post[1]"]["output"] == "#general" and nodes["post[0]"]["state"] == "skipped"
+    assert "declined" in nodes["ask:1[0]"]["error"]
+    cli("approve", doc["run"], "tell", "--yes", expect=0)
+    (told,) = demo_calls(cli.demo_db, tool="slack_post_message")
+    assert told["arguments"]["text"] == 'went on with [null, "#general"]'
+
+
+NESTED = (
+    'for each t in [{"to": ["ana@example.com", "bo@example.com"]}, {"to": ["cy@example.com"]}]:\n'
+    "  for each who in {t.to}:\n"
+    '    send: gmail.send_message {"to": "{who}", "subject": "hi", "body": "hello {who}"}\n'
+    'done: vodou.echo {"value": "{send}"}\n'
+)
+
+
+def test_an_effect_in_a_loop_inside_another_asks_once_per_outer_item(cli):
+    """An effect in a nested loop: one question per outer item (`send[0]`, `send[1]`), each
+    listing that item's inner items with their own fingerprints; each is decided on its own,
+    all or some, and exactly the approved payloads are sent once each."""
+    path = cli.tmp / "nested.recipe"
+    path.write_text(NESTED)
+    doc = cli("run", path, "--json", expect=3).json()
+    pending = {p["step"]: p for p in doc["pending"]}
+    assert set(pending) == {"send[0]", "send[1]"}
+    assert pending["send[0]"]["items"] == [0, 1] and pending["send[1]"]["items"] == [0]
+    assert "hello bo@example.com" in pending["send[0]"]["card"] and "cy@" not in pending["send[0]"]["card"]
+    assert demo_calls(cli.demo_db, tool="send_message") == []
+    res = cli("approve", doc["run"], "send[0]", "--yes", "--items", "1", "--json", expect=3).json()
+    assert [p["step"] for p in res["pending"]] == ["send[1]"]
+    assert [c["arguments"]["to"] for c in demo_calls(cli.demo_db, tool="send_message")] == ["bo@example.com"]
+    done = cli("approve", doc["run"], "send[1]", "--yes", "--json", expect=0).json()
+    assert done["state"] == "succeeded"
+    sent = demo_calls(cli.demo_db, tool="send_message")
+    assert sorted(c["arguments"]["to"] for c in sent) == ["bo@example.com", "cy@example.com"]
+    assert len({c["idempotency_key"] for c in sent}) == 2
+    nodes = _nodes(cli, doc["run"])
+    assert nodes["send[0][0]"]["state"] == "skipped" and nodes["send[0][1]"]["state"] == "succeeded"
+    lists = nodes["send"]["output"]  # outer item 0 ended in the drive before: its list is kept
+    assert lists[0][0] is None and lists[0][1] is not None and lists[1][0] is not None
+    cli("resume", doc["run"], expect=None)
+    assert len(demo_calls(cli.demo_db, tool="send_message")) == 2
+
+
+def test_a_question_in_a_loop_inside_another_is_asked_per_outer_item_and_the_lists_survive_resumes(cli):
+    """`ask me` in a nested loop: one question per outer item; each decided in its own drive,
+    and after the outer loop the lists hold every outer item's values, those of an outer item
+    that ended in an earlier drive too."""
+    path = cli.tmp / "nested-ask.recipe"
+    path.write_text(
+        'for each t in [["#daily", "#general"], ["#daily"]]:\n'
+        "  for each c in {t}:\n"
+        '    topic: slack.slack_get_channel {"channel": "{c}"}\n'
+        "    ask me:\n"
+        "    - fine?\n"
+        '    ok: vodou.echo {"value": "{c}"}\n'
+        'done: vodou.echo {"value": "{ok}"}\n'
+    )
+    doc = cli("run", path, "--json", expect=3).json()
+    assert sorted(p["step"] for p in doc["pending"]) == ["ask:1[0]", "ask:1[1]"]
+    cli("approve", doc["run"], "ask:1[0]", "--yes", "--items", "0", expect=3)
+    cli("approve", doc["run"], "ask:1[1]", "--yes", expect=0)
+    assert _nodes(cli, doc["run"])["done"]["output"] == [["#daily", None], ["#daily"]]

@@ -1,7 +1,7 @@
 """`for each` at run time, end to end through `recipe run` on the demo servers and a real
 store (both stores with VODOU_TEST_STORE=sqlite,postgres): items run, each read counted
 in the mail server's own call log; bounds before any item runs; quorum; nesting; and an
-effect inside a loop refused before anything runs."""
+effect that runs without asking inside a loop refused before anything runs."""
 
 from __future__ import annotations
 
@@ -130,18 +130,16 @@ def test_nested_loops_give_lists_of_lists(cli):
     assert nodes["tag[0][1]"]["output"] == expected[0][1]
 
 
-def test_an_effect_in_a_nested_loop_is_refused_before_anything_runs(cli):
+def test_an_effect_in_a_loop_that_runs_without_asking_is_refused_before_anything_runs(cli):
     text = (
         'unread: gmail.messages_list {"labelIds": ["UNREAD"]}\n'
         "for each m in {unread.messages}:\n"
         '  for each to in ["a@example.com"]:\n'
         '    reply: gmail.send_message {"to": "{to}", "subject": "Re: {m.subject}", "body": "ok"}\n'
+        "      without asking\n"
     )
     res = cli("run", _write(cli, text), expect=2)
-    assert (
-        "loop.recipe:4:5: error: `reply` (gmail.send_message, write) is an effect in a loop inside another loop"
-        in res.err
-    )
+    assert "loop.recipe:4:5: error: `reply` (gmail.send_message) runs without asking and is inside" in res.err
     assert "hint:" in res.err
     assert demo_calls(cli.demo_db) == []  # not even the list was read
     listed = cli("runs", "--json")

@@ -24,6 +24,7 @@ import msgspec
 from .errors import TamperedError
 from .plan import ApprovalNode, JoinNode, LoopNode, Plan, QuestionNode, ToolNode, WriteNode
 from .runtime.freeze import expiry_s, gives_its_fingerprint
+from .runtime.loops import split_copy
 from .text_safety import Findings, findings, json_text, visible
 
 RISK_STYLE = {"read": "green", "write": "yellow", "critical": "bold red"}
@@ -372,22 +373,45 @@ def _asked_about(payload: Any) -> list[str]:
     """A question's outputs: text as a block of lines (each marked, behind ``│``), anything
     else as JSON. The block keeps the card injective: its lines split only at newlines, and
     every other break or hidden character inside a line is marked."""
+    if isinstance(payload, dict) and set(payload) == {"items"} and isinstance(payload["items"], list):
+        # a question of its own in a loop: each item's part, with its own fingerprint
+        lines = ["for each item, what it asks about (frozen with the question, exactly as the run goes on with it):"]
+        found = Findings()
+        for entry in payload["items"]:
+            entry = entry if isinstance(entry, dict) else {}
+            lines.append(
+                f"  item {json_text(entry.get('item'))}  fingerprint {visible(str(entry.get('fingerprint')))}:"
+            )
+            part = entry.get("payload")
+            lines.extend(_outputs_lines(part.get("outputs") if isinstance(part, dict) else part, "    ", found))
+        lines.extend(found.lines("what it asks about"))
+        return lines
     outputs = payload.get("outputs") if isinstance(payload, dict) else None
     if not isinstance(outputs, dict) or not outputs:
         return []
     lines = ["what it asks about (frozen with the question, exactly as the run goes on with it):"]
     found = Findings()
+    lines.extend(_outputs_lines(outputs, "  ", found))
+    lines.extend(found.lines("what it asks about"))
+    return lines
+
+
+def _outputs_lines(outputs: Any, indent: str, found: Findings) -> list[str]:
+    """Outputs asked about, by name: text as a block of marked lines, anything else as JSON."""
+    if not isinstance(outputs, dict):
+        findings(outputs, found)
+        return _indented(json_text(outputs), indent)
+    lines = []
     for name in sorted(outputs):
         value = outputs[name]
         if isinstance(value, str):
-            lines.append(f"  {visible(name)} (text):")
-            lines.extend("    │ " + visible(line) for line in value.split("\n"))
+            lines.append(f"{indent}{visible(name)} (text):")
+            lines.extend(f"{indent}  │ " + visible(line) for line in value.split("\n"))
             found.add(value.replace("\n", ""))
         else:
-            lines.append(f"  {visible(name)}:")
-            lines.extend(_indented(json_text(value), "    "))
+            lines.append(f"{indent}{visible(name)}:")
+            lines.extend(_indented(json_text(value), indent + "  "))
             findings(value, found)
-    lines.extend(found.lines("what it asks about"))
     return lines
 
 
@@ -471,7 +495,8 @@ def check_untampered(
     then); the step it is stored under must be the one its node guards; and it must expire when
     the plan says, counted from when it was asked."""
     index = plan.index()
-    gate = index.get(approval.node_id)
+    base, outer = split_copy(index, approval.node_id)  # a loop inside another: asked per outer item
+    gate = index.get(base)
     guarded = index.get(gate.step) if isinstance(gate, ApprovalNode) else None
     step = guarded if isinstance(guarded, ToolNode) else None
     as_asked = False
@@ -491,7 +516,7 @@ def check_untampered(
             as_asked = False
         step = gate
     elif (isinstance(gate, ApprovalNode) and step is not None) or isinstance(gate, QuestionNode):
-        node_id = step.id if step is not None else gate.id
+        node_id = (step.id if step is not None else gate.id) + outer
         try:
             if payload is None:
                 payload = msgspec.json.decode(approval.payload_json)

@@ -33,6 +33,9 @@ class PendingApproval(Doc, frozen=True):
     """What is stored of this question no longer gives its fingerprint (the store was edited):
     it has no card and nobody can decide it (``refusal`` says so, to be shown in its place)."""
     refusal: str | None = None
+    items: list[int] | None = None
+    """For a loop's batch question: the items it lists (approve some with ``items=``,
+    ``recipe approve RUN STEP --items 0,2``); None for any other question."""
     asks: dict[str, Any] | None = None
     """A server's question in the middle of the step's call (``{"server", "tool", "message",
     "schema"}``): answered with ``Runs.answer``, not approved; None for an approval or a

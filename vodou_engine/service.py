@@ -233,15 +233,22 @@ class Service:
 
     # --- what surfaces ask of it ---------------------------------------------------------
     async def approve(
-        self, run_id: str, step: str | None, *, actor: str, fingerprint: str | None, proof: str
+        self,
+        run_id: str,
+        step: str | None,
+        *,
+        actor: str,
+        fingerprint: str | None,
+        proof: str,
+        items: list[int] | None = None,
     ) -> RunReport:
         """Record the decision now (refusals are the caller's to show), then drive the run
         on warm servers in the background; with workers, the decision and the run's queued
-        resume commit together and a worker drives it."""
+        resume commit together and a worker drives it. ``items``: of a loop's batch, only these."""
         runs = self.runs()
         try:
             report = await runs.approve(
-                run_id, step, actor=actor, fingerprint=fingerprint, proof=proof, drive=self.workers
+                run_id, step, actor=actor, fingerprint=fingerprint, proof=proof, drive=self.workers, items=items
             )
         finally:
             runs.close()

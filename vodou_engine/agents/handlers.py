@@ -90,20 +90,26 @@ class AgentServer:
                 cat.server_set = servers
             return cat
 
-    def decide(self, run_id: str, step: str) -> dict[str, str]:
+    def decide(self, run_id: str, step: str, items: list[int] | None = None) -> dict[str, str]:
+        """How a person decides: the commands to show them. A loop's batch can be approved for
+        some of its items only (``--items``, or the tick boxes of the inbox)."""
         flag = self.config.store_flag()
-        return {
+        out = {
             "who": "a person (this agent cannot approve, reject or cancel)",
             "approve": f"recipe approve {run_id} {step}{flag}",
             "reject": f"recipe reject {run_id} {step}{flag}",
             "web": "the approval inbox of `recipe serve`, when it runs",
         }
+        if items is not None:  # approve runs all the items; this, only those listed
+            out["approve_some"] = f"recipe approve {run_id} {step} --items {','.join(map(str, items[:2]))}{flag}"
+        return out
 
     def pending_data(self, run_id: str, pending: list[Any]) -> list[dict[str, Any]]:
         return [
             {
                 "step": p.step, "fingerprint": p.fingerprint, "expires_at": p.expires_at, "approvers": p.approvers,
-                "card": p.card, "decide": self.decide(run_id, p.step), **({"tampered": True, "refusal": p.refusal} if p.tampered else {}),
+                "card": p.card, "decide": self.decide(run_id, p.step, p.items),
+                **({} if p.items is None else {"items": p.items}), **({"tampered": True, "refusal": p.refusal} if p.tampered else {}),
             }
             for p in pending
         ]  # fmt: skip

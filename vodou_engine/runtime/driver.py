@@ -25,9 +25,11 @@ from ..plan import Plan, WriteNode
 from ..reports import PendingApproval, RunReport, ServerStart, together_stats
 from ..states import ApprovalState, NodeState, RunState
 from ..store import ApprovalRecord, EffectRecord, NodeRecord, RunRecord, RunStore
+from ..store.approvals import batch_indexes
 from .context import RunContext
 from .faults import SimulatedCrash
 from .journal import Journal
+from .loops import split_copy, templates_within
 from .scheduler import Scheduler
 from .threads import Blocking
 
@@ -210,12 +212,15 @@ def pending_view(a: Any, plan: Plan, bindings: dict[str, Any]) -> PendingApprova
     from ..cards import ELICITATION, card_and_refusal, is_elicitation
 
     card, refusal = card_and_refusal(a, plan, bindings)
-    asks = None
+    asks = items = None
     if refusal is None:
         payload = msgspec.json.decode(a.payload_json)
         asks = payload[ELICITATION] if is_elicitation(payload) else None
+        base = split_copy(plan.index(), a.step)[0]
+        if any(base in inside for inside in templates_within(plan).values()):
+            items = batch_indexes(a)
     return PendingApproval(
         step=a.step, approval=a.id, fingerprint=a.fingerprint, expires_at=a.expires_at, card=card,
         approvers=msgspec.json.decode(a.approvers_json) if a.approvers_json else [], tampered=refusal is not None, refusal=refusal,
-        asks=asks,
+        items=items, asks=asks,
     )  # fmt: skip

@@ -65,18 +65,21 @@ class Effects:
         self.hooks: Callable[[ToolNode], CallHooks] | None = None
         """What an effect's call hears (its progress; a question, declined): set by the scheduler."""
 
-    async def run_item(self, node: ToolNode, template: ToolNode, gate_id: str, item: int) -> None:
+    async def run_item(self, node: ToolNode, template: ToolNode, gate_id: str, item: int) -> str | None:
         """One loop item's copy of an effect (``reply[2]``), approved in its batch: the payload
         that runs is the one frozen for this item in the batch question, which must be intact
-        and approved; the claim names this item, and its idempotency key includes it."""
+        and approved; the claim names this item, and its idempotency key includes it. With a
+        ``check:``, the item's check is read again first: changed, nothing runs and ``"stale"``
+        is returned (the scheduler asks about this item again)."""
         ctx = self.ctx
-        approval = await self.gates.latest(gate_id)
+        approval = await self.gates.latest_item(gate_id, item)
         if approval is None or approval.state != "approved":
             raise TamperedError(
                 f"step `{node.id}` has no approved batch on record; nothing was executed", run=ctx.run_id, step=node.id
             )
         batch = msgspec.json.decode(approval.payload_json)
-        self._check_untampered(template, approval, batch)
+        outer = gate_id[len(template.needs[0]) :]  # in a loop inside another: asked under `send[0]`
+        self._check_untampered(msgspec.structs.replace(template, id=template.id + outer), approval, batch)
         entry = next((e for e in batch.get("items", ()) if isinstance(e, dict) and e.get("item") == item), None)
         if entry is None:
             raise TamperedError(
@@ -92,11 +95,31 @@ class Effects:
                 run=ctx.run_id,
                 step=node.id,
             )
+        journal = self.journal
+        if template.check is not None:
+            before = entry.get("check")
+            if not isinstance(before, dict) or "args" not in before or "result" not in before:
+                raise TamperedError(
+                    f"item {item} of `{template.id}` has no check read stored in {approval.id}; nothing was executed",
+                    run=ctx.run_id,
+                    step=node.id,
+                )
+            now_seen = await self.tools.read(template.check.server, template.check.tool, before["args"])
+            if _canonical(now_seen) != _canonical(before["result"]):
+                # The world changed for this item since its question: asked again, alone.
+                data = {"approval": approval.id, "item": item, "was": before["result"], "now": now_seen}
+                await journal.db(
+                    journal.store.append_event,
+                    ctx.run_id,
+                    "stale",
+                    node_id=node.id,
+                    data_json=_json.encode(data).decode(),
+                )
+                return "stale"
         key = idempotency_key(ctx.run_id, node.id, fp)
         args = await self._prepare(node, payload, key)
         if args is None:
-            return
-        journal = self.journal
+            return None
         won = await journal.db(
             journal.store.begin_effect,
             ctx.run_id,
@@ -109,8 +132,9 @@ class Effects:
         )
         if not won:
             await self._claimed_elsewhere(node)
-            return
+            return None
         await self._execute(node, args)
+        return None
 
     async def run(self, node: ToolNode) -> None:
         """An approved effect: verify, re-check, claim, call once."""

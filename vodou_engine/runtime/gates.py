@@ -42,6 +42,8 @@ class Gates:
         """The run's approvals as read when the drive began; forgotten as soon as this
         process writes one or wakes for new decisions, so it is never stale. It only
         saves thread hops: the store re-checks an approval when its effect is claimed."""
+        self.listed: dict[str, frozenset[int]] = {}
+        """Per batch question: the items it lists (``latest_item``)."""
 
     def forget(self) -> None:
         self.seen = None
@@ -52,6 +54,28 @@ class Gates:
             seen = await self.journal.db(self.journal.store.approvals, self.ctx.run_id)
         rows = [a for a in seen if a.node_id == gate_id]
         return max(rows, key=lambda a: a.asked_at) if rows else None
+
+    async def latest_item(self, gate_id: str, item: int) -> ApprovalRecord | None:
+        """The latest question of a loop's batch gate that lists ``item``: the one that decides
+        it. A question asked again for some items (their ``check:`` read changed) leaves the
+        earlier approval standing for the others."""
+        seen = self.seen
+        if seen is None:
+            seen = await self.journal.db(self.journal.store.approvals, self.ctx.run_id)
+        rows = [a for a in seen if a.node_id == gate_id and item in self._listed(a)]
+        return max(rows, key=lambda a: a.asked_at) if rows else None
+
+    def _listed(self, a: ApprovalRecord) -> frozenset[int]:
+        """The items a batch question lists (its payload never changes: decoded once per question)."""
+        found = self.listed.get(a.id)
+        if found is None:
+            doc = msgspec.json.decode(a.payload_json)
+            entries = doc.get("items") if isinstance(doc, dict) else None
+            found = frozenset(
+                e["item"] for e in entries or () if isinstance(e, dict) and isinstance(e.get("item"), int)
+            )
+            self.listed[a.id] = found
+        return found
 
     async def run(self, node: ApprovalNode | QuestionNode) -> None:
         """Pass, refuse or wait at a gate, asking the question if it has no live one."""
@@ -160,33 +184,51 @@ class Gates:
             policy=ctx.policy_doc(step), server=ctx.server_digest(step.server),
         )  # fmt: skip
 
-    async def ask_batch(self, gate: ApprovalNode, step: ToolNode, items: list[dict[str, Any]]) -> ApprovalRecord:
+    def question_item_fingerprint(self, question: QuestionNode, payload: Any) -> str:
+        """One loop item's part of a question of its own in a loop (the item's copy, ``ask:1[2]``):
+        the question and what it asks about for that item."""
+        ctx = self.ctx
+        return payload_fingerprint(
+            run_id=ctx.run_id, node_id=question.id, address="question", payload=payload,
+            policy=ctx.policy_doc(None), server="",
+        )  # fmt: skip
+
+    async def ask_batch(
+        self, gate: ApprovalNode | QuestionNode, step: ToolNode | None, items: list[dict[str, Any]], outer: str = ""
+    ) -> ApprovalRecord:
         """One question for every item of a loop that reached effect ``step`` (the template
-        node): the payload lists each item's frozen payload with its own fingerprint, and the
-        question's fingerprint covers the set. Stored under the template gate and step, so it
-        is decided, shown and checked like any question (``recipe approve RUN STEP``)."""
+        node), or a question of its own ``gate`` (``step`` None; each item's entry holds the
+        question and what it asks about for that item): the payload lists each item's frozen payload with its own fingerprint, and the
+        question's fingerprint covers the set, each item's ``preview:`` and ``check:`` read
+        (kept in its entry) included. Stored under the template gate and step, so it is
+        decided, shown and checked like any question (``recipe approve RUN STEP``); asked
+        again for some items, the earlier approval stands for the others (``latest_item``).
+        ``outer``: in a loop inside another, the outer item's suffix; the question is stored
+        under that item's copies of the gate and step (``approve:send[0]``, ``send[0]``)."""
         ctx = self.ctx
         payload = {"items": items}
         policy = ctx.policy_doc(step)
         now = ctx.clock()
         expires_at = now + expiry_s(ctx.plan.options, step)
-        server = ctx.servers.get(step.server)
+        server = ctx.servers.get(step.server) if step is not None else None
         fp = payload_fingerprint(
-            run_id=ctx.run_id, node_id=step.id, address=step.address, payload=payload, policy=policy,
-            server=ctx.server_digest(step.server),
+            run_id=ctx.run_id, node_id=(step.id if step is not None else gate.id) + outer,
+            address=step.address if step is not None else "question", payload=payload, policy=policy,
+            server=ctx.server_digest(step.server) if step is not None else "",
             card=card_doc(approvers=ctx.approvers, source=server.source if server is not None else ""),
         )  # fmt: skip
         from ..cards import approval_card_text
 
+        question = gate.question if isinstance(gate, ApprovalNode) else gate.text
         card = approval_card_text(
-            run_id=ctx.run_id, step=step, question=gate.question, payload=payload, fingerprint=fp, preview=None,
+            run_id=ctx.run_id, step=step, question=question, payload=payload, fingerprint=fp, preview=None,
             expires_at=expires_at, approvers=ctx.approvers, server=server,
         )  # fmt: skip
         rec = ApprovalRecord(
-            id=f"{ctx.run_id}/{gate.id}/{int(now * 1000):x}",
+            id=f"{ctx.run_id}/{gate.id}{outer}/{int(now * 1000):x}",
             run_id=ctx.run_id,
-            node_id=gate.id,
-            step=step.id,
+            node_id=gate.id + outer,
+            step=(step.id if step is not None else gate.id) + outer,
             payload_json=_json.encode(payload).decode(),
             fingerprint=fp,
             asked_at=now,

@@ -11,6 +11,7 @@ then the same item's steps, then the enclosing items', then the run's).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +19,7 @@ import msgspec
 
 from ..compiler import template
 from ..errors import RecipeError, ToolError
-from ..plan import ApprovalNode, JoinNode, LoopNode, Node, Plan, QuestionNode, ToolNode
+from ..plan import ApprovalNode, JoinNode, LoopNode, Node, Plan, ToolNode
 
 
 @dataclass(slots=True)
@@ -62,8 +63,27 @@ class Batch:
     ``{"item", "payload", "fingerprint"}``), asked when every item has reached it or ended."""
 
     loop: LoopRun
+    gate: str
+    """The template gate (or question) it is asked for."""
+    outer: str = ""
+    """In a loop inside another, the outer item's suffix (``[0]``): stored under ``approve:send[0]``."""
     waiting: dict[int, dict[str, Any]] = field(default_factory=dict)
     asked: bool = False
+
+
+def split_copy(index: Mapping[str, Any], nid: str) -> tuple[str, str]:
+    """A copy's id as its template's id and its suffix (``send[0]`` -> ``send``, ``[0]``); an id
+    of the plan as itself and no suffix. A batch question of a loop inside another is stored
+    under its outer item's copy of the gate and step (``approve:send[0]``, ``send[0]``)."""
+    base = nid
+    while base not in index and base.endswith("]") and "[" in base:
+        base = base[: base.rfind("[")]
+    return (base, nid[len(base) :]) if base in index else (nid, "")
+
+
+def outer_of(suffix: str) -> str:
+    """A suffix without its innermost item: ``[0]`` for ``[0][2]``, empty for ``[2]``."""
+    return suffix[: suffix.rfind("[")]
 
 
 def item_of(suffix: str) -> int:
@@ -164,34 +184,23 @@ def copies_by_template(plan: Plan, node_ids: list[str]) -> dict[str, list[str]]:
 
 def refuse_asking_in_loops(plan: Plan, path: str | None = None, text: str | None = None) -> None:
     """Before a run starts: what a loop's body may not hold yet is refused (exit 2), nothing
-    run. An effect in a loop is asked once for the whole batch; this engine does so for a
-    loop that is not inside another, for an effect without ``preview:`` or ``check:`` (which
-    would be read per item) that asks. A question of its own in a loop is refused too."""
+    run. An effect in a loop is asked once for the whole batch (its ``preview:`` and
+    ``check:`` read per item; in a loop inside another, once per outer item), and so is a
+    question of its own; an effect that runs without asking is refused in a loop."""
     index = plan.index()
-    inner = {m for n in plan.nodes if isinstance(n, LoopNode) for m in n.body}
     for loop in plan.nodes:
         if not isinstance(loop, LoopNode):
             continue
         for nid in loop.body:
             node = index[nid]
-            what = None
-            if isinstance(node, ToolNode) and node.effectful:
-                if loop.id in inner:
-                    what = f"`{nid}` ({node.address}, {node.risk}) is an effect in a loop inside another loop"
-                elif node.preview is not None or node.check is not None:
-                    what = f"`{nid}` ({node.address}) has a `preview:` or `check:` and is"
-                elif node.without_asking:
-                    what = f"`{nid}` ({node.address}) runs without asking and is"
-            elif isinstance(node, QuestionNode):
-                what = f"the question “{node.text}” is"
-            if what is None:
+            if not (isinstance(node, ToolNode) and node.effectful and node.without_asking):
                 continue
+            what = f"`{nid}` ({node.address}) runs without asking and is"
             where = node.where
             lines = text.splitlines() if text is not None and where is not None else []
             raise RecipeError(
                 f"{what} inside `for each {loop.var}` (line {loop.where.line if loop.where else '?'}): "
-                "this engine asks one question for a loop's effects only for a loop that is not inside "
-                "another, an effect without `preview:` or `check:` that asks, and no question of its own; "
+                "a loop's effects are asked about as one question for its items, so each must ask; "
                 "nothing was run",
                 path=path,
                 line=where.line if where else None,

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 import msgspec
 import trio
 
+from ..cards import question_outputs
 from ..compiler import template
 from ..errors import LostRunError, ToolError, VodouError
 from ..plan import ApprovalNode, JoinNode, LoopNode, QuestionNode, ToolNode, WriteNode
@@ -42,7 +43,18 @@ from .elicit import Elicitations
 from .faults import crashpoint
 from .gates import Gates
 from .journal import Journal
-from .loops import TOP, Batch, LoopRun, Scope, copy_node, item_of, lookup, templates_within, the_list
+from .loops import (
+    TOP,
+    Batch,
+    LoopRun,
+    Scope,
+    copy_node,
+    item_of,
+    lookup,
+    outer_of,
+    templates_within,
+    the_list,
+)
 from .threads import Blocking, Job
 
 if TYPE_CHECKING:
@@ -313,7 +325,7 @@ class Scheduler:
     def _after(self, nid: str) -> None:
         for s in self.succ[nid]:
             self._try_start(s)
-        if nid in self.exit_of:
+        if nid in self.exit_of and self.states[nid] in TERMINAL:  # an item asked about again is not done
             self._item_done(nid)
 
     # --- loops ---------------------------------------------------------------------------
@@ -374,6 +386,13 @@ class Scheduler:
             self.succ[need].append(cid)
         self.journal.add(cid)
         self.journal.restore_one(cid)  # as a drive before left it, if one did
+        if isinstance(copy, LoopNode) and self.states[cid] == SUCCEEDED:
+            # a nested loop that ended in a drive before: its steps' per-item lists (`ok[0]`) too,
+            # for the enclosing loop's lists when it ends in this drive
+            for t in self.within.get(cid[: len(cid) - len(scope.suffix)], ()):
+                if t + scope.suffix not in self.states:
+                    self.journal.add(t + scope.suffix)
+                    self.journal.restore_one(t + scope.suffix)
         self.scope[cid] = scope
         if droppable:
             self.droppable.add(cid)
@@ -441,6 +460,22 @@ class Scheduler:
         states = self.states
         n = len(lr.items)
         success = lr.ok >= lr.need
+        doubt = [i for i in range(n) if states[lr.exits[i]] == UNKNOWN]
+        if not success and doubt and lr.ok + len(doubt) >= lr.need:
+            # Whether the loop succeeded hangs on effects in doubt: it waits, undecided, for a
+            # person to settle them (`recipe reconcile RUN reply[N]`); what follows it waits too,
+            # and the next drive, finding them settled, decides the loop.
+            for exit_id in lr.exits:
+                self.exit_of.pop(exit_id, None)
+            steps = ", ".join(lr.exits[i] for i in doubt)
+            self.journal.set(
+                nid,
+                UNKNOWN,
+                error=f"item{'s' if len(doubt) > 1 else ''} {', '.join(map(str, doubt))}: the effect may or may not "
+                f"have happened ({steps}); "
+                "settle it with `recipe reconcile RUN STEP --executed|--not-executed`, then resume",
+            )
+            return
         unfinished = [lr.members[i] for i in range(n) if states[lr.exits[i]] != SUCCEEDED]
         why = f"dropped by the quorum of {nid}" if success else f"{nid} did not succeed"
         for item in unfinished:
@@ -491,26 +526,37 @@ class Scheduler:
 
     # --- one question for a loop's effect ------------------------------------------------
     def _batch_of(self, copy_id: str) -> tuple[ToolNode, str, int]:
-        """A loop item's copy of an effect: its template step, the template gate the batch is
-        asked under, and the item's index."""
+        """A loop item's copy of an effect: its template step, the gate its batch is asked
+        under (the template gate; in a loop inside another, its outer item's copy of it:
+        ``approve:send[0]``), and the item's index."""
         scope = self.scope[copy_id]
         template = self.index[copy_id[: len(copy_id) - len(scope.suffix)]]
         assert isinstance(template, ToolNode), "only a tool step is an effect"
-        return template, template.needs[0], item_of(scope.suffix)
+        return template, template.needs[0] + outer_of(scope.suffix), item_of(scope.suffix)
 
-    async def _batch_gate(self, gate: ApprovalNode) -> None:
+    async def _batch_gate(self, gate: ApprovalNode | QuestionNode, again: bool = False) -> None:
         """An item reaches its copy of the gate: with the batch decided, it passes if its payload
         is among those approved (declined with the batch if rejected); undecided, it waits, and
-        when every item of the loop has reached the gate or ended, one question is asked for all."""
+        when every item of the loop has reached the gate or ended, one question is asked for all.
+        A question of its own (``ask me`` in a loop) is asked the same way, each item's entry
+        holding what it asks about for that item.
+        ``again``: the item's ``check:`` read changed after its approval; it is asked about again."""
         gid = gate.id
         scope = self.scope[gid]
-        key = gid[: len(gid) - len(scope.suffix)]
-        step = self.index[gate.step]
-        assert isinstance(step, ToolNode), "an approval guards a tool step"
+        template_id = gid[: len(gid) - len(scope.suffix)]
+        key = template_id + outer_of(scope.suffix)  # one question per loop (copy): its items share it
         item = item_of(scope.suffix)
-        payload = self._render_for(step.id, step.args)
-        fp = self.gates.item_fingerprint(step, payload)
-        latest = await self.gates.latest(key)
+        step: ToolNode | None = None
+        if isinstance(gate, ApprovalNode):
+            found = self.index[gate.step]
+            assert isinstance(found, ToolNode), "an approval guards a tool step"
+            step = found
+            payload = self._render_for(step.id, step.args)
+            fp = self.gates.item_fingerprint(step, payload)
+        else:
+            payload = self._question_payload(gate, template_id, scope)
+            fp = self.gates.question_item_fingerprint(gate, payload)
+        latest = None if again else await self.gates.latest_item(key, item)
         journal = self.journal
         if latest is not None and latest.state == ApprovalState.APPROVED:
             # decided: every approved item runs, whatever happens to the others
@@ -543,17 +589,42 @@ class Scheduler:
                 return
             self.gates.forget()
             await journal.db(journal.store.decide, latest.id, ApprovalState.EXPIRED, by="clock")
-        # an item whose payload the server would refuse is never on the card: its gate fails, the others go on
-        await self.tools.check_payload(f"{step.id}{scope.suffix}", step.server, step.tool, payload)
+        entry: dict[str, Any] = {"item": item, "payload": payload, "fingerprint": fp}
+        if step is None:
+            pass  # a question of its own: nothing to check or read
+        else:
+            # an item whose payload the server would refuse is never on the card: its gate fails, the others go on
+            await self.tools.check_payload(step.id, step.server, step.tool, payload)
+        if step is not None and step.preview is not None:  # read per item, shown in the item's row
+            preview_args = self._render_for(step.id, step.preview.args)
+            entry["preview"] = await self.tools.read(step.preview.server, step.preview.tool, preview_args)
+        if step is not None and step.check is not None:  # read per item, read again right before the effect
+            check_args = self._render_for(step.id, step.check.args)
+            entry["check"] = {
+                "args": check_args,
+                "result": await self.tools.read(step.check.server, step.check.tool, check_args),
+            }
         lr = self.loop_of_item[scope.suffix]
         batch = self.batches.get(key)
-        if batch is None:
-            batch = self.batches[key] = Batch(lr)
-        batch.waiting[item] = {"item": item, "payload": payload, "fingerprint": fp}
+        if batch is None or batch.asked:  # a batch asked already: this item is asked about on a new card
+            batch = self.batches[key] = Batch(lr, template_id, outer_of(scope.suffix))
+        batch.waiting[item] = entry
         journal.set(gid, WAITING)
         lr.active -= 1  # waiting for a person: its place goes to the next item
         self._more(lr)
         self._batch_ready(key, batch)
+
+    async def _ask_item_again(self, node: ToolNode, gate_id: str) -> None:
+        """An item's ``check:`` read changed after its batch was approved: that item alone goes
+        back to its gate and is asked about again, on a card of its own once the loop's other
+        items have ended; the others' approval stands."""
+        suffix = self.scope[node.id].suffix
+        gate = self.index[gate_id + suffix]
+        assert isinstance(gate, ApprovalNode), "an item's effect follows its copy of the gate"
+        self.journal.mark(node.id, PENDING)
+        self.journal.mark(gate.id, RUNNING)
+        await self._batch_gate(gate, again=True)
+        self.journal.set(node.id, PENDING)
 
     def _batch_ready(self, key: str, batch: Batch) -> None:
         """Ask the batch once every item of its loop has reached the gate or ended."""
@@ -565,12 +636,30 @@ class Scheduler:
             if i not in batch.waiting and states[lr.exits[i]] not in TERMINAL:
                 return
         batch.asked = True
-        gate = self.index[key]
+        gate = self.index[batch.gate]
+        items = [batch.waiting[i] for i in sorted(batch.waiting)]
+        if isinstance(gate, QuestionNode):
+            self.work.start_soon(self.gates.ask_batch, gate, None, items, batch.outer)
+            return
         assert isinstance(gate, ApprovalNode), "a batch is asked under its template gate"
         step = self.index[gate.step]
         assert isinstance(step, ToolNode), "an approval guards a tool step"
-        items = [batch.waiting[i] for i in sorted(batch.waiting)]
-        self.work.start_soon(self.gates.ask_batch, gate, step, items)
+        self.work.start_soon(self.gates.ask_batch, gate, step, items, batch.outer)
+
+    def _question_payload(self, copy: QuestionNode, template_id: str, scope: Scope) -> dict[str, Any]:
+        """What a question in a loop asks about for one item: the question, the item (each
+        enclosing loop's variable) and the outputs it follows or names, the item's own."""
+        template = self.index[template_id]
+        assert isinstance(template, QuestionNode), "a question's copy has a question as template"
+        outputs = self.journal.outputs
+        seen: dict[str, Any] = {}
+        for name in question_outputs(self.ctx.plan, template, _Everything()):
+            found, value = lookup(name, scope, outputs)
+            if found:
+                seen[name] = value
+            elif name in outputs:
+                seen[name] = outputs[name]
+        return {"question": template.text, "outputs": {**scope.binds, **seen}}
 
     def _render_in(self, scope: Scope, args: Any) -> Any:
         outputs = self.journal.outputs
@@ -721,12 +810,13 @@ class Scheduler:
         """A node's work, by kind; a step's own failure fails the step, nothing more."""
         journal = self.journal
         try:
-            if isinstance(node, ApprovalNode) and node.id in self.scope:
+            if isinstance(node, (ApprovalNode, QuestionNode)) and node.id in self.scope:
                 await self._batch_gate(node)
             elif isinstance(node, ToolNode):
                 if node.effectful and not node.without_asking and node.id in self.scope:
                     template, gate_id, item = self._batch_of(node.id)
-                    await self.effects.run_item(node, template, gate_id, item)
+                    if await self.effects.run_item(node, template, gate_id, item) == "stale":
+                        await self._ask_item_again(node, gate_id)
                 elif node.effectful and not node.without_asking:
                     await self.effects.run(node)
                 elif node.effectful:
@@ -827,6 +917,17 @@ class Scheduler:
         else:
             text = writer.offline(node.prompt, present, missing)
         self.journal.set(node.id, SUCCEEDED, output=text)
+
+
+class _Everything(dict[str, Any]):
+    """Every name present (its value None): ``question_outputs`` then says which names a
+    question asks about, whatever each one's value is for the item."""
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+    def __getitem__(self, key: str) -> Any:
+        return None
 
 
 def _hub_read(node: ToolNode | WriteNode | ApprovalNode | QuestionNode) -> TypeGuard[ToolNode]:

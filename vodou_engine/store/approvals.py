@@ -40,6 +40,7 @@ SELECT_APPROVALS = f"SELECT {_APPROVAL_COLS} FROM approvals WHERE run_id = ? ORD
 PENDING_ALL = f"SELECT {_APPROVAL_COLS} FROM approvals WHERE state = 'pending' ORDER BY asked_at, id"
 PENDING_RUN = f"SELECT {_APPROVAL_COLS} FROM approvals WHERE state = 'pending' AND run_id = ? ORDER BY asked_at, id"
 PENDING_FOR_STEP = "SELECT id FROM approvals WHERE run_id = ? AND step = ? AND state = 'pending'"
+LATER_FOR_STEP = "SELECT id, payload_json FROM approvals WHERE run_id = ? AND step = ? AND asked_at >= ? AND id <> ?"
 SUPERSEDE = (
     "UPDATE approvals SET state = 'superseded', superseded_by = ?, decided_at = ? "
     "WHERE run_id = ? AND step = ? AND state = 'pending'"
@@ -91,9 +92,13 @@ class ApprovalsMixin(StoreCore):
                 older = [r[0] for r in cur.fetchall()]
                 if older:
                     cur.execute(self._q(SUPERSEDE), (a.id, a.asked_at, a.run_id, a.step))
-                cur.execute(self._q(SUPERSEDE_APPROVED), (a.id, a.run_id, a.step))
-                if cur.rowcount:
-                    older.append("approved-but-unused")
+                # A loop's batch asked again lists only the items whose check changed: the
+                # approval before it still holds for its other items (each claim is checked
+                # against the latest question listing its item, _check_batch_latest).
+                if batch_indexes(a) is None:
+                    cur.execute(self._q(SUPERSEDE_APPROVED), (a.id, a.run_id, a.step))
+                    if cur.rowcount:
+                        older.append("approved-but-unused")
                 cur.execute(self._q(INSERT_APPROVAL), row)
                 data = {"approval_id": a.id, "step": a.step, "fingerprint": a.fingerprint, "superseded": older}
                 self._insert_event(cur, a.run_id, "approval.asked", a.node_id, None, _json(data), a.asked_at)
@@ -247,6 +252,7 @@ class ApprovalsMixin(StoreCore):
             if row is None:
                 raise self._unknown_approval(approval_id)
             self._check_approved(ApprovalRecord(*row), run_id, step, fingerprint)
+            self._check_batch_latest(cur, ApprovalRecord(*row), step)
             params = (run_id, step, approval_id, fingerprint, idempotency_key, _text(payload_json), now)
             cur.execute(self._q(INSERT_EFFECT), params)
             return cur.rowcount == 1
@@ -292,6 +298,22 @@ class ApprovalsMixin(StoreCore):
                 f"{a.id} (fingerprint {a.fingerprint}); nothing was executed",
                 hint="resume the run so it asks again with the current payload",
             )
+
+    def _check_batch_latest(self, cur: Any, a: ApprovalRecord, step: str) -> None:
+        """An item of a loop's batch is claimed only with the latest question that lists it:
+        one asked again (its check read changed) takes the earlier approval's place for it."""
+        if step == a.step or not step.startswith(a.step + "["):
+            return
+        n = int(step[len(a.step) + 1 : -1])
+        cur.execute(self._q(LATER_FOR_STEP), (a.run_id, a.step, a.asked_at, a.id))
+        for later_id, later_payload in cur.fetchall():
+            later = msgspec.structs.replace(a, id=later_id, payload_json=later_payload)
+            if n in (batch_indexes(later) or ()):
+                raise StaleError(
+                    f"item {n} of step {a.step!r} was asked about again in {later_id} after {a.id}; "
+                    "nothing was executed",
+                    hint="decide the newer question",
+                )
 
     def finish_effect(
         self,

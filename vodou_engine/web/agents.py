@@ -117,8 +117,8 @@ class ServedAgentServer(AgentServer):
                 self._catalogue = cat
             return cat
 
-    def decide(self, run_id: str, step: str) -> dict[str, str]:
-        out = super().decide(run_id, step)
+    def decide(self, run_id: str, step: str, items: list[int] | None = None) -> dict[str, str]:
+        out = super().decide(run_id, step, items)
         out["web"] = f"{self.inbox_url()}/runs/{quote(run_id)}"
         return out
 

@@ -37,6 +37,8 @@ from .identity import SESSION_COOKIE, Signer, sha256
 logger = logging.getLogger("vodou_engine.web")
 
 MAX_FORM_BYTES = 64 * 1024
+MAX_FORM_FIELDS = 10_100
+"""A batch card's form has one tick box per item, and a loop has at most 10,000 items."""
 
 DONE = {
     "approved": "Approved. The effect runs in the serving process, on its warm servers; this page shows how it ends.",
@@ -231,7 +233,9 @@ class Web:
             if len(body) > MAX_FORM_BYTES:
                 return PlainTextResponse("form too large\n", status_code=413)
         try:
-            parsed = parse_qs(body.decode("utf-8"), keep_blank_values=True, max_num_fields=200, strict_parsing=False)
+            parsed = parse_qs(
+                body.decode("utf-8"), keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS, strict_parsing=False
+            )
         except (UnicodeDecodeError, ValueError):
             return PlainTextResponse("unreadable form\n", status_code=400)
         return {k: v[-1] for k, v in parsed.items()}

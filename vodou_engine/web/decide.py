@@ -16,7 +16,8 @@ import difflib
 import re
 from typing import Any
 
-from ..plan import ApprovalNode, Plan, QuestionNode, ToolNode
+from ..plan import ApprovalNode, LoopNode, Plan, QuestionNode, ToolNode
+from ..runtime.loops import split_copy
 from ..text_safety import findings, json_text, visible
 
 TEXT_KEYS = ("text", "message", "body", "content", "markdown", "description", "summary", "notes")
@@ -152,6 +153,7 @@ def gate_of(plan: Plan | None, step: str) -> tuple[str | None, ToolNode | None]:
     if plan is None:
         return None, None
     index = plan.index()
+    step = split_copy(index, step)[0]  # a loop inside another asks per outer item: `send[0]`
     for node in plan.nodes:
         if isinstance(node, ApprovalNode) and node.step == step:
             tool = index.get(node.step)
@@ -162,6 +164,44 @@ def gate_of(plan: Plan | None, step: str) -> tuple[str | None, ToolNode | None]:
     return None, found if isinstance(found, ToolNode) else None
 
 
+def in_loop(plan: Plan | None, step: str) -> bool:
+    """Whether ``step`` is an effect inside a loop's body: its question is a batch."""
+    if plan is None:
+        return False
+    step = split_copy(plan.index(), step)[0]
+    return any(isinstance(n, LoopNode) and step in n.body for n in plan.nodes)
+
+
+def batch_items(plan: Plan | None, step: str, payload: Any) -> list[dict[str, Any]] | None:
+    """A loop's batch question as one row per item, in item order: the item's number, its
+    own fingerprint, its payload shown as any payload is (text fields as text, the rest as a
+    small table), and its preview (per item, when the step has ``preview:``). None when the
+    question is no batch (``{"items": [...]}`` asked for an effect inside a loop)."""
+    if not (in_loop(plan, step) and isinstance(payload, dict) and isinstance(payload.get("items"), list)):
+        return None
+    tool_less = gate_of(plan, step)[1] is None
+    rows = []
+    for entry in payload["items"]:
+        if not isinstance(entry, dict):
+            continue
+        part = entry.get("payload")
+        if tool_less and isinstance(part, dict) and isinstance(part.get("outputs"), dict):
+            part = part["outputs"]  # a question of its own: what it asks about for this item
+        view = payload_view(part)
+        preview = entry.get("preview")
+        rows.append(
+            {
+                "item": entry.get("item"),
+                "fingerprint": visible(str(entry.get("fingerprint", ""))),
+                "texts": view["texts"],
+                "fields": view["fields"],
+                "diff": None if preview is None else preview_diff(preview),
+                "preview_raw": None if preview is None else json_text(preview),
+            }
+        )
+    return rows
+
+
 def decision(plan: Plan | None, step: str, payload: Any, preview: Any) -> dict[str, Any]:
     """What the decision page shows first for one question: the question, the effect in
     words, the message as it will read, the card's warnings (hidden or look-alike
@@ -169,6 +209,11 @@ def decision(plan: Plan | None, step: str, payload: Any, preview: Any) -> dict[s
     card), the payload once, the preview as a diff; for a question with no effect, the
     outputs it asks about."""
     question, tool = gate_of(plan, step)
+    batch = batch_items(plan, step, payload)
+    if batch is not None:  # one row per item, each with its own payload: nothing shown for the whole
+        return {"question": question, "does": None if tool is None else effect_words(tool, None), "message": None,
+                "payload": None, "about": None, "batch": batch, "warnings": findings(payload).lines("the payload"),
+                "diff": None, "preview_raw": None}  # fmt: skip
     if tool is None:
         outputs = payload.get("outputs") if isinstance(payload, dict) else None
         about = []
@@ -181,7 +226,7 @@ def decision(plan: Plan | None, step: str, payload: Any, preview: Any) -> dict[s
                 }
             )
         return {"question": question or (payload.get("question") if isinstance(payload, dict) else None),
-                "does": None, "message": None, "payload": None, "about": about,
+                "does": None, "message": None, "payload": None, "about": about, "batch": None,
                 "warnings": findings(outputs or {}).lines("what it asks about"),
                 "diff": None, "preview_raw": None if preview is None else json_text(preview)}  # fmt: skip
     view = payload_view(payload)
@@ -192,6 +237,7 @@ def decision(plan: Plan | None, step: str, payload: Any, preview: Any) -> dict[s
         "message": message,
         "payload": {**view, "texts": view["texts"][1:]},
         "about": None,
+        "batch": None,
         "warnings": findings(payload).lines("the payload")
         + ([] if preview is None else findings(preview).lines("the preview")),
         "diff": preview_diff(preview),

@@ -79,7 +79,8 @@ async def approve(web: Web, request: Request, me: Me, form: dict[str, str]) -> R
     try:
         step, approval, fingerprint = _card_fields(form)
         await _still_the_card(web, run_id, step, approval, fingerprint)
-        await web.svc.approve(run_id, step, actor=me.name, fingerprint=fingerprint, proof="web-session")
+        items = ticked_items(form)
+        await web.svc.approve(run_id, step, actor=me.name, fingerprint=fingerprint, proof="web-session", items=items)
     except VodouError as exc:
         if exc.code == "refused" and not web.svc.accepting:
             return web.render(
@@ -98,6 +99,25 @@ async def approve(web: Web, request: Request, me: Me, form: dict[str, str]) -> R
     return see(
         f"/runs/{quote(run_id)}?done=" + ("approved-queued" if getattr(web.svc, "workers", False) else "approved")
     )
+
+
+def ticked_items(form: dict[str, str]) -> list[int] | None:
+    """A batch card's ticked items (``item.N`` boxes; a box left unticked is not sent), or
+    None for a card that is no batch. None ticked is an empty list, which the run API
+    refuses, saying to reject instead."""
+    if "batch" not in form:
+        return None
+    items = []
+    for key in form:
+        if key.startswith("item."):
+            try:
+                items.append(int(key[5:]))
+            except ValueError:
+                raise UsageError(
+                    f"the form names an item {key[5:]!r}, not an item number; nothing was changed",
+                    hint="use the form on the run's page",
+                ) from None
+    return sorted(items)
 
 
 async def answer(web: Web, request: Request, me: Me, form: dict[str, str]) -> Response:

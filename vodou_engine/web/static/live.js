@@ -14,11 +14,13 @@
   var again = false;
 
   function keep() {
-    var open = {}, typed = {};
+    var open = {}, typed = {}, ticked = {};
     main.querySelectorAll("details[id]").forEach(function (d) { open[d.id] = d.open; });
-    main.querySelectorAll("textarea[id], input[id]").forEach(function (t) { typed[t.id] = t.value; });
+    main.querySelectorAll("textarea[id], input[id]").forEach(function (t) {
+      if (t.type === "checkbox") ticked[t.id] = t.checked; else typed[t.id] = t.value;
+    });
     var active = document.activeElement;
-    return { open: open, typed: typed, focus: active && main.contains(active) ? active.id : null };
+    return { open: open, typed: typed, ticked: ticked, focus: active && main.contains(active) ? active.id : null };
   }
 
   function restore(kept) {
@@ -29,6 +31,10 @@
     Object.keys(kept.typed).forEach(function (id) {
       var t = document.getElementById(id);
       if (t && t.type !== "hidden" && kept.typed[id]) t.value = kept.typed[id];
+    });
+    Object.keys(kept.ticked).forEach(function (id) {
+      var t = document.getElementById(id);
+      if (t && t.type === "checkbox") t.checked = kept.ticked[id];
     });
     if (kept.focus) {
       var f = document.getElementById(kept.focus);
