@@ -56,7 +56,7 @@ def run(cfg: Config) -> Case:
             assert sum(1 for k in saved if k.startswith("s[")) == n, "not every item was stored"
             rows.append((wl, wt))
             cfg.log(
-                f"q: loop {wl * 1e3:.1f} ms ({wl / n * 1e6:.0f} µs/item), together {wt * 1e3:.1f} ms ({wt / n * 1e6:.0f} µs/branch)"
+                f"r: loop {wl * 1e3:.1f} ms ({wl / n * 1e6:.0f} µs/item), together {wt * 1e3:.1f} ms ({wt / n * 1e6:.0f} µs/branch)"
             )
         store.close()
     card_times = _batch_card(cfg, compile_recipe)
@@ -111,5 +111,5 @@ def _batch_card(cfg: Config, compile_recipe) -> list[float]:
         )  # fmt: skip
         times.append(time.perf_counter() - t0)
         assert "person99@example.com" in card
-    cfg.log(f"q: batch card of {CARD_ITEMS} items {sorted(times)[len(times) // 2] * 1e3:.1f} ms")
+    cfg.log(f"r: batch card of {CARD_ITEMS} items {sorted(times)[len(times) // 2] * 1e3:.1f} ms")
     return times
