@@ -595,6 +595,38 @@ def test_a_retried_start_goes_on_with_its_run_and_a_run_driven_elsewhere_waits_f
         assert rogue_calls(log, "post_message") == []
 
 
+def test_a_worker_compiles_a_queued_recipe_at_most_once_per_run(tmp_path, monkeypatch):
+    """A worker starts the same queued recipe again and again: it compiles it (offline, to
+    know its servers, then with their annotations) no more than once per run, and every
+    run still does its effect once (the server's own log)."""
+    import vodou_engine.compiler as compiler
+    from vodou_engine.policy import load_policy
+    from vodou_engine.servers import load_servers
+    from vodou_engine.workers.engine import Engine
+
+    log, servers, recipe = setup_files(tmp_path)
+    text = FANOUT + "  without asking\n"  # one job is one whole run
+    compiles = []
+    real = compiler._compile
+    monkeypatch.setattr(compiler, "_compile", lambda *a, **k: compiles.append(1) or real(*a, **k))
+    with fresh_schema() as url:
+        engine = Engine(url, load_servers(str(servers)), load_policy(None))
+        spec = {"start": {"text": text, "path": str(recipe), "actor": "ana"}}
+
+        async def drive_all():
+            async with trio.open_nursery() as nursery:
+                close = await engine.setup(nursery)
+                try:
+                    return [await engine.drive(f"r-{i}", spec) for i in range(4)]
+                finally:
+                    close()
+
+        outs = trio.run(drive_all)
+    assert [o.state for o in outs] == ["succeeded"] * 4
+    assert len(rogue_calls(log, "post_message")) == 4
+    assert 1 <= len(compiles) <= len(outs)
+
+
 def test_a_stopping_worker_leaves_its_runs_interrupted_and_queued_for_another(tmp_path):
     """SIGTERM: running drives get the grace period, then are cancelled; each run is left
     interrupted and queued again, and the next worker goes on with it."""
