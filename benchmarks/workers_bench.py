@@ -655,6 +655,12 @@ def profile_worker(url: str, tmp: Path, cfg: Config, runs: int, *, rate: int = 2
         def done() -> int:
             return _sql(url, "SELECT count(*) FROM runs WHERE state = 'succeeded'")[0][0]
 
+    exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    spying = os.path.exists(exe)
+    stats_file = tmp / f"profile-{'floor' if floor_side else 'worker'}.pstats"
+    if not spying:  # cProfile on every thread of the child instead, by each thread's CPU clock
+        argv = [sys.executable, "-m", "benchmarks.workers_bench", "profiled", str(stats_file), "--", *argv[2:]]
+        env = {**env, "PYTHONPATH": str(ROOT)}
     with open(tmp / f"profile-{'floor' if floor_side else 'worker'}.log", "wb") as log:  # the child holds its own copy
         proc = subprocess.Popen(
             argv,
@@ -669,21 +675,35 @@ def profile_worker(url: str, tmp: Path, cfg: Config, runs: int, *, rate: int = 2
         give(2)  # warm: the server started, the first statements prepared
         wait(lambda: done() >= 2, "the warm-up jobs", every=0.02)
         before = thread_cpu(proc.pid)
-        exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
         raw = tmp / "worker-stacks.txt"
-        spy = subprocess.Popen(
-            [exe, "record", "--gil", "--threads", "-r", str(rate), "-f", "raw", "-o", str(raw), "-p", str(proc.pid)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        time.sleep(0.5)  # py-spy attached
+        if spying:
+            spy = subprocess.Popen(
+                [
+                    exe,
+                    "record",
+                    "--gil",
+                    "--threads",
+                    "-r",
+                    str(rate),
+                    "-f",
+                    "raw",
+                    "-o",
+                    str(raw),
+                    "-p",
+                    str(proc.pid),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+            time.sleep(0.5)  # py-spy attached
         t0 = time.perf_counter()
         give(runs)
         wait(lambda: done() >= runs + 2, f"{runs} jobs", every=0.02)
         seconds = time.perf_counter() - t0
         after = thread_cpu(proc.pid)
-        spy.send_signal(signal.SIGINT)
-        spy.wait(60)
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(60)
     finally:
         if spy is not None and spy.poll() is None:
             spy.kill()
@@ -717,6 +737,20 @@ def profile_worker(url: str, tmp: Path, cfg: Config, runs: int, *, rate: int = 2
                 seen.add(f"{fn} ({path})")
             for x in seen:
                 counts[x] += c
+    if stats_file.exists():  # cProfile's, warm-up and start included: CPU µs per job
+        import pstats
+
+        st = pstats.Stats(str(stats_file))
+        rows = [
+            (ct, tt, nc, f"{fn} ({path.split('site-packages/')[-1].replace(str(ROOT) + '/', '')}:{line})")
+            for (path, line, fn), (_, nc, tt, ct, _) in st.stats.items()  # type: ignore[attr-defined]
+        ]
+        lines.append("cProfile (thread CPU clock), cumulative µs per job, calls per job, own µs per job:")
+        for ct, tt, nc, name in sorted(rows, key=lambda r: -r[0])[:90]:
+            lines.append(f"  {per_run(ct):8.0f} {nc / runs:7.1f} {per_run(tt):7.0f}  {name}")
+        lines.append("by own time:")
+        for _, tt, nc, name in sorted(rows, key=lambda r: -r[1])[:40]:
+            lines.append(f"  {per_run(tt):8.0f} {nc / runs:7.1f}  {name}")
     us = lambda samples: samples / rate / runs * 1e6  # noqa: E731
     lines.append(
         "py-spy, the thread holding the GIL, µs per job: "
@@ -726,6 +760,58 @@ def profile_worker(url: str, tmp: Path, cfg: Config, runs: int, *, rate: int = 2
     for name, c in counts.most_common(110):
         lines.append(f"  {us(c):8.0f}  {name}")
     return "\n".join(lines)
+
+
+def profiled(out: str, argv: list[str]) -> None:
+    """``python -m benchmarks.workers_bench profiled OUT -- ARGV...``: run ``python -m ARGV``
+    (``vodou_engine worker ...`` or this module's ``mcp-worker``) with cProfile on every
+    thread, timed by the thread's own CPU clock (``time.thread_time``: waiting costs nothing),
+    and write the merged stats to OUT when the process ends (its ``os._exit``, or a return)."""
+    import cProfile
+    import pstats
+    import runpy
+    import threading
+
+    profiles: list[cProfile.Profile] = []
+    run_thread = threading.Thread.run
+
+    def run(self: threading.Thread) -> None:
+        prof = cProfile.Profile(time.thread_time)
+        profiles.append(prof)
+        prof.enable()
+        try:
+            run_thread(self)
+        finally:
+            prof.disable()
+
+    threading.Thread.run = run  # type: ignore[method-assign]
+    main = cProfile.Profile(time.thread_time)
+    profiles.append(main)
+    real_exit = os._exit
+
+    def dump() -> None:
+        main.disable()
+        stats = None
+        for prof in profiles:
+            try:
+                prof.create_stats()
+                stats = pstats.Stats(prof) if stats is None else stats.add(prof)
+            except Exception:  # noqa: BLE001 - a thread's profile being written just now is left out
+                continue
+        if stats is not None:
+            stats.dump_stats(out)
+
+    def exit_after_dump(code: int) -> None:
+        dump()
+        real_exit(code)
+
+    os._exit = exit_after_dump  # type: ignore[assignment]
+    sys.argv = [argv[0], *argv[1:]]
+    main.enable()
+    try:
+        runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
+    finally:
+        dump()
 
 
 PARTS = ("throughput", "boundary", "approve", "store")
@@ -957,6 +1043,9 @@ if __name__ == "__main__":  # pragma: no cover - `python -m benchmarks.workers_b
         noop_worker(sys.argv[2], int(sys.argv[3]), len(sys.argv) > 4 and sys.argv[4] == "trio")
     if len(sys.argv) > 1 and sys.argv[1] == "mcp-worker":
         mcp_worker(sys.argv[2], int(sys.argv[3]))
+    if len(sys.argv) > 3 and sys.argv[1] == "profiled":
+        profiled(sys.argv[2], sys.argv[4:] if sys.argv[3] == "--" else sys.argv[3:])
+        sys.exit(0)
     if (
         len(sys.argv) > 1 and sys.argv[1] == "profile-worker"
     ):  # `... profile-worker [N]`: where a worker's time goes, and the floor's
