@@ -627,6 +627,57 @@ def test_a_worker_compiles_a_queued_recipe_at_most_once_per_run(tmp_path, monkey
     assert 1 <= len(compiles) <= len(outs)
 
 
+COMMIT_MODES = """
+CREATE TABLE commit_modes (seq bigint GENERATED ALWAYS AS IDENTITY, tbl text, op text, mode text);
+CREATE FUNCTION commit_mode() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO commit_modes (tbl, op, mode) VALUES (TG_TABLE_NAME, TG_OP, current_setting('synchronous_commit'));
+  RETURN NULL;
+END $$;
+""" + "".join(
+    f"CREATE TRIGGER seen_{t} AFTER INSERT OR UPDATE ON {t} FOR EACH STATEMENT EXECUTE FUNCTION commit_mode();\n"
+    for t in ("runs", "nodes", "effects", "approvals")
+)
+
+
+def test_on_postgresql_a_claim_a_question_and_a_runs_end_wait_for_the_disk_and_progress_does_not(tmp_path):
+    """A step's progress and a run's creation commit without waiting for the WAL flush (a
+    database crash may take them back; the run redoes them), every write an effect or a
+    person rests on waits for it, as PostgreSQL itself records it in each transaction
+    (``synchronous_commit``, seen by a trigger on every table the run writes)."""
+    import psycopg
+
+    from vodou_engine.runs import Runs
+
+    log, servers, recipe = setup_files(tmp_path)
+    unasked = tmp_path / "unasked.recipe"
+    unasked.write_text(FANOUT + "  without asking\n")
+    with fresh_schema() as url:
+        runs = Runs(store=url, servers=servers)
+        runs.store()  # the tables, for the triggers
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(COMMIT_MODES)
+
+        def modes() -> list[tuple[str, str, str]]:
+            with psycopg.connect(url, autocommit=True) as conn:
+                return conn.execute("SELECT tbl, op, mode FROM commit_modes ORDER BY seq").fetchall()
+
+        done = trio.run(lambda: runs.start(unasked, actor="ana"))
+        ran = modes()
+        parked = trio.run(lambda: runs.start(recipe, actor="ana"))
+        asked = modes()[len(ran) :]
+        runs.close()
+    assert (done.state, parked.state) == ("succeeded", "parked")
+    assert len(rogue_calls(log, "get_status")) == 6 and len(rogue_calls(log, "post_message")) == 1
+    for seen in (ran, asked):
+        assert seen[0] == ("runs", "INSERT", "off")  # created relaxed
+        assert ("nodes", "INSERT", "off") in seen  # progress on its own, relaxed
+        assert [x for x in seen if x[0] == "runs"][-1] == ("runs", "UPDATE", "on")  # ended, parked
+    assert [m for t, _, m in ran if t == "effects"] == ["on", "on"]  # claimed, then how it ended
+    assert ("approvals", "INSERT", "on") in asked  # the question
+    assert {m for t, _, m in ran + asked if t == "approvals"} == {"on"}  # and every withdrawal
+
+
 def test_a_stopping_worker_leaves_its_runs_interrupted_and_queued_for_another(tmp_path):
     """SIGTERM: running drives get the grace period, then are cancelled; each run is left
     interrupted and queued again, and the next worker goes on with it."""

@@ -166,7 +166,9 @@ class LifecycleMixin(DriveMixin):
 
         def create() -> Any:
             bindings = bind_all(prepared.servers, servers_needed(plan), salt=run_id)  # reads files: off the trio thread
-            with store.transaction():
+            # Relaxed: lost with the database server, the run was never started; nothing
+            # it does outside is claimed before an ordinary commit, which writes this too.
+            with store.transaction(relaxed=True):
                 store.create_run(
                     run_id,
                     recipe_name=plan.recipe.name,
