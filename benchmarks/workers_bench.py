@@ -6,7 +6,7 @@ every part works in a schema of its own, dropped afterwards. Run it with
 benchmarks/results/workers.json by default, prints a table on stderr), or
 ``python -m benchmarks --only w`` with the other cases' machinery.
 ``--parts throughput`` (or boundary, approve, store) runs only those parts;
-``python -m benchmarks.workers_bench profile-worker [N]`` gives one warm
+``python -m benchmarks.workers_bench profile-worker [N] [cpu]`` gives one warm
 worker, then the same-work floor's, N jobs at once and prints where their
 time goes (CPU per job by thread from /proc, py-spy's samples; needs
 ``pip install py-spy``).
@@ -598,7 +598,9 @@ def thread_cpu(pid: int) -> dict[str, float]:
     return out
 
 
-def profile_worker(url: str, tmp: Path, cfg: Config, runs: int, *, rate: int = 250, floor_side: bool = False) -> str:
+def profile_worker(
+    url: str, tmp: Path, cfg: Config, runs: int, *, rate: int = 250, floor_side: bool = False, profile: bool = True
+) -> str:
     """One warm worker (``recipe worker``, or with ``floor_side`` the same-work floor's bare
     worker) given ``runs`` jobs at once: CPU per run of each of its threads (from /proc), and
     py-spy's samples of the thread holding the GIL, as µs per run (``pip install py-spy``)."""
@@ -656,9 +658,9 @@ def profile_worker(url: str, tmp: Path, cfg: Config, runs: int, *, rate: int = 2
             return _sql(url, "SELECT count(*) FROM runs WHERE state = 'succeeded'")[0][0]
 
     exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    spying = os.path.exists(exe)
+    spying = profile and os.path.exists(exe)
     stats_file = tmp / f"profile-{'floor' if floor_side else 'worker'}.pstats"
-    if not spying:  # cProfile on every thread of the child instead, by each thread's CPU clock
+    if profile and not spying:  # cProfile on every thread of the child instead, by each thread's CPU clock
         argv = [sys.executable, "-m", "benchmarks.workers_bench", "profiled", str(stats_file), "--", *argv[2:]]
         env = {**env, "PYTHONPATH": str(ROOT)}
     with open(tmp / f"profile-{'floor' if floor_side else 'worker'}.log", "wb") as log:  # the child holds its own copy
@@ -817,7 +819,9 @@ def profiled(out: str, argv: list[str]) -> None:
 PARTS = ("throughput", "boundary", "approve", "store")
 
 
-def run(cfg: Config, parts: tuple[str, ...] = PARTS) -> Case:
+def run(
+    cfg: Config, parts: tuple[str, ...] = PARTS, workers: tuple[int, ...] = (1, 2, 4), pairs: int | None = None
+) -> Case:
     case = Case(
         "w",
         "workers: runs per second on 1, 2, 4 workers against the queue's floor and a floor that makes the same MCP calls; approve → effect through the queue; store operations on PostgreSQL against SQLite",
@@ -828,11 +832,13 @@ def run(cfg: Config, parts: tuple[str, ...] = PARTS) -> Case:
     ops_n = 50 if cfg.quick else 300
     with TempDir("workers") as tmp:
         # --- throughput, and the floors, 1/2/4 workers -------------------------------------------------
-        for k in (1, 2, 4) if "throughput" in parts else ():
+        for k in workers if "throughput" in parts else ():
             with schema() as url:
                 noop = floor(url, tmp, cfg, k, jobs_n)
             same_work, rates, jobs_rates = [], [], []
-            for _ in range(1 if cfg.quick else 2):  # alternated, so a burst of load elsewhere hits both sides alike
+            for _ in range(
+                pairs or (1 if cfg.quick else 2)
+            ):  # alternated, so a burst of load elsewhere hits both sides alike
                 with schema() as url:
                     same_work.append(mcp_floor(url, tmp, cfg, k, runs_n))
                 with schema() as url:
@@ -1009,6 +1015,13 @@ def main(argv: list[str]) -> int:
         help="where the figures go (default benchmarks/results/workers.json)",
     )
     p.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)} (default all)")
+    p.add_argument("--workers", default="1,2,4", help="throughput: the numbers of workers (default 1,2,4)")
+    p.add_argument(
+        "--pairs",
+        type=int,
+        default=None,
+        help="throughput: alternated engine/floor pairs per count (default 2; 1 quick)",
+    )
     args = p.parse_args(argv)
     parts = tuple(x.strip() for x in args.parts.split(",") if x.strip())
     if any(x not in PARTS for x in parts):
@@ -1019,7 +1032,12 @@ def main(argv: list[str]) -> int:
         logging.ERROR
     )  # it warns about an app in __main__, which this module is on purpose
     before = load_average()
-    c = run(Config(quick=args.quick, log=lambda m: print(m, file=sys.stderr)), parts)
+    c = run(
+        Config(quick=args.quick, log=lambda m: print(m, file=sys.stderr)),
+        parts,
+        tuple(int(k) for k in args.workers.split(",")),
+        args.pairs,
+    )
     print(_table(c), file=sys.stderr)
     doc = {
         "generated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -1050,12 +1068,18 @@ if __name__ == "__main__":  # pragma: no cover - `python -m benchmarks.workers_b
         len(sys.argv) > 1 and sys.argv[1] == "profile-worker"
     ):  # `... profile-worker [N]`: where a worker's time goes, and the floor's
         n = int(sys.argv[2]) if len(sys.argv) > 2 else 200
+        cpu_only = len(sys.argv) > 3 and sys.argv[3] == "cpu"  # CPU per job by thread, no profiler
         with TempDir("workers-profile") as tmp:
             for floor_side in (False, True):
                 with schema() as url:
                     print(
                         profile_worker(
-                            url, tmp, Config(log=lambda m: print(m, file=sys.stderr)), n, floor_side=floor_side
+                            url,
+                            tmp,
+                            Config(log=lambda m: print(m, file=sys.stderr)),
+                            n,
+                            floor_side=floor_side,
+                            profile=not cpu_only,
                         ),
                         flush=True,
                     )
