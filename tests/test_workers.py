@@ -674,6 +674,7 @@ def test_on_postgresql_a_claim_a_question_and_a_runs_end_wait_for_the_disk_and_p
         assert ("nodes", "INSERT", "off") in seen  # progress on its own, relaxed
         assert [x for x in seen if x[0] == "runs"][-1] == ("runs", "UPDATE", "on")  # ended, parked
     assert [m for t, _, m in ran if t == "effects"] == ["on", "on"]  # claimed, then how it ended
+    assert not [t for t, _, _ in ran if t == "approvals"]  # nothing asked, nothing to withdraw: not a statement
     assert ("approvals", "INSERT", "on") in asked  # the question
     assert {m for t, _, m in ran + asked if t == "approvals"} == {"on"}  # and every withdrawal
 

@@ -169,7 +169,7 @@ class LifecycleMixin(DriveMixin):
             # Relaxed: lost with the database server, the run was never started; nothing
             # it does outside is claimed before an ordinary commit, which writes this too.
             with store.transaction(relaxed=True):
-                store.create_run(
+                created = store.create_run(
                     run_id,
                     recipe_name=plan.recipe.name,
                     recipe_path=os.path.abspath(prepared.path) if prepared.path and prepared.text is not None else None,
@@ -187,7 +187,7 @@ class LifecycleMixin(DriveMixin):
                     schedule=schedule,
                 )
                 store.append_event(run_id, "started", actor=actor, data_json=msgspec.json.encode(started).decode())
-            return store.get_run(run_id)
+            return created
 
         run = await in_thread(create)
         return await drive(
