@@ -8,8 +8,11 @@ benchmarks/results/workers.json by default, prints a table on stderr), or
 ``--parts throughput`` (or boundary, approve, store) runs only those parts;
 ``python -m benchmarks.workers_bench profile-worker [N] [cpu]`` gives one warm
 worker, then the same-work floor's, N jobs at once and prints where their
-time goes (CPU per job by thread from /proc, py-spy's samples; needs
-``pip install py-spy``).
+time goes: CPU per job by thread from /proc, and py-spy's samples when
+``py-spy`` is installed, else cProfile on every thread of the child timed by
+that thread's CPU clock (``profiled``; inflates CPU about 4×, read shares
+only); with ``cpu``, no profiler at all. ``--workers 1`` and ``--pairs N``
+narrow the throughput part for a before/after.
 
 * **runs per second, 1, 2 and 4 workers** (``recipe worker`` processes, 4 runs
   at once each): runs of a recipe with three reads and one effect (``without
