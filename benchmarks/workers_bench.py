@@ -6,10 +6,13 @@ every part works in a schema of its own, dropped afterwards. Run it with
 benchmarks/results/workers.json by default, prints a table on stderr), or
 ``python -m benchmarks --only w`` with the other cases' machinery.
 ``--parts throughput`` (or boundary, approve, store) runs only those parts;
-``python -m benchmarks.workers_bench profile-worker [N]`` gives one warm
+``python -m benchmarks.workers_bench profile-worker [N] [cpu]`` gives one warm
 worker, then the same-work floor's, N jobs at once and prints where their
-time goes (CPU per job by thread from /proc, py-spy's samples; needs
-``pip install py-spy``).
+time goes: CPU per job by thread from /proc, and py-spy's samples when
+``py-spy`` is installed, else cProfile on every thread of the child timed by
+that thread's CPU clock (``profiled``; inflates CPU about 4×, read shares
+only); with ``cpu``, no profiler at all. ``--workers 1`` and ``--pairs N``
+narrow the throughput part for a before/after.
 
 * **runs per second, 1, 2 and 4 workers** (``recipe worker`` processes, 4 runs
   at once each): runs of a recipe with three reads and one effect (``without
@@ -598,7 +601,9 @@ def thread_cpu(pid: int) -> dict[str, float]:
     return out
 
 
-def profile_worker(url: str, tmp: Path, cfg: Config, runs: int, *, rate: int = 250, floor_side: bool = False) -> str:
+def profile_worker(
+    url: str, tmp: Path, cfg: Config, runs: int, *, rate: int = 250, floor_side: bool = False, profile: bool = True
+) -> str:
     """One warm worker (``recipe worker``, or with ``floor_side`` the same-work floor's bare
     worker) given ``runs`` jobs at once: CPU per run of each of its threads (from /proc), and
     py-spy's samples of the thread holding the GIL, as µs per run (``pip install py-spy``)."""
@@ -655,6 +660,12 @@ def profile_worker(url: str, tmp: Path, cfg: Config, runs: int, *, rate: int = 2
         def done() -> int:
             return _sql(url, "SELECT count(*) FROM runs WHERE state = 'succeeded'")[0][0]
 
+    exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    spying = profile and os.path.exists(exe)
+    stats_file = tmp / f"profile-{'floor' if floor_side else 'worker'}.pstats"
+    if profile and not spying:  # cProfile on every thread of the child instead, by each thread's CPU clock
+        argv = [sys.executable, "-m", "benchmarks.workers_bench", "profiled", str(stats_file), "--", *argv[2:]]
+        env = {**env, "PYTHONPATH": str(ROOT)}
     with open(tmp / f"profile-{'floor' if floor_side else 'worker'}.log", "wb") as log:  # the child holds its own copy
         proc = subprocess.Popen(
             argv,
@@ -669,21 +680,35 @@ def profile_worker(url: str, tmp: Path, cfg: Config, runs: int, *, rate: int = 2
         give(2)  # warm: the server started, the first statements prepared
         wait(lambda: done() >= 2, "the warm-up jobs", every=0.02)
         before = thread_cpu(proc.pid)
-        exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
         raw = tmp / "worker-stacks.txt"
-        spy = subprocess.Popen(
-            [exe, "record", "--gil", "--threads", "-r", str(rate), "-f", "raw", "-o", str(raw), "-p", str(proc.pid)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        time.sleep(0.5)  # py-spy attached
+        if spying:
+            spy = subprocess.Popen(
+                [
+                    exe,
+                    "record",
+                    "--gil",
+                    "--threads",
+                    "-r",
+                    str(rate),
+                    "-f",
+                    "raw",
+                    "-o",
+                    str(raw),
+                    "-p",
+                    str(proc.pid),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+            time.sleep(0.5)  # py-spy attached
         t0 = time.perf_counter()
         give(runs)
         wait(lambda: done() >= runs + 2, f"{runs} jobs", every=0.02)
         seconds = time.perf_counter() - t0
         after = thread_cpu(proc.pid)
-        spy.send_signal(signal.SIGINT)
-        spy.wait(60)
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(60)
     finally:
         if spy is not None and spy.poll() is None:
             spy.kill()
@@ -717,6 +742,20 @@ def profile_worker(url: str, tmp: Path, cfg: Config, runs: int, *, rate: int = 2
                 seen.add(f"{fn} ({path})")
             for x in seen:
                 counts[x] += c
+    if stats_file.exists():  # cProfile's, warm-up and start included: CPU µs per job
+        import pstats
+
+        st = pstats.Stats(str(stats_file))
+        rows = [
+            (ct, tt, nc, f"{fn} ({path.split('site-packages/')[-1].replace(str(ROOT) + '/', '')}:{line})")
+            for (path, line, fn), (_, nc, tt, ct, _) in st.stats.items()  # type: ignore[attr-defined]
+        ]
+        lines.append("cProfile (thread CPU clock), cumulative µs per job, calls per job, own µs per job:")
+        for ct, tt, nc, name in sorted(rows, key=lambda r: -r[0])[:90]:
+            lines.append(f"  {per_run(ct):8.0f} {nc / runs:7.1f} {per_run(tt):7.0f}  {name}")
+        lines.append("by own time:")
+        for _, tt, nc, name in sorted(rows, key=lambda r: -r[1])[:40]:
+            lines.append(f"  {per_run(tt):8.0f} {nc / runs:7.1f}  {name}")
     us = lambda samples: samples / rate / runs * 1e6  # noqa: E731
     lines.append(
         "py-spy, the thread holding the GIL, µs per job: "
@@ -728,10 +767,64 @@ def profile_worker(url: str, tmp: Path, cfg: Config, runs: int, *, rate: int = 2
     return "\n".join(lines)
 
 
+def profiled(out: str, argv: list[str]) -> None:
+    """``python -m benchmarks.workers_bench profiled OUT -- ARGV...``: run ``python -m ARGV``
+    (``vodou_engine worker ...`` or this module's ``mcp-worker``) with cProfile on every
+    thread, timed by the thread's own CPU clock (``time.thread_time``: waiting costs nothing),
+    and write the merged stats to OUT when the process ends (its ``os._exit``, or a return)."""
+    import cProfile
+    import pstats
+    import runpy
+    import threading
+
+    profiles: list[cProfile.Profile] = []
+    run_thread = threading.Thread.run
+
+    def run(self: threading.Thread) -> None:
+        prof = cProfile.Profile(time.thread_time)
+        profiles.append(prof)
+        prof.enable()
+        try:
+            run_thread(self)
+        finally:
+            prof.disable()
+
+    threading.Thread.run = run  # type: ignore[method-assign]
+    main = cProfile.Profile(time.thread_time)
+    profiles.append(main)
+    real_exit = os._exit
+
+    def dump() -> None:
+        main.disable()
+        stats = None
+        for prof in profiles:
+            try:
+                prof.create_stats()
+                stats = pstats.Stats(prof) if stats is None else stats.add(prof)
+            except Exception:  # noqa: BLE001 - a thread's profile being written just now is left out
+                continue
+        if stats is not None:
+            stats.dump_stats(out)
+
+    def exit_after_dump(code: int) -> None:
+        dump()
+        real_exit(code)
+
+    os._exit = exit_after_dump  # type: ignore[assignment]
+    sys.argv = [argv[0], *argv[1:]]
+    main.enable()
+    try:
+        runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
+    finally:
+        dump()
+
+
 PARTS = ("throughput", "boundary", "approve", "store")
 
 
-def run(cfg: Config, parts: tuple[str, ...] = PARTS) -> Case:
+def run(
+    cfg: Config, parts: tuple[str, ...] = PARTS, workers: tuple[int, ...] = (1, 2, 4), pairs: int | None = None
+) -> Case:
     case = Case(
         "w",
         "workers: runs per second on 1, 2, 4 workers against the queue's floor and a floor that makes the same MCP calls; approve → effect through the queue; store operations on PostgreSQL against SQLite",
@@ -742,11 +835,13 @@ def run(cfg: Config, parts: tuple[str, ...] = PARTS) -> Case:
     ops_n = 50 if cfg.quick else 300
     with TempDir("workers") as tmp:
         # --- throughput, and the floors, 1/2/4 workers -------------------------------------------------
-        for k in (1, 2, 4) if "throughput" in parts else ():
+        for k in workers if "throughput" in parts else ():
             with schema() as url:
                 noop = floor(url, tmp, cfg, k, jobs_n)
             same_work, rates, jobs_rates = [], [], []
-            for _ in range(1 if cfg.quick else 2):  # alternated, so a burst of load elsewhere hits both sides alike
+            for _ in range(
+                pairs or (1 if cfg.quick else 2)
+            ):  # alternated, so a burst of load elsewhere hits both sides alike
                 with schema() as url:
                     same_work.append(mcp_floor(url, tmp, cfg, k, runs_n))
                 with schema() as url:
@@ -923,6 +1018,13 @@ def main(argv: list[str]) -> int:
         help="where the figures go (default benchmarks/results/workers.json)",
     )
     p.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)} (default all)")
+    p.add_argument("--workers", default="1,2,4", help="throughput: the numbers of workers (default 1,2,4)")
+    p.add_argument(
+        "--pairs",
+        type=int,
+        default=None,
+        help="throughput: alternated engine/floor pairs per count (default 2; 1 quick)",
+    )
     args = p.parse_args(argv)
     parts = tuple(x.strip() for x in args.parts.split(",") if x.strip())
     if any(x not in PARTS for x in parts):
@@ -933,7 +1035,12 @@ def main(argv: list[str]) -> int:
         logging.ERROR
     )  # it warns about an app in __main__, which this module is on purpose
     before = load_average()
-    c = run(Config(quick=args.quick, log=lambda m: print(m, file=sys.stderr)), parts)
+    c = run(
+        Config(quick=args.quick, log=lambda m: print(m, file=sys.stderr)),
+        parts,
+        tuple(int(k) for k in args.workers.split(",")),
+        args.pairs,
+    )
     print(_table(c), file=sys.stderr)
     doc = {
         "generated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -957,16 +1064,25 @@ if __name__ == "__main__":  # pragma: no cover - `python -m benchmarks.workers_b
         noop_worker(sys.argv[2], int(sys.argv[3]), len(sys.argv) > 4 and sys.argv[4] == "trio")
     if len(sys.argv) > 1 and sys.argv[1] == "mcp-worker":
         mcp_worker(sys.argv[2], int(sys.argv[3]))
+    if len(sys.argv) > 3 and sys.argv[1] == "profiled":
+        profiled(sys.argv[2], sys.argv[4:] if sys.argv[3] == "--" else sys.argv[3:])
+        sys.exit(0)
     if (
         len(sys.argv) > 1 and sys.argv[1] == "profile-worker"
     ):  # `... profile-worker [N]`: where a worker's time goes, and the floor's
         n = int(sys.argv[2]) if len(sys.argv) > 2 else 200
+        cpu_only = len(sys.argv) > 3 and sys.argv[3] == "cpu"  # CPU per job by thread, no profiler
         with TempDir("workers-profile") as tmp:
             for floor_side in (False, True):
                 with schema() as url:
                     print(
                         profile_worker(
-                            url, tmp, Config(log=lambda m: print(m, file=sys.stderr)), n, floor_side=floor_side
+                            url,
+                            tmp,
+                            Config(log=lambda m: print(m, file=sys.stderr)),
+                            n,
+                            floor_side=floor_side,
+                            profile=not cpu_only,
                         ),
                         flush=True,
                     )

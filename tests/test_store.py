@@ -22,6 +22,7 @@ import sys
 import textwrap
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import store_digest, store_sql
@@ -86,8 +87,8 @@ def store(backend):
     s.close()
 
 
-def make_run(store: RunStore, run_id: str = "r1", *, now: float = T0, state: str = "running") -> None:
-    store.create_run(
+def make_run(store: RunStore, run_id: str = "r1", *, now: float = T0, state: str = "running") -> Any:
+    return store.create_run(
         run_id,
         recipe_name="send-report",
         recipe_path="recipes/send-report.vodou",
@@ -254,8 +255,18 @@ def test_split_statements_respects_quotes_and_comments():
 
 
 def test_create_and_get_run(store):
-    make_run(store)
+    created = make_run(store)
     run = store.get_run("r1")
+    assert created == run  # what was written, without reading it back
+    leased = store.create_run(
+        "r2", recipe_name="x", recipe_path=None, source_sha256="ab" * 32, plan_json="{}", plan_fingerprint="fp",
+        inputs_json="{}", started_by="bo", now=T0, owner="h:1:2", lease_s=30.0, servers_json='{"s": {}}',
+        saved_recipe="x", saved_version=3, schedule="daily",
+    )  # fmt: skip
+    assert leased == store.get_run("r2")
+    assert store.approvals("r1") == []  # a run with none, told from no run in one statement
+    with pytest.raises(UnknownRunError):
+        store.approvals("r9")
     assert run.state == "running"
     assert run.plan_json == '{"nodes":[]}'  # bytes in, str out
     assert (run.created_at, run.updated_at, run.ended_at) == (T0, T0, None)
@@ -306,6 +317,18 @@ def test_set_run_state_is_compare_and_set(store):
 
 # --------------------------------------------------------------------------
 # nodes and transactions
+
+
+def test_ending_a_run_withdraws_its_pending_questions_only_when_it_wins(store):
+    make_run(store)
+    store.ask(question())
+    make_run(store, "r2")
+    assert not store.set_run_state("r1", "failed", expected="parked")  # lost: nothing withdrawn
+    assert store.get_approval("ap1").state == "pending"
+    assert store.set_run_state("r1", "cancelled", expected="running")
+    assert store.get_approval("ap1").state == "withdrawn"
+    assert store.set_run_state("r2", "succeeded", expected="running")  # none to withdraw
+    assert store.get_run("r2").state == "succeeded"
 
 
 def test_save_nodes_upserts(store):

@@ -595,6 +595,90 @@ def test_a_retried_start_goes_on_with_its_run_and_a_run_driven_elsewhere_waits_f
         assert rogue_calls(log, "post_message") == []
 
 
+def test_a_worker_compiles_a_queued_recipe_at_most_once_per_run(tmp_path, monkeypatch):
+    """A worker starts the same queued recipe again and again: it compiles it (offline, to
+    know its servers, then with their annotations) no more than once per run, and every
+    run still does its effect once (the server's own log)."""
+    import vodou_engine.compiler as compiler
+    from vodou_engine.policy import load_policy
+    from vodou_engine.servers import load_servers
+    from vodou_engine.workers.engine import Engine
+
+    log, servers, recipe = setup_files(tmp_path)
+    text = FANOUT + "  without asking\n"  # one job is one whole run
+    compiles = []
+    real = compiler._compile
+    monkeypatch.setattr(compiler, "_compile", lambda *a, **k: compiles.append(1) or real(*a, **k))
+    with fresh_schema() as url:
+        engine = Engine(url, load_servers(str(servers)), load_policy(None))
+        spec = {"start": {"text": text, "path": str(recipe), "actor": "ana"}}
+
+        async def drive_all():
+            async with trio.open_nursery() as nursery:
+                close = await engine.setup(nursery)
+                try:
+                    return [await engine.drive(f"r-{i}", spec) for i in range(4)]
+                finally:
+                    close()
+
+        outs = trio.run(drive_all)
+    assert [o.state for o in outs] == ["succeeded"] * 4
+    assert len(rogue_calls(log, "post_message")) == 4
+    assert 1 <= len(compiles) <= len(outs)
+
+
+COMMIT_MODES = """
+CREATE TABLE commit_modes (seq bigint GENERATED ALWAYS AS IDENTITY, tbl text, op text, mode text);
+CREATE FUNCTION commit_mode() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO commit_modes (tbl, op, mode) VALUES (TG_TABLE_NAME, TG_OP, current_setting('synchronous_commit'));
+  RETURN NULL;
+END $$;
+""" + "".join(
+    f"CREATE TRIGGER seen_{t} AFTER INSERT OR UPDATE ON {t} FOR EACH STATEMENT EXECUTE FUNCTION commit_mode();\n"
+    for t in ("runs", "nodes", "effects", "approvals")
+)
+
+
+def test_on_postgresql_a_claim_a_question_and_a_runs_end_wait_for_the_disk_and_progress_does_not(tmp_path):
+    """A step's progress and a run's creation commit without waiting for the WAL flush (a
+    database crash may take them back; the run redoes them), every write an effect or a
+    person rests on waits for it, as PostgreSQL itself records it in each transaction
+    (``synchronous_commit``, seen by a trigger on every table the run writes)."""
+    import psycopg
+
+    from vodou_engine.runs import Runs
+
+    log, servers, recipe = setup_files(tmp_path)
+    unasked = tmp_path / "unasked.recipe"
+    unasked.write_text(FANOUT + "  without asking\n")
+    with fresh_schema() as url:
+        runs = Runs(store=url, servers=servers)
+        runs.store()  # the tables, for the triggers
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(COMMIT_MODES)
+
+        def modes() -> list[tuple[str, str, str]]:
+            with psycopg.connect(url, autocommit=True) as conn:
+                return conn.execute("SELECT tbl, op, mode FROM commit_modes ORDER BY seq").fetchall()
+
+        done = trio.run(lambda: runs.start(unasked, actor="ana"))
+        ran = modes()
+        parked = trio.run(lambda: runs.start(recipe, actor="ana"))
+        asked = modes()[len(ran) :]
+        runs.close()
+    assert (done.state, parked.state) == ("succeeded", "parked")
+    assert len(rogue_calls(log, "get_status")) == 6 and len(rogue_calls(log, "post_message")) == 1
+    for seen in (ran, asked):
+        assert seen[0] == ("runs", "INSERT", "off")  # created relaxed
+        assert ("nodes", "INSERT", "off") in seen  # progress on its own, relaxed
+        assert [x for x in seen if x[0] == "runs"][-1] == ("runs", "UPDATE", "on")  # ended, parked
+    assert [m for t, _, m in ran if t == "effects"] == ["on", "on"]  # claimed, then how it ended
+    assert not [t for t, _, _ in ran if t == "approvals"]  # nothing asked, nothing to withdraw: not a statement
+    assert ("approvals", "INSERT", "on") in asked  # the question
+    assert {m for t, _, m in ran + asked if t == "approvals"} == {"on"}  # and every withdrawal
+
+
 def test_a_stopping_worker_leaves_its_runs_interrupted_and_queued_for_another(tmp_path):
     """SIGTERM: running drives get the grace period, then are cancelled; each run is left
     interrupted and queued again, and the next worker goes on with it."""

@@ -6,18 +6,50 @@ whether its runs go on in the workers, and compiling a recipe offline (``load``)
 from __future__ import annotations
 
 import os
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
+
+import msgspec
 
 from ..bounds import check_plan
 from ..compiler import compile_recipe, load_plan, load_source
 from ..owners import this_process
 from ..plan import Plan, encode_plan
-from ..policy import Policy, load_policy
+from ..policy import Hints, Policy, load_policy
 from ..servers import ServerConfig, ServerSet, load_servers
 from ..store import POSTGRES_SCHEMES, default_store_path, open_store
 from ..store.protocol import RunStore
+
+_COMPILED: OrderedDict[tuple[int, str, str | None, bytes], tuple[Policy, Plan]] = OrderedDict()
+_COMPILED_LOCK = threading.Lock()
+_COMPILED_KEEP = 32
+
+
+def compiled(text: str, path: str | None, policy: Policy, hints: Mapping[str, Hints | None] | None = None) -> Plan:
+    """``compile_recipe(text, path, policy=policy, hints=hints)``, kept in this process's
+    memory for the next run of the same recipe (a worker starts the same queued recipe
+    again and again). A compile depends on nothing else (the compiler reads no file), so
+    a plan kept here is exactly the one compiling again would give, verified by this very
+    process; unlike the compile memo on disk (compiler/cache.py), nothing outside the
+    process can put a plan here. Keyed by the Policy object itself (kept alive with the
+    plan), not its digest: a Policy built in code has no digest of its content."""
+    said = msgspec.json.encode(dict(hints), order="deterministic") if hints else b""
+    key = (id(policy), text, path, said)
+    with _COMPILED_LOCK:
+        hit = _COMPILED.get(key)
+        if hit is not None and hit[0] is policy:
+            _COMPILED.move_to_end(key)
+            return hit[1]
+    plan = compile_recipe(text, path, policy=policy, hints=hints)
+    with _COMPILED_LOCK:
+        _COMPILED[key] = (policy, plan)
+        _COMPILED.move_to_end(key)
+        while len(_COMPILED) > _COMPILED_KEEP:
+            _COMPILED.popitem(last=False)
+    return plan
 
 
 class RunsCore:
@@ -114,7 +146,7 @@ class RunsCore:
             return load_plan(encode_plan(source), policy=self.policy()), None, None
         if text is not None:
             path = os.fspath(source) if source else None
-            return compile_recipe(text, path, policy=self.policy()), text, path
+            return compiled(text, path, self.policy()), text, path
         path = os.fspath(source)
         plan, recipe_text = load_source(path, policy=self.policy())
         return plan, recipe_text, path

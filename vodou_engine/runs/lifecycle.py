@@ -16,7 +16,6 @@ from typing import Any
 import msgspec
 
 from ..binding import bind_all, encode_bindings, started_where
-from ..compiler import compile_recipe
 from ..errors import RefusedError, UsageError, VodouError
 from ..osuser import os_user
 from ..owners import LEASE_S
@@ -27,6 +26,7 @@ from ..runtime.loops import refuse_asking_in_loops
 from ..servers import ServerSet, servers_needed
 from ..states import TERMINAL_RUN_STATES, RunState
 from .common import busy, in_thread, plain, takeable
+from .core import compiled
 from .drive import DriveMixin
 from .inputs import new_run_id, refuse_agent_opt_out, resolve_inputs, thread_limit
 
@@ -97,7 +97,7 @@ class LifecycleMixin(DriveMixin):
                 )
             final = plan
             if recipe_text is not None:
-                final = compile_recipe(recipe_text, path, policy=self.policy(), hints=hints)
+                final = compiled(recipe_text, path, self.policy(), hints)
             else:
                 check_hints(plan, self.policy(), hints)
             check_arguments(final, tools, recipe_text, path)  # no card shows what the server would refuse
@@ -166,8 +166,10 @@ class LifecycleMixin(DriveMixin):
 
         def create() -> Any:
             bindings = bind_all(prepared.servers, servers_needed(plan), salt=run_id)  # reads files: off the trio thread
-            with store.transaction():
-                store.create_run(
+            # Relaxed: lost with the database server, the run was never started; nothing
+            # it does outside is claimed before an ordinary commit, which writes this too.
+            with store.transaction(relaxed=True):
+                created = store.create_run(
                     run_id,
                     recipe_name=plan.recipe.name,
                     recipe_path=os.path.abspath(prepared.path) if prepared.path and prepared.text is not None else None,
@@ -185,7 +187,7 @@ class LifecycleMixin(DriveMixin):
                     schedule=schedule,
                 )
                 store.append_event(run_id, "started", actor=actor, data_json=msgspec.json.encode(started).decode())
-            return store.get_run(run_id)
+            return created
 
         run = await in_thread(create)
         return await drive(

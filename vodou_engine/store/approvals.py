@@ -36,7 +36,12 @@ WITHDRAW_NODE = (
 
 INSERT_APPROVAL = f"INSERT INTO approvals ({_APPROVAL_COLS}) VALUES {_values(ApprovalRecord)}"
 SELECT_APPROVAL = f"SELECT {_APPROVAL_COLS} FROM approvals WHERE id = ?"
-SELECT_APPROVALS = f"SELECT {_APPROVAL_COLS} FROM approvals WHERE run_id = ? ORDER BY asked_at, id"
+# The run's row too, so an unknown run is told from one with no approvals in the same
+# statement (a run's first gate asks this of every new run).
+SELECT_APPROVALS = (
+    f"SELECT {_cols(ApprovalRecord, 'a.')} FROM runs r LEFT JOIN approvals a ON a.run_id = r.id "
+    "WHERE r.id = ? ORDER BY a.asked_at, a.id"
+)
 PENDING_ALL = f"SELECT {_APPROVAL_COLS} FROM approvals WHERE state = 'pending' ORDER BY asked_at, id"
 PENDING_RUN = f"SELECT {_APPROVAL_COLS} FROM approvals WHERE state = 'pending' AND run_id = ? ORDER BY asked_at, id"
 PENDING_FOR_STEP = "SELECT id FROM approvals WHERE run_id = ? AND step = ? AND state = 'pending'"
@@ -114,8 +119,8 @@ class ApprovalsMixin(StoreCore):
     def approvals(self, run_id: str) -> list[ApprovalRecord]:
         rows = self._all(SELECT_APPROVALS, (run_id,))
         if not rows:
-            self._require_run(run_id)
-        return [ApprovalRecord(*r) for r in rows]
+            raise self._unknown_run(run_id)
+        return [ApprovalRecord(*r) for r in rows if r[0] is not None]
 
     def pending_approvals(self, run_id: str | None = None) -> list[ApprovalRecord]:
         rows = self._all(PENDING_ALL, ()) if run_id is None else self._all(PENDING_RUN, (run_id,))

@@ -57,9 +57,10 @@ class SqlRunStore(SchemaMixin, RunsMixin, ApprovalsMixin, SavedMixin, PeopleMixi
     """
 
     @contextmanager
-    def transaction(self) -> Iterator[None]:
-        """Group several writes so they commit, or vanish, together."""
-        with self._write():
+    def transaction(self, *, relaxed: bool = False) -> Iterator[None]:
+        """Group several writes so they commit, or vanish, together. ``relaxed``: everything
+        in it may be lost if the database server crashes, and redone (``StoreCore._write``)."""
+        with self._write(relaxed=relaxed):
             yield
 
     @property

@@ -58,8 +58,17 @@ class StoreCore:
         return self._d.store_error(exc, self.location) or exc
 
     @contextmanager
-    def _write(self) -> Iterator[Cursor]:
-        """One write transaction; nested uses join the outer one."""
+    def _write(self, *, relaxed: bool = False) -> Iterator[Cursor]:
+        """One write transaction; nested uses join the outer one, which alone says how it commits.
+
+        ``relaxed``: what it writes may be lost if the database server itself crashes
+        (never when this process does), so its commit does not wait for the disk:
+        PostgreSQL's ``synchronous_commit = off`` for this transaction, what SQLite's
+        ``synchronous=NORMAL`` does for every commit. Only for writes that a crash may
+        take back and the run redo (a step's progress, a run's creation): the next
+        ordinary commit, on any connection, waits for every earlier one too (one log,
+        flushed in order), so an effect's claim, a question, a decision or a run's end
+        is never on disk without what led to it (docs/store-schema.md)."""
         cur = self._cur
         if self._depth:
             self._depth += 1
@@ -69,7 +78,7 @@ class StoreCore:
                 self._depth -= 1
             return
         try:
-            cur.execute(self._d.begin_write)
+            cur.execute(self._d.begin_relaxed if relaxed else self._d.begin_write)
         except self._d.Error as exc:
             raise self._translate(exc) from exc
         self._depth = 1

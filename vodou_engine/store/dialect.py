@@ -57,6 +57,10 @@ class Dialect:
     name = "sql"
     placeholder = "?"
     begin_write = "BEGIN"
+    begin_relaxed = "BEGIN"
+    """Begins a write whose commit need not wait for the disk (``_write(relaxed=True)``); an
+    engine whose every commit is already that (SQLite with ``synchronous=NORMAL``) begins
+    it as any other."""
     # Appended to a SELECT that precedes an UPDATE of the same row, so a
     # row-locking engine serialises the read with the write.
     for_update = ""

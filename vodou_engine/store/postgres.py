@@ -47,6 +47,7 @@ class PostgresDialect(Dialect):
     name = "postgresql"
     placeholder = "%s"
     begin_write = "BEGIN"
+    begin_relaxed = "BEGIN; SET LOCAL synchronous_commit = off"
     for_update = " FOR UPDATE"
     tokens: ClassVar[Mapping[str, str]] = {"serial_pk": "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"}
     tables_sql = "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"

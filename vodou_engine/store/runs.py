@@ -44,6 +44,9 @@ TAKE_RUN = (
     "owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at < ? OR owner = ?)))"
 )
 RENEW_LEASE = "UPDATE runs SET lease_expires_at = ? WHERE id = ? AND state = 'running' AND owner = ?"
+# Ending a run says, in the same statement, whether a question is left to withdraw: most
+# runs have none, and then no second statement is sent.
+PENDING_LEFT = " RETURNING EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = runs.id AND a.state = 'pending')"
 WITHDRAW_RUN = (
     "UPDATE approvals SET state = 'withdrawn', decided_at = ?, reason = ? WHERE run_id = ? AND state = 'pending'"
 )
@@ -84,8 +87,9 @@ class RunsMixin(StoreCore):
         saved_recipe: str | None = None,
         saved_version: int | None = None,
         schedule: str | None = None,
-    ) -> None:
-        """A new run; one created ``running`` under ``owner`` holds a lease of ``lease_s``."""
+    ) -> RunRecord:
+        """A new run; one created ``running`` under ``owner`` holds a lease of ``lease_s``.
+        Returns it as ``get_run`` would read it back (no second statement)."""
         _check_states((state,), RUN_STATES, "run state")
         now = _now(now)
         ended = now if state in TERMINAL_RUN_STATES else None
@@ -98,6 +102,7 @@ class RunsMixin(StoreCore):
                 cur.execute(self._q(INSERT_RUN), row)
         except self._d.IntegrityError as exc:
             raise self._integrity(exc, run_id, f"run {run_id!r}") from exc
+        return RunRecord(*row)
 
     def has_run(self, run_id: str) -> bool:
         """Whether the store holds ``run_id``: one indexed read, where ``get_run`` on a missing
@@ -166,12 +171,14 @@ class RunsMixin(StoreCore):
         if owner is not None:
             sql += " AND owner = ?"
             params += (owner,)
+        ending = new in TERMINAL_RUN_STATES
         with self._write() as cur:
-            cur.execute(self._q(sql), params)
-            won = cur.rowcount == 1
+            cur.execute(self._q(sql + PENDING_LEFT if ending else sql), params)
+            left = cur.fetchall() if ending else None
+            won = bool(left) if ending else cur.rowcount == 1
             if not won:
                 self._require_run(run_id)
-            elif new in TERMINAL_RUN_STATES:
+            elif left and left[0][0]:
                 cur.execute(self._q(WITHDRAW_RUN), (now, f"the run ended {new}", run_id))
         return won
 
@@ -204,13 +211,15 @@ class RunsMixin(StoreCore):
     # -- nodes ------------------------------------------------------------
 
     def save_nodes(self, run_id: str, records: Iterable[NodeRecord], *, owner: str | None = None) -> None:
-        """Upsert many node states in one transaction (the runtime batches)."""
+        """Upsert many node states in one transaction (the runtime batches). On its own, it
+        commits relaxed: a step's state lost with the database server is redone (a read)
+        or found again in the effect's own record, claimed by an ordinary commit."""
         rows = [(run_id, r.node_id, r.state, _text(r.output_json), r.error, r.started_at, r.ended_at, r.attempts,
                  r.ready_at) for r in records]  # fmt: skip
         if not rows:
             return
         try:
-            with self._write() as cur:
+            with self._write(relaxed=True) as cur:
                 self._check_owner(cur, run_id, owner)
                 cur.executemany(self._q(UPSERT_NODE), rows)
         except self._d.IntegrityError as exc:

@@ -58,6 +58,7 @@ class SqliteDialect(Dialect):
     # IMMEDIATE takes the write lock at BEGIN: two deferred transactions that
     # both read and then write would deadlock on the upgrade instead.
     begin_write = "BEGIN IMMEDIATE"
+    begin_relaxed = "BEGIN IMMEDIATE"
     for_update = ""
     tokens: ClassVar[Mapping[str, str]] = {"serial_pk": "INTEGER PRIMARY KEY AUTOINCREMENT"}
     tables_sql = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite!_%' ESCAPE '!'"

@@ -153,8 +153,12 @@ class Engine:
     async def _drive(self, runs: Runs, run_id: str, spec: dict[str, Any]) -> Outcome:
         import trio
 
-        store = await trio.to_thread.run_sync(runs.store)  # a new connection is opened off the loop
-        if spec and not await trio.to_thread.run_sync(store.has_run, run_id):
+        def look() -> tuple[Any, bool]:  # a new connection is opened off the loop, in the same hop
+            store = runs.store()
+            return store, bool(spec) and not store.has_run(run_id)
+
+        store, to_start = await trio.to_thread.run_sync(look)
+        if to_start:
             # Started here unless it exists already (a job run again after its first attempt
             # created the run goes on with that run). One job per run runs at a time (its
             # lock), so nothing else starts it meanwhile; the store would refuse a second.
