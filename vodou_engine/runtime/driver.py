@@ -197,7 +197,7 @@ def report(
         pending=[pending_view(a, plan, decode_bindings(run.servers_json)) for a in pending],
         errors=errors,
         unknown=unknown,
-        together=together_stats(plan, {k: (v[0], v[1], v[2]) for k, v in journal.times.items()}, states),
+        together=together_stats(plan, journal.times, states),
         servers={name: ServerStart(start_s=t) for name, t in (started_in or {}).items()},
         text=text,
         asked_again=dict(asked_again or {}),
