@@ -97,19 +97,16 @@ class Scheduler:
         self.elicit = Elicitations(ctx, journal, self.gates)
         self.effects.hooks = lambda node: self.elicit.hooks(node, effect=True)
         nodes = ctx.plan.nodes
-        self.succ: dict[str, list[str]] = {n.id: [] for n in nodes}
-        for n in nodes:
-            for need in n.needs:
-                self.succ[need].append(n.id)
+        self.succ: dict[str, Any] = _followers(nodes)
+        """Node -> the nodes that need it. A plan node's are a tuple, one shared by every node
+        with the same followers (a together's branches all have just its join); a loop item's
+        copy gets a list of its own (``_add_copy``)."""
         # Per join, how many of its items have succeeded / ended badly: kept up to
         # date through the journal's hook, so a join of N items costs O(1) per item.
-        self.joins_of: dict[str, list[str]] = {}
-        for n in nodes:
-            if isinstance(n, JoinNode):
-                for need in n.needs:
-                    self.joins_of.setdefault(need, []).append(n.id)
-        for nid in self.joins_of:
-            journal.watched[nid] = self._count
+        self.joins_of: dict[str, Any] = _joins_of(nodes)
+        """Node -> the joins it is an item's exit of, shared as ``succ``'s are; a list for a copy."""
+        count = self._count  # one bound method for every watched node, not one each
+        journal.watched.update(dict.fromkeys(self.joins_of, count))
         self.tally: dict[str, list[int]] = {}
         self.absorbed: set[str] = set()
         """Nodes of items a quorum dropped: they never run (again)."""
@@ -583,6 +580,8 @@ class Scheduler:
 
     def _render_for(self, nid: str, args: dict[str, Any]) -> Any:
         """A node's arguments, rendered where it stands: a loop's copy sees its item."""
+        if not args:
+            return {}  # what rendering no arguments gives, without the walk
         scope = self.scope.get(nid)
         return self.render(args) if scope is None else self._render_in(scope, args)
 
@@ -842,3 +841,28 @@ def _builtin_read(node: ToolNode) -> bool | None:
     if node.server == BUILTIN_SERVER and not node.effectful and not (node.timeout_s or node.retries):
         return builtin.TOOLS[node.tool][1]
     return None
+
+
+def _followers(nodes: list[Any]) -> dict[str, Any]:
+    """Node id -> the ids of the nodes that need it, as tuples: equal ones are one object, so
+    a together of N branches keeps one ``(join,)`` instead of N lists."""
+    lists: dict[str, list[str]] = {n.id: [] for n in nodes}
+    for n in nodes:
+        for need in n.needs:
+            lists[need].append(n.id)
+    return _shared_tuples(lists)
+
+
+def _joins_of(nodes: list[Any]) -> dict[str, Any]:
+    """Node id -> the joins whose items it ends (only nodes that end one), as shared tuples."""
+    lists: dict[str, list[str]] = {}
+    for n in nodes:
+        if isinstance(n, JoinNode):
+            for need in n.needs:
+                lists.setdefault(need, []).append(n.id)
+    return _shared_tuples(lists)
+
+
+def _shared_tuples(lists: dict[str, list[str]]) -> dict[str, tuple[str, ...]]:
+    seen: dict[tuple[str, ...], tuple[str, ...]] = {}
+    return {k: seen.setdefault(t, t) for k, v in lists.items() for t in (tuple(v),)}
