@@ -14,6 +14,12 @@ the process's highest resident set from then on, less the baseline: the plan,
 the compile's own garbage, the run's node states and times, the store writes
 and the report, all of it. Without ``clear_refs`` (not Linux) the peak is
 ``ru_maxrss``, which also counts the imports; it says so (``peak_source``).
+
+``python -m benchmarks.branch_memory N --traced`` measures the same with
+``tracemalloc`` on instead (``traced_peak_bytes``: the most Python held at once
+above what it held before the compile): what the engine allocates, without the
+allocator's own slack. Its wall is not the engine's (tracing slows every
+allocation), so the two are separate processes.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import os
 import resource
 import sys
 import time
+import tracemalloc
 from pathlib import Path
 
 import trio
@@ -53,7 +60,7 @@ def _reset_peak() -> bool:
     return "VmHWM" in _status()
 
 
-def measure(n: int) -> dict[str, float | int | str]:
+def measure(n: int, *, traced: bool = False) -> dict[str, float | int | str]:
     from vodou_engine.compiler import compile_recipe
 
     with TempDir("mem") as tmp:
@@ -64,11 +71,19 @@ def measure(n: int) -> dict[str, float | int | str]:
         gc.collect()
         resettable = _reset_peak()
         base = _status().get("VmRSS", 0)
+        if traced:
+            tracemalloc.start()
+            held_before = tracemalloc.get_traced_memory()[0]
         t0 = time.perf_counter()
         plan = compile_recipe(recipe(n, "vodou.noop {}"))
         compile_s = time.perf_counter() - t0
         wall, out = trio.run(timed_start, runs, prepared(plan))
         assert out.state == "succeeded", out.state
+        if traced:
+            traced_peak = tracemalloc.get_traced_memory()[1] - held_before
+            tracemalloc.stop()
+            store.close()
+            return {"n": n, "traced_peak_bytes": traced_peak, "traced_per_branch_bytes": traced_peak / n}
         if resettable:
             peak, source = _status()["VmHWM"] - base, "VmHWM after clear_refs, less the resident set before"
         else:
@@ -87,4 +102,4 @@ def measure(n: int) -> dict[str, float | int | str]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(measure(int(sys.argv[1]))))
+    print(json.dumps(measure(int(sys.argv[1]), traced="--traced" in sys.argv[2:])))

@@ -20,7 +20,7 @@ from ..compiler import compile_recipe
 from ..errors import RefusedError, UsageError, VodouError
 from ..osuser import os_user
 from ..owners import LEASE_S
-from ..plan import Plan, decode_plan, encode_plan
+from ..plan import Plan, canonical_bytes, decode_plan
 from ..policy import Policy
 from ..reports import RunReport
 from ..runtime.loops import refuse_asking_in_loops
@@ -172,7 +172,9 @@ class LifecycleMixin(DriveMixin):
                     recipe_name=plan.recipe.name,
                     recipe_path=os.path.abspath(prepared.path) if prepared.path and prepared.text is not None else None,
                     source_sha256=plan.recipe.source_sha256,
-                    plan_json=encode_plan(plan).decode(),
+                    # compact: every write to the run's row (its state, lease, owner) rewrites the
+                    # whole row in SQLite, so the stored plan's size is paid on each of them
+                    plan_json=canonical_bytes(plan).decode(),
                     plan_fingerprint=plan.fingerprint,
                     inputs_json=msgspec.json.encode(values).decode(),
                     started_by=actor,
@@ -185,7 +187,7 @@ class LifecycleMixin(DriveMixin):
                     schedule=schedule,
                 )
                 store.append_event(run_id, "started", actor=actor, data_json=msgspec.json.encode(started).decode())
-            return store.get_run(run_id)
+            return store.get_run(run_id, plan=False)  # the drive has the plan: not read back
 
         run = await in_thread(create)
         return await drive(
