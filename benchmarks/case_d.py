@@ -109,10 +109,10 @@ def memory_sizes(cfg: Config) -> tuple[int, ...]:
     return (1000, 10000) if cfg.quick else (1000, 10000, 100000)
 
 
-def _memory_once(n: int) -> dict:
+def _memory_once(n: int, *, traced: bool = False) -> dict:
     """One N in a fresh process: its peak is its own (``benchmarks/branch_memory.py``)."""
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.branch_memory", str(n)],
+        [sys.executable, "-m", "benchmarks.branch_memory", str(n), *(["--traced"] if traced else [])],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -132,6 +132,7 @@ def memory(case: Case, cfg: Config) -> None:
     for _ in range(rounds):
         for n in ns:
             m = _memory_once(n)
+            m.update(_memory_once(n, traced=True))
             seen[n].append(m)
             cfg.log(
                 f"d: {n} no-op branches in a process of their own: peak {m['peak_per_branch_bytes']:.0f} B/branch, "
@@ -145,6 +146,12 @@ def memory(case: Case, cfg: Config) -> None:
             [r["peak_per_branch_bytes"] for r in rows],
             "B",
             f"N={n} no-op branches: peak resident set / N (compile + run, own process; {rows[0]['peak_source']})",
+        )
+        traced = case.figure(
+            f"memory_{n}_traced_per_branch_b",
+            [r["traced_per_branch_bytes"] for r in rows],
+            "B",
+            f"N={n} no-op branches: tracemalloc peak / N (compile + run, own process)",
         )
         per[n] = case.figure(
             f"memory_{n}_run_per_branch_s",
@@ -160,6 +167,13 @@ def memory(case: Case, cfg: Config) -> None:
                 PEAK_PER_BRANCH_B,
                 unit="B",
                 what="peak resident set of compile + run over the process's own before, / N",
+            )
+            case.check(
+                f"d: peak Python memory per branch (N={n})",
+                traced,
+                PEAK_PER_BRANCH_B,
+                unit="B",
+                what="tracemalloc peak of compile + run, / N",
             )
     small, big = min(ns), max(ns)
     case.check(
