@@ -22,7 +22,7 @@ question withdrawn. An effect already executing is shielded and finishes.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 import msgspec
@@ -845,24 +845,37 @@ def _builtin_read(node: ToolNode) -> bool | None:
 
 def _followers(nodes: list[Any]) -> dict[str, Any]:
     """Node id -> the ids of the nodes that need it, as tuples: equal ones are one object, so
-    a together of N branches keeps one ``(join,)`` instead of N lists."""
-    lists: dict[str, list[str]] = {n.id: [] for n in nodes}
-    for n in nodes:
-        for need in n.needs:
-            lists[need].append(n.id)
-    return _shared_tuples(lists)
+    a together of N branches keeps one ``(join,)`` instead of N lists (and makes none)."""
+    succ: dict[str, Any] = dict.fromkeys([n.id for n in nodes], ())
+    _gather(succ, ((need, n.id) for n in nodes for need in n.needs))
+    return succ
 
 
 def _joins_of(nodes: list[Any]) -> dict[str, Any]:
     """Node id -> the joins whose items it ends (only nodes that end one), as shared tuples."""
-    lists: dict[str, list[str]] = {}
-    for n in nodes:
-        if isinstance(n, JoinNode):
-            for need in n.needs:
-                lists.setdefault(need, []).append(n.id)
-    return _shared_tuples(lists)
+    joins: dict[str, Any] = {}
+    _gather(joins, ((need, n.id) for n in nodes if isinstance(n, JoinNode) for need in n.needs))
+    return joins
 
 
-def _shared_tuples(lists: dict[str, list[str]]) -> dict[str, tuple[str, ...]]:
+def _gather(into: dict[str, Any], pairs: Iterator[tuple[str, str]]) -> None:
+    """``into[key]`` += ``(value,)`` for each pair, in order: a key's first value is a one-item
+    tuple shared by every key with that value; only a key with more gets a list, made a
+    (shared) tuple at the end."""
+    single: dict[str, tuple[str]] = {}
+    more: dict[str, list[str]] = {}
+    for key, value in pairs:
+        have = into.get(key)
+        if not have:
+            one = single.get(value)
+            if one is None:
+                one = single[value] = (value,)
+            into[key] = one
+        elif key in more:
+            more[key].append(value)
+        else:
+            more[key] = [*have, value]
     seen: dict[tuple[str, ...], tuple[str, ...]] = {}
-    return {k: seen.setdefault(t, t) for k, v in lists.items() for t in (tuple(v),)}
+    for key, values in more.items():
+        t = tuple(values)
+        into[key] = seen.setdefault(t, t)
