@@ -158,7 +158,9 @@ class Journal:
         """Per node, the latest progress not yet written as a ``progress`` event."""
         self._progress_written: dict[str, int] = {}
         self._flush_wanted = trio.Event()
-        self._limiter = trio.CapacityLimiter(1)
+        self.limiter = trio.CapacityLimiter(1)
+        """The one thread at a time this drive uses the store from (the store is not thread-safe):
+        every store call of the drive, the lease keeper's too, goes through it."""
         self._stored: tuple[dict[str, NodeRecord], dict[str, Any], dict[str, list[Any]]] | None = None
 
     # --- changing states -------------------------------------------------------------
@@ -263,7 +265,7 @@ class Journal:
         for nid in heard:
             self._progress_written[nid] = self._progress_written.get(nid, 0) + 1
         try:
-            return await trio.to_thread.run_sync(self._db_sync, batch, heard, fn, args, kwargs, limiter=self._limiter)
+            return await trio.to_thread.run_sync(self._db_sync, batch, heard, fn, args, kwargs, limiter=self.limiter)
         except trio.Cancelled:
             # Cancelled before the thread took it: the states are still owed to the store.
             self._dirty.update(dict.fromkeys(r.node_id for r in batch))
@@ -329,7 +331,7 @@ class Journal:
         ended or changed hands."""
         self._dirty.pop(nid, None)
         record = self._record(nid)
-        return await trio.to_thread.run_sync(self._outcome_sync, record, finish, limiter=self._limiter)
+        return await trio.to_thread.run_sync(self._outcome_sync, record, finish, limiter=self.limiter)
 
     def _outcome_sync(self, record: NodeRecord, finish: Callable[[], bool]) -> bool:
         store = self.store
