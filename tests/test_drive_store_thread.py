@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import threading
 
+import msgspec
+import pytest
 import trio
 
 from vodou_engine.compiler import compile_recipe
@@ -63,3 +65,22 @@ def test_a_lease_renewal_never_runs_beside_a_node_write(tmp_path, monkeypatch):
     assert report.state == "succeeded"
     assert waited, "no node write happened during the drive"
     assert overlaps == []
+
+
+@pytest.mark.both_stores
+def test_a_run_read_without_its_plan_is_the_same_run(store_location):
+    """``get_run(plan=False)`` (what a drive that holds the plan reads back) leaves out only the
+    plan's text; every other field is the stored one."""
+    from vodou_engine.store import open_store
+
+    store = open_store(store_location)
+    try:
+        store.create_run(
+            "r1", recipe_name="x", recipe_path=None, source_sha256="s", plan_json='{"nodes": []}',
+            plan_fingerprint="f", inputs_json="{}", started_by="me", owner="o", lease_s=30.0,
+        )  # fmt: skip
+        whole, head = store.get_run("r1"), store.get_run("r1", plan=False)
+    finally:
+        store.close()
+    assert head.plan_json == "" and whole.plan_json == '{"nodes": []}'
+    assert msgspec.structs.replace(head, plan_json=whole.plan_json) == whole
