@@ -7,7 +7,11 @@ strict floor; the engine's worker threads are warm too after its first run)
 and once with a fresh pool (cold, thread creation included). Two rows without
 the engine give context: N × ``trio.to_thread.run_sync`` in a nursery (trio's
 own per-call hand-off), and N calls through the engine's batched hand-off
-(``runtime.threads.Blocking``) alone, both with the engine's thread limit. A
+(``runtime.threads.Blocking``) alone, both with the engine's thread limit.
+Memory: 1,000 / 10,000 / 100,000 no-op branches, each N compiled and run in a
+process of its own (``benchmarks/branch_memory.py``), the peak resident set per
+branch and the run's wall per branch (linear in N when the per-branch wall
+stays flat). A
 branch's engine span (ready → ended) includes waiting for one of those thread
 slots, so the summed branch time grows with N; the run report's own figure
 (``Together.sum_s``, each branch's started → ended) leaves the queueing out
@@ -17,6 +21,9 @@ and reports it apart (``queued_s``), and both are given. Runs go through
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from functools import partial
@@ -24,6 +31,7 @@ from functools import partial
 import trio
 
 from .common import (
+    ROOT,
     Case,
     Config,
     Seen,
@@ -37,6 +45,14 @@ from .common import (
 )
 
 SLEEP_MS = 10
+PEAK_PER_BRANCH_B = 2048
+"""Target: peak resident set per no-op branch at 100,000 branches (compile and run included)."""
+LINEAR_WITHIN = 1.5
+"""Target: wall per branch at the largest N at most this many times the wall per branch at 1,000."""
+POOL_RATIO = 1.20
+"""Target: 1,000 × 10 ms branches against a warm ThreadPoolExecutor(1000)."""
+NO_WORK_S = 20e-6
+"""Target: engine wall / N for N = 1,000 no-work branches."""
 
 
 def recipe(n: int, tool: str) -> str:
@@ -87,6 +103,87 @@ def _thread_limit() -> int:
 
 def sizes(cfg: Config) -> tuple[int, ...]:
     return (10, 100) if cfg.quick else (10, 100, 1000)
+
+
+def memory_sizes(cfg: Config) -> tuple[int, ...]:
+    return (1000, 10000) if cfg.quick else (1000, 10000, 100000)
+
+
+def _memory_once(n: int, *, traced: bool = False) -> dict:
+    """One N in a fresh process: its peak is its own (``benchmarks/branch_memory.py``)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.branch_memory", str(n), *(["--traced"] if traced else [])],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"branch_memory {n} failed:\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def memory(case: Case, cfg: Config) -> None:
+    """Peak memory and wall per no-op branch at each N; the N alternate within each round."""
+    ns = memory_sizes(cfg)
+    rounds = 1 if cfg.quick else min(cfg.runs, 3)
+    seen: dict[int, list[dict]] = {n: [] for n in ns}
+    for _ in range(rounds):
+        for n in ns:
+            m = _memory_once(n)
+            m.update(_memory_once(n, traced=True))
+            seen[n].append(m)
+            cfg.log(
+                f"d: {n} no-op branches in a process of their own: peak {m['peak_per_branch_bytes']:.0f} B/branch, "
+                f"run {m['run_per_branch_s'] * 1e6:.1f} µs/branch, compile {m['compile_s']:.2f} s"
+            )
+    per: dict[int, float] = {}
+    for n in ns:
+        rows = seen[n]
+        peak = case.figure(
+            f"memory_{n}_peak_per_branch_b",
+            [r["peak_per_branch_bytes"] for r in rows],
+            "B",
+            f"N={n} no-op branches: peak resident set / N (compile + run, own process; {rows[0]['peak_source']})",
+        )
+        traced = case.figure(
+            f"memory_{n}_traced_per_branch_b",
+            [r["traced_per_branch_bytes"] for r in rows],
+            "B",
+            f"N={n} no-op branches: tracemalloc peak / N (compile + run, own process)",
+        )
+        per[n] = case.figure(
+            f"memory_{n}_run_per_branch_s",
+            [r["run_per_branch_s"] for r in rows],
+            "s",
+            f"N={n} no-op branches: Runs.start wall / N (own process)",
+        )
+        case.figure(f"memory_{n}_compile_s", [r["compile_s"] for r in rows], "s", f"N={n}: compile of the recipe")
+        if n == max(ns):
+            case.check(
+                f"d: peak memory per branch (N={n})",
+                peak,
+                PEAK_PER_BRANCH_B,
+                unit="B",
+                what="peak resident set of compile + run over the process's own before, / N",
+            )
+            case.check(
+                f"d: peak Python memory per branch (N={n})",
+                traced,
+                PEAK_PER_BRANCH_B,
+                unit="B",
+                what="tracemalloc peak of compile + run, / N",
+            )
+    small, big = min(ns), max(ns)
+    case.check(
+        f"d: wall linear in N ({big} vs {small})",
+        per[big] / per[small],
+        LINEAR_WITHIN,
+        unit="x",
+        what=f"wall per branch at N={big} over wall per branch at N={small}",
+        ratio=True,
+    )
 
 
 def run(cfg: Config) -> Case:
@@ -240,7 +337,7 @@ def run(cfg: Config) -> Case:
                 if not case.check(
                     f"d: {n}×10 ms / pool floor",
                     ratio,
-                    2.0,
+                    POOL_RATIO,
                     unit="x",
                     what=f"engine wall over a warm ThreadPoolExecutor({n}), same run",
                     ratio=True,
@@ -248,11 +345,12 @@ def run(cfg: Config) -> Case:
                     case.profiles[f"one run of {n} × 10 ms (cProfile of the trio thread, by own time)"] = profile_text(
                         partial(trio.run, timed_start, runs, sleep_ready)
                     )
-                if not case.check(f"d: no-work branch (N={n})", per, 50e-6, unit="s", what="engine wall / N"):
+                if not case.check(f"d: no-work branch (N={n})", per, NO_WORK_S, unit="s", what="engine wall / N"):
                     case.profiles[f"one run of {n} no-work branches (cProfile of the trio thread, by own time)"] = (
                         profile_text(partial(trio.run, timed_start, runs, noop_ready))
                     )
                 case.figure("thread_limit", limit, "count", "engine thread limit in effect for Runs.start")
                 case.bar(f"{n} no-work", wall_s=nw, sum_s=None, slowest_s=None)
         store.close()
+    memory(case, cfg)
     return case.done()

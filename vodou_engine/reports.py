@@ -7,6 +7,7 @@ the engine's or the store's internals. Encode any of them with
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -204,7 +205,9 @@ def node_kind(node: Any) -> str:
 
 
 def together_stats(
-    plan: Plan, times: dict[str, tuple[float | None, float | None, float | None]], states: dict[str, str]
+    plan: Plan,
+    times: Mapping[str, tuple[float | None, float | None, float | None]],
+    states: Mapping[str, str],
 ) -> list[Together]:
     """Per together: wall-clock, each branch's own work, the slowest successful branch.
 
@@ -218,48 +221,60 @@ def together_stats(
     or failed is named as such even when no work of it was recorded (a call
     abandoned on its thread, a step that failed before it began).
     """
-    index = plan.index()
+    joins = [j for j in plan.nodes if isinstance(j, JoinNode)]
+    if not joins:
+        return []
+    worked = {n.id for n in plan.nodes if isinstance(n, (ToolNode, WriteNode))}
     out = []
-    for j in plan.nodes:
-        if not isinstance(j, JoinNode):
-            continue
+    for j in joins:
         spans = []
-        starts, ends = [], []
+        first: float | None = None
+        last: float | None = None
         queued = 0.0
         failed, cancelled, unfinished = [], [], []
-        for i, item in enumerate(j.members):
-            branch = j.needs[i]
+        for branch, item in zip(j.needs, j.members, strict=True):
             st = states.get(branch, "")
             if st == "cancelled":
                 cancelled.append(branch)
-            elif st in ("failed", "skipped", "rejected", "unknown"):
+            elif st in _NOT_SUCCEEDED:
                 failed.append(branch)
             elif st != "succeeded":
                 unfinished.append(branch)  # pending, running, or waiting for a person
             work = []
             for m in item:
-                t = times.get(m)
-                if t is None or not isinstance(index.get(m), (ToolNode, WriteNode)):
+                if m not in worked or m not in times:
                     continue
-                ready, started, ended = t
+                ready, started, ended = times[m]
                 if ready is not None and started is not None and started > ready:
                     queued += started - ready
                 if started is not None and ended is not None:
                     work.append((started, ended))
             if not work:
                 continue
-            starts.append(min(s for s, _ in work))
-            ends.append(max(e for _, e in work))
-            spans.append((branch, _union(work), st == "succeeded"))
-        if not starts:
+            if len(work) == 1:
+                b, e = work[0]
+                length = e - b
+            else:
+                b = min(s for s, _ in work)
+                e = max(e for _, e in work)
+                length = _union(work)
+            if first is None or b < first:
+                first = b
+            if last is None or e > last:
+                last = e
+            spans.append((branch, length, st == "succeeded"))
+        if first is None or last is None:
             continue
         finished = [s for s in spans if s[2]]
         slowest = max(finished, key=lambda s: s[1]) if finished else (None, 0.0, False)
         out.append(Together(
-            join=j.id, wall_s=max(ends) - min(starts), sum_s=sum(s[1] for s in spans), branches=len(spans),
+            join=j.id, wall_s=last - first, sum_s=sum(s[1] for s in spans), branches=len(spans),
             slowest=slowest[0], slowest_s=slowest[1], queued_s=queued, failed=failed, cancelled=cancelled, unfinished=unfinished,
         ))  # fmt: skip
     return out
+
+
+_NOT_SUCCEEDED = frozenset({"failed", "skipped", "rejected", "unknown"})
 
 
 def _union(spans: list[tuple[float, float]]) -> float:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from typing import Any
 
 from lark import Token, Transformer
@@ -370,7 +371,9 @@ class Builder(Transformer[Token, ast.Recipe]):
         assert m is not None, "STEP_NL starts with a name, `:` and a tool address"
         assert line is not None and column is not None and start_pos is not None, "the lexer places every token"
         name, addr = m.group(1, 2)
-        server, tool = addr.split(".", 1)
+        # one string per server and per tool name, not one per step: a recipe of 100,000 steps
+        # on one tool would otherwise hold 200,000 copies of two words in its plan
+        server, tool = (sys.intern(part) for part in addr.split(".", 1))
         addr_pos = ast.Pos(line, column + m.start(2), len(addr))
         start = m.end()
         try:  # json finds where the object ends, as it decodes it

@@ -77,23 +77,36 @@ async def drive(
         scheduler.gates.seen = approvals
     verdict: RunState | None = None
     lost: list[str] = []
+    ending = [False]
+    """True while the drive writes its park, end or interruption: a renewal refused then (it
+    waited for that write, the store's one thread) is not a loss; the write checks the owner."""
     error: BaseException | None = None
     async with trio.open_nursery() as lease_keeper:
-        lease_keeper.start_soon(_keep_lease, store, run.id, owner, lost, lease_keeper.cancel_scope)
+        lease_keeper.start_soon(
+            _keep_lease, store, run.id, owner, lost, lease_keeper.cancel_scope, journal.limiter, ending
+        )
         try:
             while True:
                 verdict = await scheduler.drive()
                 if verdict != RunState.PARKED:
                     break
-                woken = await trio.to_thread.run_sync(_park_or_wake, store, run.id, owner, journal)
+                ending[0] = True
+                woken = await trio.to_thread.run_sync(
+                    _park_or_wake, store, run.id, owner, journal, limiter=journal.limiter
+                )
                 if not woken:
                     break
+                ending[0] = False
                 scheduler.wake(woken)
-            await trio.to_thread.run_sync(_finish, store, run.id, owner, verdict, scheduler, journal)
+            ending[0] = True
+            await trio.to_thread.run_sync(
+                _finish, store, run.id, owner, verdict, scheduler, journal, limiter=journal.limiter
+            )
         except BaseException as exc:  # noqa: BLE001 - raised again below, once the run is left as it should be
             if not lost and not contains(exc, (LostRunError, SimulatedCrash)):
+                ending[0] = True
                 with trio.CancelScope(shield=True):
-                    await trio.to_thread.run_sync(_interrupted, store, run.id, owner, journal)
+                    await trio.to_thread.run_sync(_interrupted, store, run.id, owner, journal, limiter=journal.limiter)
             # Raised again below, outside the nursery, so the caller gets it as it was
             # raised instead of wrapped in an exception group.
             error = exc
@@ -107,14 +120,26 @@ async def drive(
     return report(run, plan, verdict, journal, pending, getattr(hub, "started_in", None), scheduler.effects.asked_again)
 
 
-async def _keep_lease(store: RunStore, run_id: str, owner: str, lost: list[str], drive_scope: trio.CancelScope) -> None:
+async def _keep_lease(
+    store: RunStore,
+    run_id: str,
+    owner: str,
+    lost: list[str],
+    drive_scope: trio.CancelScope,
+    limiter: trio.CapacityLimiter,
+    ending: list[bool],
+) -> None:
     """Renew the lease while the drive goes on. Losing it (taken over, cancelled) stops
     the drive: every later write would be refused anyway. An effect already executing
-    is shielded and still records how it ended."""
+    is shielded and still records how it ended. ``limiter``: the drive's one store thread
+    (the journal's), so a renewal never runs beside a write on the same connection; one
+    refused while the drive writes its end (``ending``) stops renewing, nothing more."""
     while True:
         await trio.sleep(RENEW_EVERY_S)
-        held = await trio.to_thread.run_sync(lambda: store.renew_lease(run_id, owner, lease_s=LEASE_S))
+        held = await trio.to_thread.run_sync(lambda: store.renew_lease(run_id, owner, lease_s=LEASE_S), limiter=limiter)
         if not held:
+            if ending[0]:
+                return
             lost.append(
                 f"run {run_id} was taken over, cancelled or ended by another process; this one stopped driving it"
             )
@@ -199,7 +224,7 @@ def report(
         pending=[pending_view(a, plan, decode_bindings(run.servers_json)) for a in pending],
         errors=errors,
         unknown=unknown,
-        together=together_stats(plan, {k: (v[0], v[1], v[2]) for k, v in journal.times.items()}, states),
+        together=together_stats(plan, journal.times, states),
         servers={name: ServerStart(start_s=t) for name, t in (started_in or {}).items()},
         text=text,
         asked_again=dict(asked_again or {}),

@@ -22,7 +22,7 @@ question withdrawn. An effect already executing is shielded and finishes.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 import msgspec
@@ -109,19 +109,16 @@ class Scheduler:
         self.elicit = Elicitations(ctx, journal, self.gates)
         self.effects.hooks = lambda node: self.elicit.hooks(node, effect=True)
         nodes = ctx.plan.nodes
-        self.succ: dict[str, list[str]] = {n.id: [] for n in nodes}
-        for n in nodes:
-            for need in n.needs:
-                self.succ[need].append(n.id)
+        self.succ: dict[str, Any] = _followers(nodes)
+        """Node -> the nodes that need it. A plan node's are a tuple, one shared by every node
+        with the same followers (a together's branches all have just its join); a loop item's
+        copy gets a list of its own (``_add_copy``)."""
         # Per join, how many of its items have succeeded / ended badly: kept up to
         # date through the journal's hook, so a join of N items costs O(1) per item.
-        self.joins_of: dict[str, list[str]] = {}
-        for n in nodes:
-            if isinstance(n, JoinNode):
-                for need in n.needs:
-                    self.joins_of.setdefault(need, []).append(n.id)
-        for nid in self.joins_of:
-            journal.watched[nid] = self._count
+        self.joins_of: dict[str, Any] = _joins_of(nodes)
+        """Node -> the joins it is an item's exit of, shared as ``succ``'s are; a list for a copy."""
+        count = self._count  # one bound method for every watched node, not one each
+        journal.watched.update(dict.fromkeys(self.joins_of, count))
         self.tally: dict[str, list[int]] = {}
         self.absorbed: set[str] = set()
         """Nodes of items a quorum dropped: they never run (again)."""
@@ -272,8 +269,14 @@ class Scheduler:
         if nid in self.absorbed:  # dropped by a quorum while queued
             self.journal.set(nid, CANCELLED, error="dropped by a quorum")
         else:
-            self.journal.set(nid, RUNNING)
-            self._finish_read(nid, lambda: builtin.TOOLS[node.tool][0](self._render_for(nid, node.args)))
+            journal = self.journal
+            journal.set(nid, RUNNING)
+            try:  # as _finish_read, without a closure per step
+                out = builtin.TOOLS[node.tool][0](self._render_for(nid, node.args))
+                crashpoint("reads")
+                journal.set(nid, SUCCEEDED, output=out)
+            except STEP_ERRORS as exc:
+                journal.set(nid, FAILED, error=str(exc))
         self._after(nid)
 
     def _finish_read(
@@ -672,6 +675,8 @@ class Scheduler:
 
     def _render_for(self, nid: str, args: dict[str, Any]) -> Any:
         """A node's arguments, rendered where it stands: a loop's copy sees its item."""
+        if not args:
+            return {}  # what rendering no arguments gives, without the walk
         scope = self.scope.get(nid)
         return self.render(args) if scope is None else self._render_in(scope, args)
 
@@ -943,3 +948,41 @@ def _builtin_read(node: ToolNode) -> bool | None:
     if node.server == BUILTIN_SERVER and not node.effectful and not (node.timeout_s or node.retries):
         return builtin.TOOLS[node.tool][1]
     return None
+
+
+def _followers(nodes: list[Any]) -> dict[str, Any]:
+    """Node id -> the ids of the nodes that need it, as tuples: equal ones are one object, so
+    a together of N branches keeps one ``(join,)`` instead of N lists (and makes none)."""
+    succ: dict[str, Any] = dict.fromkeys([n.id for n in nodes], ())
+    _gather(succ, ((need, n.id) for n in nodes for need in n.needs))
+    return succ
+
+
+def _joins_of(nodes: list[Any]) -> dict[str, Any]:
+    """Node id -> the joins whose items it ends (only nodes that end one), as shared tuples."""
+    joins: dict[str, Any] = {}
+    _gather(joins, ((need, n.id) for n in nodes if isinstance(n, JoinNode) for need in n.needs))
+    return joins
+
+
+def _gather(into: dict[str, Any], pairs: Iterator[tuple[str, str]]) -> None:
+    """``into[key]`` += ``(value,)`` for each pair, in order: a key's first value is a one-item
+    tuple shared by every key with that value; only a key with more gets a list, made a
+    (shared) tuple at the end."""
+    single: dict[str, tuple[str]] = {}
+    more: dict[str, list[str]] = {}
+    for key, value in pairs:
+        have = into.get(key)
+        if not have:
+            one = single.get(value)
+            if one is None:
+                one = single[value] = (value,)
+            into[key] = one
+        elif key in more:
+            more[key].append(value)
+        else:
+            more[key] = [*have, value]
+    seen: dict[tuple[str, ...], tuple[str, ...]] = {}
+    for key, values in more.items():
+        t = tuple(values)
+        into[key] = seen.setdefault(t, t)
