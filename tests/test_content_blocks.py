@@ -36,7 +36,7 @@ from vodou_engine.tools.results import blocks_of, describe_block, to_result
 from vodou_engine.web.app import create_app
 from vodou_engine.web.config import WebConfig
 from vodou_engine.web.identity import add_approver
-from vodou_engine.web.pages import content_item
+from vodou_engine.web.step_views import content_item
 
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
 
