@@ -9,9 +9,11 @@ import json
 import re
 import subprocess
 import sys
+import threading
 import uuid
 
 import httpx2
+import pytest
 from conftest import demo_calls
 from web_helpers import Person, Serving, form, sign_in, wait_for
 
@@ -87,3 +89,36 @@ def test_no_link_when_serve_listens_beyond_this_machine_or_is_told_not_to(tmp_pa
         finally:
             serving.kill()
     assert "sign in as" not in serving.log.read_text()
+
+
+@pytest.mark.both_stores
+def test_two_serves_starting_at_once_both_make_the_same_person_an_approver(store_location):
+    """Two `recipe serve` starting on one store both add the user who started them (the first
+    run's link): one adds, the other finds it added; neither fails (it crashed one of two serves
+    on PostgreSQL with a unique violation), and the name is an approver once."""
+    from vodou_engine.runs import Runs
+
+    Runs(store=store_location).store().close()  # the store exists before the race
+    go = threading.Barrier(8)
+    results: list[object] = []
+
+    def one() -> None:
+        runs = Runs(store=store_location)
+        try:
+            go.wait()
+            results.append(runs.ensure_approver("ana", by="ana"))
+        except Exception as exc:  # noqa: BLE001 - the failure is the finding
+            results.append(exc)
+        finally:
+            runs.close()
+
+    threads = [threading.Thread(target=one) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(map(repr, results)) == sorted(["True"] + ["False"] * 7), results
+    runs = Runs(store=store_location)
+    assert runs.ensure_approver("ana", by="ana") is False
+    assert runs.approvers() == ["ana"]
+    runs.close()

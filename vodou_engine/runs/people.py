@@ -31,6 +31,15 @@ class PeopleMixin(RunsCore):
         self.store().set_approver(name, hashlib.sha256(token.encode()).hexdigest(), by=by)
         return token
 
+    def ensure_approver(self, name: str, *, by: str) -> bool:
+        """Make ``name`` an approver unless it is one (an existing secret is left alone), with a
+        secret nobody is shown; True when this call added it. Two processes doing this at once
+        (two ``recipe serve`` starting on one store) both succeed."""
+        if name.startswith("agent:"):
+            raise UsageError(f"{name!r}: names starting with `agent:` are the agents'; nothing was changed", name=name)
+        token = "vodou_" + secrets.token_urlsafe(24)
+        return self.store().add_approver_if_missing(name, hashlib.sha256(token.encode()).hexdigest(), by=by)
+
     def remove_approver(self, name: str, *, by: str) -> bool:
         return self.store(create=False).remove_approver(name, by=by)
 

@@ -24,6 +24,11 @@ _AUDIT_COLS = _cols(AuditRecord)
 
 INSERT_APPROVER = f"INSERT INTO approvers ({_APPROVER_COLS}) VALUES {_values(ApproverRecord)}"
 UPDATE_APPROVER = "UPDATE approvers SET token_sha256 = ?, created_at = ?, created_by = ? WHERE name = ?"
+INSERT_APPROVER_IF_MISSING = INSERT_APPROVER + " ON CONFLICT (name) DO NOTHING"
+UPSERT_APPROVER = INSERT_APPROVER + (
+    " ON CONFLICT (name) DO UPDATE SET token_sha256 = excluded.token_sha256,"
+    " created_at = excluded.created_at, created_by = excluded.created_by"
+)
 SELECT_APPROVER = f"SELECT {_APPROVER_COLS} FROM approvers WHERE name = ?"
 SELECT_APPROVERS = f"SELECT {_APPROVER_COLS} FROM approvers ORDER BY name"
 DELETE_APPROVER = "DELETE FROM approvers WHERE name = ?"
@@ -38,11 +43,20 @@ class PeopleMixin(StoreCore):
     def set_approver(self, name: str, token_sha256: str, *, by: str, now: float | None = None) -> None:
         """Add a person who may act under ``name``, or give them a new secret (the old one stops working)."""
         now = _now(now)
-        with self._write() as cur:
-            cur.execute(self._q(UPDATE_APPROVER), (token_sha256, now, by, name))
-            if cur.rowcount == 0:
-                cur.execute(self._q(INSERT_APPROVER), (name, token_sha256, now, by))
+        with self._write() as cur:  # one statement: two processes adding the same name both succeed
+            cur.execute(self._q(UPSERT_APPROVER), (name, token_sha256, now, by))
             cur.execute(self._q(INSERT_AUDIT), (now, "approver.set", by, None, _json({"name": name})))
+
+    def add_approver_if_missing(self, name: str, token_sha256: str, *, by: str, now: float | None = None) -> bool:
+        """Add ``name`` unless it is an approver already (whose secret then stays as it is);
+        True when this call added it. Atomic: of processes adding one name at once, one does."""
+        now = _now(now)
+        with self._write() as cur:
+            cur.execute(self._q(INSERT_APPROVER_IF_MISSING), (name, token_sha256, now, by))
+            added = cur.rowcount == 1
+            if added:
+                cur.execute(self._q(INSERT_AUDIT), (now, "approver.set", by, None, _json({"name": name})))
+        return added
 
     def get_approver(self, name: str) -> ApproverRecord | None:
         row = self._one(SELECT_APPROVER, (name,))

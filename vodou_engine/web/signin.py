@@ -66,8 +66,7 @@ def first_run_link(runs: Any, base_url: str, *, ttl_s: float = FIRST_RUN_TTL_S) 
     an approver if it is not one yet (with a secret nobody is shown: ``recipe approver add``
     gives one for ``--as``); an approver's existing secret and sessions are left alone."""
     name = os_user()
-    if runs.store().get_approver(name) is None:
-        runs.add_approver(name, by=name)
+    runs.ensure_approver(name, by=name)  # at once with another serve on this store: both go on
     return name, sign_in_link(runs, name, by=name, base_url=base_url, ttl_s=ttl_s)
 
 
