@@ -1,4 +1,4 @@
-"""j. A quorum's slow branch never holds the process (issue 11 §5).
+"""j. A quorum's slow branch never holds the process.
 
 The real ``recipe run FILE --json`` (``python -m vodou_engine``) as a
 subprocess, on three demo lab servers over stdio::

@@ -1,4 +1,4 @@
-"""A run is bound to the servers it was approved against (issue "Close the holes", item 3).
+"""A run is bound to the servers it was approved against.
 
 A run parked in projA/ (whose mcp.json maps `slack` to a sandbox) must never be
 approved into another directory's `slack`. The CLI run from each directory (in this

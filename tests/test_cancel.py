@@ -1,4 +1,4 @@
-"""Cancelling a run (issue "Reach", section 4): a parked or running run ends `cancelled`;
+"""Cancelling a run: a parked or running run ends `cancelled`;
 its pending approval can no longer be given; an effect already executing finishes and is
 recorded. Effects are counted in the rogue server's own log."""
 

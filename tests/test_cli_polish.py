@@ -1,4 +1,4 @@
-"""What a person sees of a run, and no rough edge left in the CLI (issue 11, sections 3 and 4).
+"""What a person sees of a run, and no rough edge left in the CLI.
 
 Behaviour is proven in-process: through the run API (``Runs``), the views
 that print its documents, and ``cli.main`` called with an argument list (it

@@ -1,4 +1,4 @@
-"""Doubt is ``unknown``, never ``failed``; nothing hangs (issue "Close the holes", items 2 and 4).
+"""Doubt is ``unknown``, never ``failed``; nothing hangs.
 
 Through the run API against tests/rogue_server.py, a real stdio MCP server that
 misbehaves on request. Effects are counted in the server's own log (written

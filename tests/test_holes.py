@@ -1,4 +1,4 @@
-"""The holes an attack found (issue "Close the holes", items 4 to 7), each closed and proven.
+"""The holes an attack found, each closed and proven.
 
 Where only a process can show it (signals, a dead owner, a closed stdout, a
 read-only store, identity) the real CLI runs; the rest goes through the run

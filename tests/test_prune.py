@@ -1,4 +1,4 @@
-"""Pruning finished runs (issue "Reach", section 4): finished runs go, the file shrinks;
+"""Pruning finished runs: finished runs go, the file shrinks;
 parked runs and runs with an effect whose fate is open never go."""
 
 from __future__ import annotations

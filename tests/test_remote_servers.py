@@ -1,4 +1,4 @@
-"""Remote MCP servers (issue 14, section 1): the hub over the spec's streamable HTTP
+"""Remote MCP servers: the hub over the spec's streamable HTTP
 transport, against a real server (tests/http_server.py: the SDK's MCPServer over
 streamable HTTP, on 127.0.0.1, a process of its own).
 

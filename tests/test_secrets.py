@@ -1,4 +1,4 @@
-"""Secrets (issue 14, section 2): ``${VAR}`` in a server's configuration is taken from the
+"""Secrets: ``${VAR}`` in a server's configuration is taken from the
 caller's environment when the server starts, ``inherit`` hands on named variables,
 and a value taken from the environment never appears in the store, a card, ``show``,
 the audit log, an error message or ``--json`` output.

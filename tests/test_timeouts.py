@@ -1,4 +1,4 @@
-"""A step's own `timeout:` and `retries:` (issue "Reach", section 3).
+"""A step's own `timeout:` and `retries:`.
 
 Reads only are tried again; an effect never is (a compile error says why);
 a read past its timeout fails, and inside a quorum that failure counts like
