@@ -26,7 +26,7 @@ from .compiler.words import written_address, written_server
 from .errors import ArgumentsError, RecipeError, UsageError
 from .plan import RISK_ORDER, Plan, ToolNode, Where
 from .policy import BUILTIN_SERVER, BUILTIN_TOOLS, Hints, Policy, hints_from
-from .runtime.freeze import IDEMPOTENCY_FIELDS
+from .runtime.freeze import key_field
 from .servers import ServerConfig
 from .tools.schema_check import problems
 from .tools.schema_check import where as place_words
@@ -282,13 +282,10 @@ def templated_paths(value: Any, path: tuple[str | int, ...] = ()) -> list[tuple[
 def with_engine_fields(args: Any, schema: Mapping[str, Any]) -> Any:
     """The arguments as the call will carry them: the idempotency key goes in when the
     schema has a place for it (``runtime/calls.py``), so a schema that requires it is met."""
-    properties = schema.get("properties") if isinstance(schema, Mapping) else None
-    if not isinstance(args, dict) or not isinstance(properties, Mapping):
+    field = key_field(schema)
+    if not isinstance(args, dict) or field is None:
         return args
-    for name in IDEMPOTENCY_FIELDS:
-        if name in properties:
-            return {**args, name: args.get(name, "the run's idempotency key")}
-    return args
+    return {**args, field: args.get(field, "the run's idempotency key")}
 
 
 def check_arguments(plan: Plan, tools: Mapping[str, Mapping[str, Any]], text: str | None, path: str | None) -> None:

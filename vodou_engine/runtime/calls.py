@@ -19,7 +19,7 @@ from ..errors import ArgumentsRejectedError, NoReplyError, NotSentError, ToolErr
 from ..policy import BUILTIN_SERVER
 from ..tools.schema_check import problems, where
 from . import builtin
-from .freeze import IDEMPOTENCY_FIELDS
+from .freeze import key_field
 from .threads import Blocking
 
 if TYPE_CHECKING:
@@ -91,12 +91,9 @@ class Tools:
         await self.hub.wait_ready()
         schema = self.hub.tool(server, tool).input_schema  # UnknownToolError (not sent) if it is gone
         args = payload
-        if isinstance(payload, dict):
-            properties = (schema or {}).get("properties") or {}
-            for name in IDEMPOTENCY_FIELDS:
-                if name in properties:
-                    args = {name: "the run's idempotency key", **payload}
-                    break
+        field = key_field(schema)
+        if isinstance(payload, dict) and field is not None:
+            args = {field: "the run's idempotency key", **payload}
         faults = problems(schema, args)
         if faults:
             said = "; ".join(f"{where(f.path)}: {f.message}" for f in faults)
@@ -125,12 +122,9 @@ class Tools:
             raise NotSentError(f"no server session for {server}; nothing was called", server=server)
         await self.hub.wait_ready()
         info = self.hub.tool(server, tool)  # UnknownToolError (a NotSentError) if renamed since the question
-        if isinstance(args, dict):
-            properties = (info.input_schema or {}).get("properties") or {}
-            for name in IDEMPOTENCY_FIELDS:
-                if name in properties:
-                    args[name] = key
-                    break
+        field = key_field(info.input_schema)
+        if isinstance(args, dict) and field is not None:
+            args[field] = key
         return args
 
     async def effect(

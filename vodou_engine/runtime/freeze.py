@@ -13,12 +13,22 @@ fingerprint.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from typing import Any
 
 from ..plan import canonical_bytes
 
 IDEMPOTENCY_FIELDS = ("idempotency_key", "idempotencyKey")
 """Input-schema property names that receive the key (docs/safety.md)."""
+
+
+def key_field(schema: Any) -> str | None:
+    """The input-schema property that receives the run's idempotency key, or None: the first of
+    IDEMPOTENCY_FIELDS among the schema's properties."""
+    properties = schema.get("properties") if isinstance(schema, Mapping) else None
+    if not isinstance(properties, Mapping):
+        return None
+    return next((name for name in IDEMPOTENCY_FIELDS if name in properties), None)
 
 
 def payload_fingerprint(
