@@ -259,25 +259,23 @@ async def draft_action(web: Web, request: Request, me: Me, form: dict[str, str])
             sentence="",
             problem="Say what the recipe should do, in one sentence.",
         )
+
+    async def starter(notice: dict[str, str]) -> Response:
+        """The editor on a starting recipe, the person's, saying why nothing was drafted."""
+        return await _editor(
+            web, request, me, text=STARTER, name="", seal="", mode="edit", origin="person", notice=notice,
+            sentence=sentence,
+        )  # fmt: skip
+
     try:
         model = await trio.to_thread.run_sync(choose_model, None)
     except UsageError as exc:
-        notice = {
-            "title": "No model is configured to draft recipes with, so nothing was drafted.",
-            "text": f"{exc.message}. To draft from a sentence, {exc.hint}." if exc.hint else exc.message,
-            "after": "Meanwhile, here is a starting recipe to edit: the card beside it follows what you type.",
-        }
-        return await _editor(
-            web,
-            request,
-            me,
-            text=STARTER,
-            name="",
-            seal="",
-            mode="edit",
-            origin="person",
-            notice=notice,
-            sentence=sentence,
+        return await starter(
+            {
+                "title": "No model is configured to draft recipes with, so nothing was drafted.",
+                "text": f"{exc.message}. To draft from a sentence, {exc.hint}." if exc.hint else exc.message,
+                "after": "Meanwhile, here is a starting recipe to edit: the card beside it follows what you type.",
+            }
         )
     svc = web.svc
     cat = await authoring(web).catalogue()
@@ -286,22 +284,12 @@ async def draft_action(web: Web, request: Request, me: Me, form: dict[str, str])
             lambda: draft(sentence, model=model, catalogue=cat, policy=svc.policy, servers=svc.server_set)
         )
     except (ModelError, UsageError) as exc:
-        notice = {
-            "title": "The model could not draft a recipe.",
-            "text": str(exc),
-            "after": "Here is a starting recipe to edit.",
-        }
-        return await _editor(
-            web,
-            request,
-            me,
-            text=STARTER,
-            name="",
-            seal="",
-            mode="edit",
-            origin="person",
-            notice=notice,
-            sentence=sentence,
+        return await starter(
+            {
+                "title": "The model could not draft a recipe.",
+                "text": str(exc),
+                "after": "Here is a starting recipe to edit.",
+            }
         )
     text = result.recipe or STARTER
     seal = draft_seal(web, text) if result.recipe else ""
