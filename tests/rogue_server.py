@@ -54,6 +54,10 @@ Environment
     A file whose content, when it exists, is used instead of ``ROGUE_MODES`` /
     ``ROGUE_TOOLS`` / ``ROGUE_RPC_CODE``: what the server does can change between two starts while
     its configuration (and a run's binding to it) stays the same.
+``ROGUE_READS_TO_THE_END``
+    When set, SIGTERM is ignored: the server reads its input until it ends and exits then, so
+    every line the client wrote before closing its end (a ``notifications/cancelled`` among them)
+    is read and logged even when the client signals at once (as it does when a call is in doubt).
 ``ROGUE_RPC_CODE``
     The JSON-RPC error code the ``rpc_error`` mode sends (default -32000).
 ``ROGUE_TOOLS``
@@ -119,6 +123,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -460,6 +465,8 @@ def call_tool(request_id, params: dict, tools: dict[str, str], modes: dict[str, 
 def main() -> None:
     modes = parse_modes(setting("ROGUE_MODES"))
     tools = listed_tools()
+    if os.environ.get("ROGUE_READS_TO_THE_END"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     log({"event": "start", "pid": PID})
     stdin = sys.stdin.buffer
     while True:
