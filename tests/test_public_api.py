@@ -6,6 +6,8 @@ import subprocess
 import sys
 
 import vodou_engine
+from vodou_engine.runs import Runs
+from vodou_engine.store import open_store
 
 
 def test_every_export_resolves():
@@ -25,3 +27,15 @@ def test_compile_then_verify_through_the_api():
     assert graph.has_edge("approve:post", "post")
     again = vodou_engine.load_plan(vodou_engine.encode_plan(plan))
     assert again == plan
+
+
+def test_one_runs_object_reads_then_writes(tmp_path):
+    """A Runs whose first call only read the store still writes on a later call: the store
+    is opened again for writing rather than failing with "read-only"."""
+    path = tmp_path / "runs.db"
+    open_store(path).close()
+    runs = Runs(store=path)
+    assert runs.approvers() == []  # opens the store to read only
+    runs.add_approver("ana", by="test")
+    assert open_store(path, readonly=True).approvers_list()[0].name == "ana"  # on disk, read by another store
+    assert runs.approvers() == ["ana"]

@@ -71,6 +71,8 @@ class RunsCore:
         self._workers_arg = workers
         self._store_arg = store
         self._store = None if store is None or isinstance(store, (str, os.PathLike)) else store
+        self._store_readonly = False
+        """Whether ``_store`` was opened here to read only."""
         self._servers_arg = servers
         self._policy_arg = policy
         self._policy: Policy | None = policy if isinstance(policy, Policy) else None
@@ -80,12 +82,17 @@ class RunsCore:
 
     # --- configuration -------------------------------------------------------------------
     def store(self, *, create: bool = True, readonly: bool = False) -> RunStore:
-        """The store; ``create=False`` refuses a path where no store exists yet."""
-        if self._store is None:
+        """The store; ``create=False`` refuses a path where no store exists yet.
+
+        Opened once, in the mode of the first use; a store first opened to read is
+        opened again for writing when a later call writes (the read-only one is left to
+        whoever still holds it), so the order of calls on one ``Runs`` never matters."""
+        if self._store is None or (self._store_readonly and not readonly):
             location = self._store_arg
             self._store = open_store(
                 None if location is None else os.fspath(location), create=create, readonly=readonly
             )
+            self._store_readonly = readonly
         return self._store
 
     @property
