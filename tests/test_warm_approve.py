@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 from pathlib import Path
 
+import trio
 from conftest import Cli, demo_calls
 from web_helpers import Serving
 
-from vodou_engine.runs.handoff import socket_path
+from vodou_engine.runs.handoff import bind_listener, drive_warm, listening, socket_path
 
 
 def project(tmp: Path) -> Path:
@@ -136,3 +139,23 @@ def test_a_serve_whose_servers_differ_hands_the_run_back(tmp_path):
         assert "handed back to the approving process" in serving.log.read_text()
     finally:
         serving.kill()
+
+
+def test_looking_for_a_warm_process_leaves_no_trace(tmp_path, monkeypatch):
+    """An approval with no serve running only looks for a listener: the private socket
+    directory is made by the process that listens, not by every caller."""
+    run_dir = Path(tempfile.mkdtemp(prefix="xdg-"))  # short: a socket's path has a length limit
+    try:
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(run_dir))
+        store = str(tmp_path / "runs.db")
+        assert socket_path(store) is None and not listening(store)
+        assert trio.run(drive_warm, store, "r-1") is None
+        assert not (run_dir / "vodou").exists()
+        bound = bind_listener(store)
+        assert bound is not None
+        sock, path = bound
+        with sock:
+            assert path == socket_path(store) and listening(store)
+            assert oct((run_dir / "vodou").stat().st_mode & 0o777) == "0o700"
+    finally:
+        shutil.rmtree(run_dir)

@@ -57,20 +57,22 @@ class DriveReply(msgspec.Struct, frozen=True, omit_defaults=True):
     """Why it did not drive the run (the caller drives it itself)."""
 
 
-def _socket_dir() -> str | None:
-    """This user's private directory for sockets, or None when none is safe to use."""
+def _socket_dir(*, create: bool) -> str | None:
+    """This user's private directory for sockets, or None when none is safe to use (or, when
+    not ``create``, none exists yet: a caller only looking for a listener leaves no trace)."""
     runtime = os.environ.get("XDG_RUNTIME_DIR", "")
     base = (
         os.path.join(runtime, "vodou")
         if os.path.isabs(runtime)
         else os.path.join(tempfile.gettempdir(), f"vodou-{os.getuid()}")
     )
-    try:
-        os.mkdir(base, 0o700)
-    except FileExistsError:
-        pass
-    except OSError:
-        return None
+    if create:
+        try:
+            os.mkdir(base, 0o700)
+        except FileExistsError:
+            pass
+        except OSError:
+            return None
     try:
         st = os.lstat(base)
     except OSError:
@@ -80,13 +82,14 @@ def _socket_dir() -> str | None:
     return base
 
 
-def socket_path(store_location: str) -> str | None:
+def socket_path(store_location: str, *, create: bool = False) -> str | None:
     """Where a warm process holding this SQLite store listens (None: not a file store, or no
-    safe directory). Named after the store's real path, so every spelling of it agrees."""
+    safe directory). Named after the store's real path, so every spelling of it agrees.
+    ``create``: make the private directory when it is missing (only a listener does)."""
     if "://" in store_location:
         return None
     real = os.path.realpath(store_location)
-    base = _socket_dir()
+    base = _socket_dir(create=create)
     if base is None:
         return None
     return os.path.join(base, f"drive-{hashlib.sha256(real.encode()).hexdigest()[:24]}.sock")
@@ -157,7 +160,7 @@ def bind_listener(store_location: str) -> tuple[socket.socket, str] | None:
     """A listening socket for this store's warm drives, or None when another live process
     already listens for it (or there is no safe place). A socket file left by a process
     that died is replaced."""
-    path = socket_path(store_location)
+    path = socket_path(store_location, create=True)
     if path is None:
         return None
     if os.path.exists(path):
