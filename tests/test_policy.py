@@ -343,8 +343,10 @@ def test_a_missing_named_policy_file_is_an_error(tmp_path):
     assert "gone.toml" in str(info.value) and info.value.exit_code == EXIT_USAGE
 
 
-def _load_with_deadline(path, seconds: float = 10.0):
-    """load_policy(path) in a thread: a read that blocks fails the test instead of hanging it."""
+def _load_with_deadline(path, seconds: float = 60.0):
+    """load_policy(path) in a thread: a read that blocks fails the test instead of hanging it.
+    The deadline is far above any real read (a 16 MiB file on a starved machine took over
+    10 s): it only ends a read that would never return."""
     outcome: dict = {}
 
     def run():
