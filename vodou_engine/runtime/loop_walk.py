@@ -27,7 +27,7 @@ from .calls import Tools
 from .context import RunContext
 from .gates import Gates
 from .journal import Journal
-from .loops import TOP, Batch, LoopRun, Scope, copy_node, item_of, lookup, outer_of, the_list
+from .loops import TOP, Batch, LoopRun, Scope, copier, item_of, lookup, outer_of, the_list
 from .walk_states import (
     FAILED,
     PENDING,
@@ -109,21 +109,56 @@ class LoopWalk:
         self.loop_runs[nid] = lr
         body = set(node.body)
         index = self.index  # the templates, under their own ids
+        templates = [index[t] for t in node.body]
+        makers = [copier(t, body) for t in templates]
+        lr.entries = [j for j, t in enumerate(templates) if not t.needs]
+        lr.resumed = self.journal.resumed
         quorum = lr.need < len(items)
-        for i, item in enumerate(items):
-            suffix = f"{scope.suffix}[{i}]"
-            item_scope = Scope(suffix, {**scope.binds, node.var: item})
-            ids = []
-            for t in node.body:
-                copy = copy_node(index[t], suffix, body)
-                self._add_copy(copy, item_scope, quorum)
-                ids.append(copy.id)
-            lr.items.append(item_scope)
-            lr.members.append(ids)
-            self.loop_of_item[suffix] = lr
-            exit_id = node.exit + suffix
-            lr.exits.append(exit_id)
-            self.exit_of[exit_id] = (lr, i)
+        binds, var, outer = scope.binds, node.var, scope.suffix
+        exit_of, loop_of_item, exit_base = self.exit_of, self.loop_of_item, node.exit
+        if lr.resumed or any(isinstance(t, (JoinNode, LoopNode)) for t in templates):
+            for i, item in enumerate(items):
+                suffix = f"{outer}[{i}]"
+                item_scope = Scope(suffix, {**binds, var: item})
+                ids = []
+                for make in makers:
+                    copy = make(suffix)
+                    self._add_copy(copy, item_scope, quorum)
+                    ids.append(copy.id)
+                lr.items.append(item_scope)
+                lr.members.append(ids)
+                loop_of_item[suffix] = lr
+                exit_id = exit_base + suffix
+                lr.exits.append(exit_id)
+                exit_of[exit_id] = (lr, i)
+        else:
+            # The common body (steps, gates, questions; no together or loop inside) and no drive
+            # before: every item's copies at once, their successors (the same item's copies of
+            # the template's) as shared tuples, and one journal entry for all of them.
+            after = [tuple(f.id for f in templates if t.id in f.needs) for t in templates]
+            succ, scopes = self.succ, self.scope
+            new: list[str] = []
+            for i, item in enumerate(items):
+                suffix = f"{outer}[{i}]"
+                item_scope = Scope(suffix, {**binds, var: item} if binds else {var: item})
+                ids = []
+                for make, follow in zip(makers, after, strict=True):
+                    copy = make(suffix)
+                    cid = copy.id
+                    index[cid] = copy
+                    succ[cid] = tuple([f + suffix for f in follow]) if follow else ()
+                    scopes[cid] = item_scope
+                    ids.append(cid)
+                new.extend(ids)
+                lr.items.append(item_scope)
+                lr.members.append(ids)
+                loop_of_item[suffix] = lr
+                exit_id = exit_base + suffix
+                lr.exits.append(exit_id)
+                exit_of[exit_id] = (lr, i)
+            self.journal.add_many(new)
+            if quorum:
+                self.droppable.update(new)
         if not items:
             self._close_loop(lr)
             return
@@ -161,18 +196,21 @@ class LoopWalk:
             return
         lr.filling = True
         try:
+            states, index = self.states, self.index
             while not lr.done and lr.active < lr.limit and lr.started < len(lr.items):
                 i = lr.started
                 lr.started += 1
                 lr.active += 1
                 members = lr.members[i]
-                # restored from a drive before (journal.restore_one): what follows them may start
-                for cid in [c for c in members if self.states[c] in TERMINAL]:
-                    if self.states[cid] == SUCCEEDED and isinstance(self.index[cid], ApprovalNode):
-                        lr.committed = True  # its batch was approved in a drive before
-                    self._after(cid)
-                for cid in members:
-                    if self.states[cid] == PENDING and not self.index[cid].needs:
+                if lr.resumed:
+                    # restored from a drive before (journal.restore_one): what follows them may start
+                    for cid in [c for c in members if states[c] in TERMINAL]:
+                        if states[cid] == SUCCEEDED and isinstance(index[cid], ApprovalNode):
+                            lr.committed = True  # its batch was approved in a drive before
+                        self._after(cid)
+                for j in lr.entries:  # the copies that need nothing in their item
+                    cid = members[j]
+                    if states[cid] == PENDING:
                         self._try_start(cid)
         finally:
             lr.filling = False
@@ -192,13 +230,14 @@ class LoopWalk:
             lr.bad += 1
             if self.states[exit_id] == UNKNOWN:
                 lr.committed = True  # an effect in doubt: the others go on, and a person settles it
-        for key, batch in self.batches.items():
-            if batch.loop is lr:
-                self._batch_ready(key, batch)
+        if self.batches:
+            for key, batch in self.batches.items():
+                if batch.loop is lr:
+                    self._batch_ready(key, batch)
         n = len(lr.items) - len(lr.declined)
         if lr.ok >= lr.need or (lr.bad > n - lr.need and not lr.committed) or lr.ok + lr.bad == n:
             self._close_loop(lr)
-        else:
+        elif lr.started < len(lr.items):
             self._more(lr)
 
     def _close_loop(self, lr: LoopRun) -> None:
@@ -211,7 +250,9 @@ class LoopWalk:
         states = self.states
         n = len(lr.items)
         success = lr.ok >= lr.need
-        doubt = [i for i in range(n) if states[lr.exits[i]] == UNKNOWN]
+        exits = lr.exits
+        not_ok = [i for i, e in enumerate(exits) if states[e] != SUCCEEDED]
+        doubt = [i for i in not_ok if states[exits[i]] == UNKNOWN]
         if not success and doubt and lr.ok + len(doubt) >= lr.need:
             # Whether the loop succeeded hangs on effects in doubt: it waits, undecided, for a
             # person to settle them (`recipe reconcile RUN reply[N]`); what follows it waits too,
@@ -227,13 +268,13 @@ class LoopWalk:
                 "settle it with `recipe reconcile RUN STEP --executed|--not-executed`, then resume",
             )
             return
-        unfinished = [lr.members[i] for i in range(n) if states[lr.exits[i]] != SUCCEEDED]
+        unfinished = [lr.members[i] for i in not_ok]
         why = f"dropped by the quorum of {nid}" if success else f"{nid} did not succeed"
         for item in unfinished:
             self.absorbed.update(item)
         nested = self.within.get(nid[: len(nid) - len(lr.scope.suffix)] if lr.scope.suffix else nid, ())
-        for i in range(n):
-            if states[lr.exits[i]] != SUCCEEDED:  # a nested loop's list for an item that has none
+        if nested:
+            for i in not_ok:  # a nested loop's list for an item that has none
                 self.absorbed.update(t + lr.items[i].suffix for t in nested)
         dropped = self._drop_members(unfinished, why)
         for exit_id in lr.exits:
@@ -245,10 +286,8 @@ class LoopWalk:
                 SUCCEEDED,
                 output={
                     "items": n,
-                    "succeeded": [i for i in range(n) if states[lr.exits[i]] == SUCCEEDED],
-                    "not_succeeded": {
-                        str(i): str(states[lr.exits[i]]) for i in range(n) if states[lr.exits[i]] != SUCCEEDED
-                    },
+                    "succeeded": [i for i, e in enumerate(exits) if states[e] == SUCCEEDED] if not_ok else [*range(n)],
+                    "not_succeeded": {str(i): str(states[exits[i]]) for i in not_ok},
                 },
             )
         else:

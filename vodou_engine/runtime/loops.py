@@ -11,7 +11,7 @@ then the same item's steps, then the enclosing items', then the run's).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,10 +51,14 @@ class LoopRun:
     done: bool = False
     filling: bool = False
     committed: bool = False
-    declined: set[int] = field(default_factory=set)
-    """Items a person left out of an approved batch: never run, not counted."""
     """A batch question of this loop was approved: its approved items all run, so a failed
     item no longer ends the loop early (it ends when every item has)."""
+    declined: set[int] = field(default_factory=set)
+    """Items a person left out of an approved batch: never run, not counted."""
+    entries: list[int] = field(default_factory=list)
+    """Which of an item's copies (by place in the body) need nothing: the ones an item starts with."""
+    resumed: bool = False
+    """A drive before left states for this run: an item's copies may already have ended."""
 
 
 @dataclass(slots=True)
@@ -131,19 +135,47 @@ def the_list(node: LoopNode, value: Any) -> list[Any]:
     return value
 
 
-def copy_node(node: Node, suffix: str, body: set[str]) -> Node:
-    """The copy of template ``node`` for the item with ``suffix``: its id and its needs (all
-    inside the same body) carry the suffix; a join's members and an approval's step too."""
-
-    def rename(nid: str) -> str:
-        return nid + suffix if nid in body else nid
-
-    changes: dict[str, Any] = {"id": node.id + suffix, "needs": [rename(x) for x in node.needs]}
+def copier(node: Node, body: set[str]) -> Callable[[str], Node]:
+    """What makes template ``node``'s copy for the item with a suffix: its id and its needs
+    (those inside the same body) carry the suffix; a join's members and an approval's step
+    too. Worked out once per loop instead of once per item: a copy shares every other field
+    with its template (frozen values, never changed), and a node that needs nothing (a body's
+    entry) shares its empty needs too."""
+    replace = msgspec.structs.replace
+    base = node.id
     if isinstance(node, JoinNode):
-        changes["members"] = [[rename(m) for m in item] for item in node.members]
-    elif isinstance(node, ApprovalNode):
-        changes["step"] = rename(node.step)
-    return msgspec.structs.replace(node, **changes)
+        members = node.members
+
+        def join_copy(suffix: str) -> Node:
+            def rename(nid: str) -> str:
+                return nid + suffix if nid in body else nid
+
+            return replace(
+                node,
+                id=base + suffix,
+                needs=[rename(x) for x in node.needs],
+                members=[[rename(m) for m in item] for item in members],
+            )
+
+        return join_copy
+    needs = node.needs
+    pairs = [(x, x in body) for x in needs]
+    step = node.step if isinstance(node, ApprovalNode) else None
+    if step is not None:
+        step_inside = step in body
+
+        def approval_copy(suffix: str) -> Node:
+            return replace(
+                node,
+                id=base + suffix,
+                needs=[x + suffix if x_in else x for x, x_in in pairs],
+                step=step + suffix if step_inside else step,
+            )
+
+        return approval_copy
+    if not needs:
+        return lambda suffix: replace(node, id=base + suffix)
+    return lambda suffix: replace(node, id=base + suffix, needs=[x + suffix if x_in else x for x, x_in in pairs])
 
 
 def lookup(name: str, scope: Scope, outputs: dict[str, Any]) -> tuple[bool, Any]:

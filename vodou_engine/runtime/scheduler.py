@@ -109,7 +109,7 @@ class Scheduler(LoopWalk):
         self.succ: dict[str, Any] = followers(nodes)
         """Node -> the nodes that need it. A plan node's are a tuple, one shared by every node
         with the same followers (a together's branches all have just its join); a loop item's
-        copy gets a list of its own (``_add_copy``)."""
+        copy gets its item's copies of its template's followers (``_open_loop``)."""
         # Per join, how many of its items have succeeded / ended badly: kept up to
         # date through the journal's hook, so a join of N items costs O(1) per item.
         self.joins_of: dict[str, Any] = joins_of(nodes)
