@@ -380,6 +380,22 @@ def test_an_effect_in_a_loop_inside_another_asks_once_per_outer_item(cli):
     assert len(demo_calls(cli.demo_db, tool="send_message")) == 2
 
 
+def test_a_nested_batch_card_names_the_outer_item_it_asks_for(cli):
+    """Each outer item's card says which copy of the step it decides (`send[0]`, `send[1]`, the
+    names `recipe approve` takes), not the bare step both share, as asked and as shown later."""
+    path = cli.tmp / "nested.recipe"
+    path.write_text(NESTED)
+    doc = cli("run", path, "--json", expect=3).json()
+    pending = {p["step"]: p for p in doc["pending"]}
+    assert pending["send[0]"]["card"].startswith("⚠ send[0]: gmail·send_message")
+    assert pending["send[1]"]["card"].startswith("⚠ send[1]: gmail·send_message")
+    asked = {a["step"]: a["card"] for a in cli("show", doc["run"], "--json", expect=0).json()["approvals"]}
+    assert asked["send[0]"].startswith("⚠ send[0]:") and asked["send[1]"].startswith("⚠ send[1]:")
+    stored = dict(cli.sql("SELECT step, card_text FROM approvals WHERE run_id = ?", (doc["run"],)))
+    assert stored["send[0]"].startswith("⚠ send[0]:") and stored["send[1]"].startswith("⚠ send[1]:")
+    assert demo_calls(cli.demo_db, tool="send_message") == []
+
+
 def test_a_question_in_a_loop_inside_another_is_asked_per_outer_item_and_the_lists_survive_resumes(cli):
     """`ask me` in a nested loop: one question per outer item; each decided in its own drive,
     and after the outer loop the lists hold every outer item's values, those of an outer item
