@@ -19,6 +19,7 @@ import msgspec
 
 from ..compiler import template
 from ..errors import RecipeError, ToolError
+from ..graph.gate import UNASKED_IN_LOOP_HINT, unasked_in_loop
 from ..plan import ApprovalNode, JoinNode, LoopNode, Node, Plan, ToolNode
 
 
@@ -215,10 +216,10 @@ def copies_by_template(plan: Plan, node_ids: list[str]) -> dict[str, list[str]]:
 
 
 def refuse_asking_in_loops(plan: Plan, path: str | None = None, text: str | None = None) -> None:
-    """Before a run starts: what a loop's body may not hold yet is refused (exit 2), nothing
-    run. An effect in a loop is asked once for the whole batch (its ``preview:`` and
-    ``check:`` read per item; in a loop inside another, once per outer item), and so is a
-    question of its own; an effect that runs without asking is refused in a loop."""
+    """Before a run starts: an effect marked ``without asking`` inside a loop is refused (exit
+    2), nothing run. The compiler refuses it already (``graph.gate.assess_tools``); this holds
+    for a plan that did not come from it here (an actions.json), or whose tool the servers'
+    own annotations make an effect where the compile without them saw a read."""
     index = plan.index()
     for loop in plan.nodes:
         if not isinstance(loop, LoopNode):
@@ -227,16 +228,13 @@ def refuse_asking_in_loops(plan: Plan, path: str | None = None, text: str | None
             node = index[nid]
             if not (isinstance(node, ToolNode) and node.effectful and node.without_asking):
                 continue
-            what = f"`{nid}` ({node.address}) runs without asking and is"
             where = node.where
             lines = text.splitlines() if text is not None and where is not None else []
             raise RecipeError(
-                f"{what} inside `for each {loop.var}` (line {loop.where.line if loop.where else '?'}): "
-                "a loop's effects are asked about as one question for its items, so each must ask; "
-                "nothing was run",
+                unasked_in_loop(node, node.risk, loop) + "; nothing was run",
                 path=path,
                 line=where.line if where else None,
                 column=where.column if where else None,
                 source_line=lines[where.line - 1] if where is not None and where.line <= len(lines) else None,
-                hint="move it after the loop, where it can use the list of the body's outputs (`{step}`, `{step.count}`)",
+                hint=UNASKED_IN_LOOP_HINT,
             )
