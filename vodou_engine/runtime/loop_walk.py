@@ -29,6 +29,7 @@ from .gates import Gates
 from .journal import Journal
 from .loops import TOP, Batch, LoopRun, Scope, copier, item_of, lookup, outer_of, the_list
 from .walk_states import (
+    CANCELLED,
     FAILED,
     PENDING,
     REJECTED,
@@ -230,14 +231,17 @@ class LoopWalk:
             lr.bad += 1
             if self.states[exit_id] == UNKNOWN:
                 lr.committed = True  # an effect in doubt: the others go on, and a person settles it
+        n = len(lr.items) - len(lr.declined)
+        if lr.ok >= lr.need or (lr.bad > n - lr.need and not lr.committed) or lr.ok + lr.bad == n:
+            # decided, before any batch is asked: a quorum that can no longer be met (as a
+            # together's) fails the loop, and its items waiting at a gate are never asked about
+            self._close_loop(lr)
+            return
         if self.batches:
             for key, batch in self.batches.items():
                 if batch.loop is lr:
                     self._batch_ready(key, batch)
-        n = len(lr.items) - len(lr.declined)
-        if lr.ok >= lr.need or (lr.bad > n - lr.need and not lr.committed) or lr.ok + lr.bad == n:
-            self._close_loop(lr)
-        elif lr.started < len(lr.items):
+        if lr.started < len(lr.items):
             self._more(lr)
 
     def _close_loop(self, lr: LoopRun) -> None:
@@ -348,13 +352,17 @@ class LoopWalk:
             fp = self.gates.question_item_fingerprint(gate, payload)
         latest = None if again else await self.gates.latest_item(key, item)
         journal = self.journal
+        lr = self.loop_of_item[scope.suffix]
+        if lr.done:
+            self._gate_dropped(gid, lr, key, latest is not None and latest.state == ApprovalState.PENDING)
+            return
         if latest is not None and latest.state == ApprovalState.APPROVED:
             # decided: every approved item runs, whatever happens to the others
-            self.loop_of_item[scope.suffix].committed = True
+            lr.committed = True
             entries = msgspec.json.decode(latest.payload_json).get("items", [])
             chosen = msgspec.json.decode(latest.items_json) if latest.items_json is not None else None
             if chosen is not None and item not in chosen:
-                self.loop_of_item[scope.suffix].declined.add(item)
+                lr.declined.add(item)
                 journal.set(
                     gid,
                     SKIPPED,
@@ -394,7 +402,9 @@ class LoopWalk:
                 "args": check_args,
                 "result": await self.tools.read(step.check.server, step.check.tool, check_args),
             }
-        lr = self.loop_of_item[scope.suffix]
+        if lr.done:
+            self._gate_dropped(gid, lr, key, False)
+            return
         batch = self.batches.get(key)
         if batch is None or batch.asked:  # a batch asked already: this item is asked about on a new card
             batch = self.batches[key] = Batch(lr, template_id, outer_of(scope.suffix))
@@ -403,6 +413,15 @@ class LoopWalk:
         lr.active -= 1  # waiting for a person: its place goes to the next item
         self._more(lr)
         self._batch_ready(key, batch)
+
+    def _gate_dropped(self, gid: str, lr: LoopRun, key: str, pending: bool) -> None:
+        """An item's gate whose loop was decided (failed, or dropped by an outer quorum) while the
+        gate looked its question up or read its item: the item asks nothing, and a question
+        still open for its batch is withdrawn."""
+        why = f"its loop ({lr.node.id}) ended before this item was decided"
+        self.journal.set(gid, CANCELLED, error=why)
+        if pending:
+            self.work.start_soon(self.gates.withdraw, [key], why)
 
     async def _ask_item_again(self, node: ToolNode, gate_id: str) -> None:
         """An item's ``check:`` read changed after its batch was approved: that item alone goes
@@ -419,8 +438,8 @@ class LoopWalk:
     def _batch_ready(self, key: str, batch: Batch) -> None:
         """Ask the batch once every item of its loop has reached the gate or ended."""
         lr = batch.loop
-        if batch.asked or not batch.waiting:
-            return
+        if batch.asked or not batch.waiting or lr.done:
+            return  # a loop already decided asks nothing
         states = self.states
         for i in range(len(lr.items)):
             if i not in batch.waiting and states[lr.exits[i]] not in TERMINAL:
