@@ -380,6 +380,80 @@ def test_an_effect_in_a_loop_inside_another_asks_once_per_outer_item(cli):
     assert len(demo_calls(cli.demo_db, tool="send_message")) == 2
 
 
+def test_a_nested_batch_card_names_the_outer_item_it_asks_for(cli):
+    """Each outer item's card says which copy of the step it decides (`send[0]`, `send[1]`, the
+    names `recipe approve` takes), not the bare step both share, as asked and as shown later."""
+    path = cli.tmp / "nested.recipe"
+    path.write_text(NESTED)
+    doc = cli("run", path, "--json", expect=3).json()
+    pending = {p["step"]: p for p in doc["pending"]}
+    assert pending["send[0]"]["card"].startswith("⚠ send[0]: gmail·send_message")
+    assert pending["send[1]"]["card"].startswith("⚠ send[1]: gmail·send_message")
+    asked = {a["step"]: a["card"] for a in cli("show", doc["run"], "--json", expect=0).json()["approvals"]}
+    assert asked["send[0]"].startswith("⚠ send[0]:") and asked["send[1]"].startswith("⚠ send[1]:")
+    stored = dict(cli.sql("SELECT step, card_text FROM approvals WHERE run_id = ?", (doc["run"],)))
+    assert stored["send[0]"].startswith("⚠ send[0]:") and stored["send[1]"].startswith("⚠ send[1]:")
+    assert demo_calls(cli.demo_db, tool="send_message") == []
+
+
+IMPOSSIBLE = (
+    'for each t in [[{"to": "ana@example.com"}, {"name": "no address"}, {"name": "none either"}], '
+    '[{"to": "bo@example.com"}, {"to": "cy@example.com"}]]:\n'
+    "  need: 1 of all\n"
+    "  for each m in {t}:\n"
+    "    at most 1 at a time\n"
+    "    need: 2 of all\n"
+    '    send: gmail.send_message {"to": "{m.to}", "subject": "hi", "body": "hello"}\n'
+    'done: vodou.echo {"value": "{send}"}\n'
+)
+
+
+def test_a_loop_whose_quorum_can_no_longer_be_met_fails_without_asking(cli):
+    """Outer item 0's loop needs 2 of its 3 items, and two of them fail before its effect: as a
+    together would, that loop fails at once, and nobody is asked about its one item left; the
+    run parks for outer item 1's batch alone, and approving it sends exactly its two mails."""
+    path = cli.tmp / "impossible.recipe"
+    path.write_text(IMPOSSIBLE)
+    doc = cli("run", path, "--json", expect=3).json()
+    assert [p["step"] for p in doc["pending"]] == ["send[1]"]
+    assert "needs 2 of 3 items" in doc["errors"]["each:2[0]"]
+    asked = [a["step"] for a in cli("show", doc["run"], "--json", expect=0).json()["approvals"]]
+    assert asked == ["send[1]"]  # never asked, not even for a moment
+    assert demo_calls(cli.demo_db, tool="send_message") == []
+    done = cli("approve", doc["run"], "send[1]", "--yes", "--json", expect=0).json()
+    assert done["state"] == "succeeded"
+    sent = demo_calls(cli.demo_db, tool="send_message")
+    assert sorted(c["arguments"]["to"] for c in sent) == ["bo@example.com", "cy@example.com"]
+    nodes = _nodes(cli, doc["run"])
+    assert nodes["send[0][0]"]["state"] == "cancelled" and nodes["approve:send[0][0]"]["state"] == "cancelled"
+
+
+OUTER_QUORUM = (
+    'for each t in [["ana@example.com"], ["bo@example.com"]]:\n'
+    "  need: 1 of all\n"
+    "  for each who in {t}:\n"
+    '    send: gmail.send_message {"to": "{who}", "subject": "hi", "body": "hello {who}"}\n'
+    'tell: slack.slack_post_message {"channel": "#daily", "text": "sent {send.count}"}\n'
+)
+
+
+def test_a_batch_an_outer_quorum_drops_is_withdrawn(cli):
+    """The outer loop needs one of its two items: once outer item 1's batch is approved and its
+    mail sent, outer item 0 is dropped, and its batch question with it; the run then parks
+    for the post alone, and approving `send[0]` is refused."""
+    path = cli.tmp / "outer-quorum.recipe"
+    path.write_text(OUTER_QUORUM)
+    doc = cli("run", path, "--json", expect=3).json()
+    assert sorted(p["step"] for p in doc["pending"]) == ["send[0]", "send[1]"]
+    res = cli("approve", doc["run"], "send[1]", "--yes", "--json", expect=3).json()
+    assert [p["step"] for p in res["pending"]] == ["tell"]
+    assert [c["arguments"]["to"] for c in demo_calls(cli.demo_db, tool="send_message")] == ["bo@example.com"]
+    asked = {a["step"]: a["state"] for a in cli("show", doc["run"], "--json", expect=0).json()["approvals"]}
+    assert asked["send[0]"] == "withdrawn"
+    assert cli("approve", doc["run"], "send[0]", "--yes", expect=None).code != 0
+    assert [c["arguments"]["to"] for c in demo_calls(cli.demo_db, tool="send_message")] == ["bo@example.com"]
+
+
 def test_a_question_in_a_loop_inside_another_is_asked_per_outer_item_and_the_lists_survive_resumes(cli):
     """`ask me` in a nested loop: one question per outer item; each decided in its own drive,
     and after the outer loop the lists hold every outer item's values, those of an outer item

@@ -139,11 +139,29 @@ def test_an_effect_in_a_loop_that_runs_without_asking_is_refused_before_anything
         "      without asking\n"
     )
     res = cli("run", _write(cli, text), expect=2)
-    assert "loop.recipe:4:5: error: `reply` (gmail.send_message) runs without asking and is inside" in res.err
+    assert "loop.recipe:4:5: error: `reply` (gmail.send_message, write) runs without asking and is inside" in res.err
     assert "hint:" in res.err
     assert demo_calls(cli.demo_db) == []  # not even the list was read
     listed = cli("runs", "--json")
     assert listed.code == 6 or listed.json() == []  # no run stored (on SQLite, no store made at all)
+
+
+def test_without_asking_in_a_loop_is_refused_by_the_compiler_so_no_plan_promises_it(cli):
+    """The refusal is the compiler's: `recipe plan` and `recipe compile` say it (file, line,
+    column, caret, the fix) instead of a plan card that says the effect will run without asking."""
+    path = _write(
+        cli,
+        'for each m in ["ana@example.com", "bo@example.com"]:\n'
+        '  reply: gmail.send_message {"to": "{m}", "subject": "hi", "body": "ok"}\n'
+        "    without asking\n",
+    )
+    for command in ("plan", "compile"):
+        res = cli(command, path, expect=2)
+        assert "loop.recipe:2:3: error: `reply` (gmail.send_message, write) runs without asking" in res.err, res.err
+        assert "inside `for each m` (line 1)" in res.err
+        assert "\n    ^" in res.err and "hint: remove `without asking`" in res.err
+        assert "WITHOUT ASKING" not in res.out
+    assert demo_calls(cli.demo_db) == []
 
 
 def test_the_bundled_loop_recipe_reads_every_unread_mail_then_parks_before_the_post(cli):

@@ -267,6 +267,7 @@ def approval_card_text(
     expires_at: float | None = None,
     approvers: list[str] | None = None,
     server: Any = None,
+    asked_as: str | None = None,
 ) -> str:
     """The card a person reads at an approval or a question, rendered from the frozen payload.
 
@@ -277,11 +278,13 @@ def approval_card_text(
     ``⟨U+…⟩`` and listed under the payload, and two payloads that differ never render
     to the same card. ``server`` is the binding of the server the step calls: which
     ``slack`` this is. A question's payload carries the outputs it asks about, shown
-    whole: a person judges what they can read."""
+    whole: a person judges what they can read. ``asked_as``: the step the question is stored
+    under when it is not the plan's step itself: a loop inside another asks once per outer
+    item, and its card names that item's copy (``send[0]``; its rows are ``send[0]``'s items)."""
     lines = []
     if step is not None:
         lines.append(
-            f"⚠ {visible(step.id)}: {visible(step.server)}·{visible(step.tool)}  ({step.risk}: {visible(step.risk_source)})"
+            f"⚠ {visible(asked_as or step.id)}: {visible(step.server)}·{visible(step.tool)}  ({step.risk}: {visible(step.risk_source)})"
         )
         if server is not None:
             where = getattr(server, "workdir", None)
@@ -461,7 +464,7 @@ def stored_card(approval: Any, plan: Plan, bindings: Mapping[str, Any]) -> str:
         run_id=approval.run_id, step=step, question=question, payload=payload, fingerprint=approval.fingerprint,
         preview=msgspec.json.decode(approval.preview_json) if approval.preview_json else None, expires_at=approval.expires_at,
         approvers=msgspec.json.decode(approval.approvers_json) if approval.approvers_json else [],
-        server=bindings.get(step.server) if step is not None else None,
+        server=bindings.get(step.server) if step is not None else None, asked_as=approval.step,
     )  # fmt: skip
 
 

@@ -138,6 +138,8 @@ def lookup_path(value: Any, ref: Ref, before: tuple[str, ...] = ()) -> Any:
 CONTENT = "content"
 """``{step.content}``: the content blocks of a tool step's answer, unless its value has a
 field of that name (docs/recipe-language.md)."""
+_PLAIN = frozenset({int, float, bool, type(None)})
+"""JSON values that are never templates: a list's are kept without a call to :func:`render`."""
 
 
 def lookup(ref: Ref, resolve: Callable[[str], Any], content: Callable[[str], Any] | None = None) -> Any:
@@ -175,5 +177,7 @@ def render(value: Any, resolve: Callable[[str], Any], content: Callable[[str], A
     if isinstance(value, dict):
         return {k: render(v, resolve, content) for k, v in value.items()}
     if isinstance(value, list):
-        return [render(v, resolve, content) for v in value]
+        # a number, true/false or null holds no reference: kept without a call (a loop's list
+        # written in place may hold thousands)
+        return [v if type(v) in _PLAIN else render(v, resolve, content) for v in value]
     return value

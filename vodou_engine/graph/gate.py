@@ -24,6 +24,7 @@ def assess_tools(
 ) -> list[Node]:
     """Give every tool call its risk; refuse effectful previews/checks and unsafe opt-outs."""
     hints = hints or {}
+    loop_of = {m: n for n in nodes if isinstance(n, LoopNode) for m in n.body}
     verdicts: dict[
         tuple[str, str], tuple[Risk, str]
     ] = {}  # without hints: a recipe calls the same few tools many times
@@ -54,9 +55,28 @@ def assess_tools(
                     node.where,
                     f'only the policy file can allow it: [tools."{node.address}"] allow_without_asking = true',
                 )
+            if node.without_asking and risk != "read" and node.id in loop_of:
+                raise error_at(unasked_in_loop(node, risk, loop_of[node.id]), node.where, UNASKED_IN_LOOP_HINT)
             node = msgspec.structs.replace(node, risk=risk, risk_source=source, preview=preview, check=check)
         out.append(node)
     return out
+
+
+UNASKED_IN_LOOP_HINT = (
+    "remove `without asking`: the loop's items are then approved together, on one card that lists each "
+    "item's payload; or move the step after the loop, where it can use the list of the body's outputs "
+    "(`{step}`, `{step.count}`)"
+)
+
+
+def unasked_in_loop(node: ToolNode, risk: str, loop: LoopNode) -> str:
+    """Why an effect marked ``without asking`` inside a ``for each`` is refused: a loop's effects
+    are always asked, once for all the items that reach them (docs/recipe-language.md)."""
+    return (
+        f"`{node.id}` ({node.address}, {risk}) runs without asking and is inside `for each {loop.var}` "
+        f"(line {loop.where.line if loop.where else '?'}): an effect in a loop is always asked about, "
+        "once for all its items, so `without asking` cannot be used there"
+    )
 
 
 def _read_only(

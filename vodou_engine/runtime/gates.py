@@ -223,6 +223,7 @@ class Gates:
         card = approval_card_text(
             run_id=ctx.run_id, step=step, question=question, payload=payload, fingerprint=fp, preview=None,
             expires_at=expires_at, approvers=ctx.approvers, server=server,
+            asked_as=(step.id if step is not None else gate.id) + outer,
         )  # fmt: skip
         rec = ApprovalRecord(
             id=f"{ctx.run_id}/{gate.id}{outer}/{int(now * 1000):x}",

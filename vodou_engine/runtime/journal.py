@@ -99,6 +99,20 @@ class Times(Mapping[str, tuple[float | None, float | None, float | None]]):
         else:
             self.ready[i] = self.started[i] = self.ended[i] = _NONE
 
+    def extend(self, node_ids: list[str]) -> None:
+        """:meth:`add` for many nodes, one growth of each array when none is known yet."""
+        slot = self.slot
+        if any(nid in slot for nid in node_ids):
+            for nid in node_ids:
+                self.add(nid)
+            return
+        start = len(self.ready)
+        slot.update(zip(node_ids, range(start, start + len(node_ids)), strict=True))
+        more = array("d", [_NONE]) * len(node_ids)
+        self.ready.extend(more)
+        self.started.extend(more)
+        self.ended.extend(more)
+
     def __getitem__(self, nid: str) -> tuple[float | None, float | None, float | None]:
         i = self.slot[nid]
         return _opt(self.ready[i]), _opt(self.started[i]), _opt(self.ended[i])
@@ -238,6 +252,16 @@ class Journal:
         (``reply[0]``), or a body step's list for one item of an enclosing loop."""
         self.states[nid] = NodeState.PENDING
         self.times.add(nid)
+
+    def add_many(self, node_ids: list[str]) -> None:
+        """:meth:`add` for many nodes at once (every copy a loop makes when its list is known)."""
+        self.states.update(dict.fromkeys(node_ids, NodeState.PENDING))
+        self.times.extend(node_ids)
+
+    @property
+    def resumed(self) -> bool:
+        """Whether a drive before left node states to restore (:meth:`restore`)."""
+        return self._stored is not None
 
     def restore_one(self, nid: str) -> None:
         """A node added during this drive (:meth:`add`), as a drive before left it: a loop item's

@@ -27,8 +27,9 @@ from .calls import Tools
 from .context import RunContext
 from .gates import Gates
 from .journal import Journal
-from .loops import TOP, Batch, LoopRun, Scope, copy_node, item_of, lookup, outer_of, the_list
+from .loops import TOP, Batch, LoopRun, Scope, copier, item_of, lookup, outer_of, the_list
 from .walk_states import (
+    CANCELLED,
     FAILED,
     PENDING,
     REJECTED,
@@ -109,21 +110,56 @@ class LoopWalk:
         self.loop_runs[nid] = lr
         body = set(node.body)
         index = self.index  # the templates, under their own ids
+        templates = [index[t] for t in node.body]
+        makers = [copier(t, body) for t in templates]
+        lr.entries = [j for j, t in enumerate(templates) if not t.needs]
+        lr.resumed = self.journal.resumed
         quorum = lr.need < len(items)
-        for i, item in enumerate(items):
-            suffix = f"{scope.suffix}[{i}]"
-            item_scope = Scope(suffix, {**scope.binds, node.var: item})
-            ids = []
-            for t in node.body:
-                copy = copy_node(index[t], suffix, body)
-                self._add_copy(copy, item_scope, quorum)
-                ids.append(copy.id)
-            lr.items.append(item_scope)
-            lr.members.append(ids)
-            self.loop_of_item[suffix] = lr
-            exit_id = node.exit + suffix
-            lr.exits.append(exit_id)
-            self.exit_of[exit_id] = (lr, i)
+        binds, var, outer = scope.binds, node.var, scope.suffix
+        exit_of, loop_of_item, exit_base = self.exit_of, self.loop_of_item, node.exit
+        if lr.resumed or any(isinstance(t, (JoinNode, LoopNode)) for t in templates):
+            for i, item in enumerate(items):
+                suffix = f"{outer}[{i}]"
+                item_scope = Scope(suffix, {**binds, var: item})
+                ids = []
+                for make in makers:
+                    copy = make(suffix)
+                    self._add_copy(copy, item_scope, quorum)
+                    ids.append(copy.id)
+                lr.items.append(item_scope)
+                lr.members.append(ids)
+                loop_of_item[suffix] = lr
+                exit_id = exit_base + suffix
+                lr.exits.append(exit_id)
+                exit_of[exit_id] = (lr, i)
+        else:
+            # The common body (steps, gates, questions; no together or loop inside) and no drive
+            # before: every item's copies at once, their successors (the same item's copies of
+            # the template's) as shared tuples, and one journal entry for all of them.
+            after = [tuple(f.id for f in templates if t.id in f.needs) for t in templates]
+            succ, scopes = self.succ, self.scope
+            new: list[str] = []
+            for i, item in enumerate(items):
+                suffix = f"{outer}[{i}]"
+                item_scope = Scope(suffix, {**binds, var: item} if binds else {var: item})
+                ids = []
+                for make, follow in zip(makers, after, strict=True):
+                    copy = make(suffix)
+                    cid = copy.id
+                    index[cid] = copy
+                    succ[cid] = tuple([f + suffix for f in follow]) if follow else ()
+                    scopes[cid] = item_scope
+                    ids.append(cid)
+                new.extend(ids)
+                lr.items.append(item_scope)
+                lr.members.append(ids)
+                loop_of_item[suffix] = lr
+                exit_id = exit_base + suffix
+                lr.exits.append(exit_id)
+                exit_of[exit_id] = (lr, i)
+            self.journal.add_many(new)
+            if quorum:
+                self.droppable.update(new)
         if not items:
             self._close_loop(lr)
             return
@@ -161,18 +197,21 @@ class LoopWalk:
             return
         lr.filling = True
         try:
+            states, index = self.states, self.index
             while not lr.done and lr.active < lr.limit and lr.started < len(lr.items):
                 i = lr.started
                 lr.started += 1
                 lr.active += 1
                 members = lr.members[i]
-                # restored from a drive before (journal.restore_one): what follows them may start
-                for cid in [c for c in members if self.states[c] in TERMINAL]:
-                    if self.states[cid] == SUCCEEDED and isinstance(self.index[cid], ApprovalNode):
-                        lr.committed = True  # its batch was approved in a drive before
-                    self._after(cid)
-                for cid in members:
-                    if self.states[cid] == PENDING and not self.index[cid].needs:
+                if lr.resumed:
+                    # restored from a drive before (journal.restore_one): what follows them may start
+                    for cid in [c for c in members if states[c] in TERMINAL]:
+                        if states[cid] == SUCCEEDED and isinstance(index[cid], ApprovalNode):
+                            lr.committed = True  # its batch was approved in a drive before
+                        self._after(cid)
+                for j in lr.entries:  # the copies that need nothing in their item
+                    cid = members[j]
+                    if states[cid] == PENDING:
                         self._try_start(cid)
         finally:
             lr.filling = False
@@ -192,13 +231,17 @@ class LoopWalk:
             lr.bad += 1
             if self.states[exit_id] == UNKNOWN:
                 lr.committed = True  # an effect in doubt: the others go on, and a person settles it
-        for key, batch in self.batches.items():
-            if batch.loop is lr:
-                self._batch_ready(key, batch)
         n = len(lr.items) - len(lr.declined)
         if lr.ok >= lr.need or (lr.bad > n - lr.need and not lr.committed) or lr.ok + lr.bad == n:
+            # decided, before any batch is asked: a quorum that can no longer be met (as a
+            # together's) fails the loop, and its items waiting at a gate are never asked about
             self._close_loop(lr)
-        else:
+            return
+        if self.batches:
+            for key, batch in self.batches.items():
+                if batch.loop is lr:
+                    self._batch_ready(key, batch)
+        if lr.started < len(lr.items):
             self._more(lr)
 
     def _close_loop(self, lr: LoopRun) -> None:
@@ -211,7 +254,9 @@ class LoopWalk:
         states = self.states
         n = len(lr.items)
         success = lr.ok >= lr.need
-        doubt = [i for i in range(n) if states[lr.exits[i]] == UNKNOWN]
+        exits = lr.exits
+        not_ok = [i for i, e in enumerate(exits) if states[e] != SUCCEEDED]
+        doubt = [i for i in not_ok if states[exits[i]] == UNKNOWN]
         if not success and doubt and lr.ok + len(doubt) >= lr.need:
             # Whether the loop succeeded hangs on effects in doubt: it waits, undecided, for a
             # person to settle them (`recipe reconcile RUN reply[N]`); what follows it waits too,
@@ -227,13 +272,13 @@ class LoopWalk:
                 "settle it with `recipe reconcile RUN STEP --executed|--not-executed`, then resume",
             )
             return
-        unfinished = [lr.members[i] for i in range(n) if states[lr.exits[i]] != SUCCEEDED]
+        unfinished = [lr.members[i] for i in not_ok]
         why = f"dropped by the quorum of {nid}" if success else f"{nid} did not succeed"
         for item in unfinished:
             self.absorbed.update(item)
         nested = self.within.get(nid[: len(nid) - len(lr.scope.suffix)] if lr.scope.suffix else nid, ())
-        for i in range(n):
-            if states[lr.exits[i]] != SUCCEEDED:  # a nested loop's list for an item that has none
+        if nested:
+            for i in not_ok:  # a nested loop's list for an item that has none
                 self.absorbed.update(t + lr.items[i].suffix for t in nested)
         dropped = self._drop_members(unfinished, why)
         for exit_id in lr.exits:
@@ -245,10 +290,8 @@ class LoopWalk:
                 SUCCEEDED,
                 output={
                     "items": n,
-                    "succeeded": [i for i in range(n) if states[lr.exits[i]] == SUCCEEDED],
-                    "not_succeeded": {
-                        str(i): str(states[lr.exits[i]]) for i in range(n) if states[lr.exits[i]] != SUCCEEDED
-                    },
+                    "succeeded": [i for i, e in enumerate(exits) if states[e] == SUCCEEDED] if not_ok else [*range(n)],
+                    "not_succeeded": {str(i): str(states[exits[i]]) for i in not_ok},
                 },
             )
         else:
@@ -309,13 +352,17 @@ class LoopWalk:
             fp = self.gates.question_item_fingerprint(gate, payload)
         latest = None if again else await self.gates.latest_item(key, item)
         journal = self.journal
+        lr = self.loop_of_item[scope.suffix]
+        if lr.done:
+            self._gate_dropped(gid, lr, key, latest is not None and latest.state == ApprovalState.PENDING)
+            return
         if latest is not None and latest.state == ApprovalState.APPROVED:
             # decided: every approved item runs, whatever happens to the others
-            self.loop_of_item[scope.suffix].committed = True
+            lr.committed = True
             entries = msgspec.json.decode(latest.payload_json).get("items", [])
             chosen = msgspec.json.decode(latest.items_json) if latest.items_json is not None else None
             if chosen is not None and item not in chosen:
-                self.loop_of_item[scope.suffix].declined.add(item)
+                lr.declined.add(item)
                 journal.set(
                     gid,
                     SKIPPED,
@@ -355,7 +402,9 @@ class LoopWalk:
                 "args": check_args,
                 "result": await self.tools.read(step.check.server, step.check.tool, check_args),
             }
-        lr = self.loop_of_item[scope.suffix]
+        if lr.done:
+            self._gate_dropped(gid, lr, key, False)
+            return
         batch = self.batches.get(key)
         if batch is None or batch.asked:  # a batch asked already: this item is asked about on a new card
             batch = self.batches[key] = Batch(lr, template_id, outer_of(scope.suffix))
@@ -364,6 +413,15 @@ class LoopWalk:
         lr.active -= 1  # waiting for a person: its place goes to the next item
         self._more(lr)
         self._batch_ready(key, batch)
+
+    def _gate_dropped(self, gid: str, lr: LoopRun, key: str, pending: bool) -> None:
+        """An item's gate whose loop was decided (failed, or dropped by an outer quorum) while the
+        gate looked its question up or read its item: the item asks nothing, and a question
+        still open for its batch is withdrawn."""
+        why = f"its loop ({lr.node.id}) ended before this item was decided"
+        self.journal.set(gid, CANCELLED, error=why)
+        if pending:
+            self.work.start_soon(self.gates.withdraw, [key], why)
 
     async def _ask_item_again(self, node: ToolNode, gate_id: str) -> None:
         """An item's ``check:`` read changed after its batch was approved: that item alone goes
@@ -380,8 +438,8 @@ class LoopWalk:
     def _batch_ready(self, key: str, batch: Batch) -> None:
         """Ask the batch once every item of its loop has reached the gate or ended."""
         lr = batch.loop
-        if batch.asked or not batch.waiting:
-            return
+        if batch.asked or not batch.waiting or lr.done:
+            return  # a loop already decided asks nothing
         states = self.states
         for i in range(len(lr.items)):
             if i not in batch.waiting and states[lr.exits[i]] not in TERMINAL:

@@ -11,7 +11,7 @@ then the same item's steps, then the enclosing items', then the run's).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +19,7 @@ import msgspec
 
 from ..compiler import template
 from ..errors import RecipeError, ToolError
+from ..graph.gate import UNASKED_IN_LOOP_HINT, unasked_in_loop
 from ..plan import ApprovalNode, JoinNode, LoopNode, Node, Plan, ToolNode
 
 
@@ -51,10 +52,14 @@ class LoopRun:
     done: bool = False
     filling: bool = False
     committed: bool = False
-    declined: set[int] = field(default_factory=set)
-    """Items a person left out of an approved batch: never run, not counted."""
     """A batch question of this loop was approved: its approved items all run, so a failed
     item no longer ends the loop early (it ends when every item has)."""
+    declined: set[int] = field(default_factory=set)
+    """Items a person left out of an approved batch: never run, not counted."""
+    entries: list[int] = field(default_factory=list)
+    """Which of an item's copies (by place in the body) need nothing: the ones an item starts with."""
+    resumed: bool = False
+    """A drive before left states for this run: an item's copies may already have ended."""
 
 
 @dataclass(slots=True)
@@ -131,19 +136,47 @@ def the_list(node: LoopNode, value: Any) -> list[Any]:
     return value
 
 
-def copy_node(node: Node, suffix: str, body: set[str]) -> Node:
-    """The copy of template ``node`` for the item with ``suffix``: its id and its needs (all
-    inside the same body) carry the suffix; a join's members and an approval's step too."""
-
-    def rename(nid: str) -> str:
-        return nid + suffix if nid in body else nid
-
-    changes: dict[str, Any] = {"id": node.id + suffix, "needs": [rename(x) for x in node.needs]}
+def copier(node: Node, body: set[str]) -> Callable[[str], Node]:
+    """What makes template ``node``'s copy for the item with a suffix: its id and its needs
+    (those inside the same body) carry the suffix; a join's members and an approval's step
+    too. Worked out once per loop instead of once per item: a copy shares every other field
+    with its template (frozen values, never changed), and a node that needs nothing (a body's
+    entry) shares its empty needs too."""
+    replace = msgspec.structs.replace
+    base = node.id
     if isinstance(node, JoinNode):
-        changes["members"] = [[rename(m) for m in item] for item in node.members]
-    elif isinstance(node, ApprovalNode):
-        changes["step"] = rename(node.step)
-    return msgspec.structs.replace(node, **changes)
+        members = node.members
+
+        def join_copy(suffix: str) -> Node:
+            def rename(nid: str) -> str:
+                return nid + suffix if nid in body else nid
+
+            return replace(
+                node,
+                id=base + suffix,
+                needs=[rename(x) for x in node.needs],
+                members=[[rename(m) for m in item] for item in members],
+            )
+
+        return join_copy
+    needs = node.needs
+    pairs = [(x, x in body) for x in needs]
+    step = node.step if isinstance(node, ApprovalNode) else None
+    if step is not None:
+        step_inside = step in body
+
+        def approval_copy(suffix: str) -> Node:
+            return replace(
+                node,
+                id=base + suffix,
+                needs=[x + suffix if x_in else x for x, x_in in pairs],
+                step=step + suffix if step_inside else step,
+            )
+
+        return approval_copy
+    if not needs:
+        return lambda suffix: replace(node, id=base + suffix)
+    return lambda suffix: replace(node, id=base + suffix, needs=[x + suffix if x_in else x for x, x_in in pairs])
 
 
 def lookup(name: str, scope: Scope, outputs: dict[str, Any]) -> tuple[bool, Any]:
@@ -183,10 +216,10 @@ def copies_by_template(plan: Plan, node_ids: list[str]) -> dict[str, list[str]]:
 
 
 def refuse_asking_in_loops(plan: Plan, path: str | None = None, text: str | None = None) -> None:
-    """Before a run starts: what a loop's body may not hold yet is refused (exit 2), nothing
-    run. An effect in a loop is asked once for the whole batch (its ``preview:`` and
-    ``check:`` read per item; in a loop inside another, once per outer item), and so is a
-    question of its own; an effect that runs without asking is refused in a loop."""
+    """Before a run starts: an effect marked ``without asking`` inside a loop is refused (exit
+    2), nothing run. The compiler refuses it already (``graph.gate.assess_tools``); this holds
+    for a plan that did not come from it here (an actions.json), or whose tool the servers'
+    own annotations make an effect where the compile without them saw a read."""
     index = plan.index()
     for loop in plan.nodes:
         if not isinstance(loop, LoopNode):
@@ -195,16 +228,13 @@ def refuse_asking_in_loops(plan: Plan, path: str | None = None, text: str | None
             node = index[nid]
             if not (isinstance(node, ToolNode) and node.effectful and node.without_asking):
                 continue
-            what = f"`{nid}` ({node.address}) runs without asking and is"
             where = node.where
             lines = text.splitlines() if text is not None and where is not None else []
             raise RecipeError(
-                f"{what} inside `for each {loop.var}` (line {loop.where.line if loop.where else '?'}): "
-                "a loop's effects are asked about as one question for its items, so each must ask; "
-                "nothing was run",
+                unasked_in_loop(node, node.risk, loop) + "; nothing was run",
                 path=path,
                 line=where.line if where else None,
                 column=where.column if where else None,
                 source_line=lines[where.line - 1] if where is not None and where.line <= len(lines) else None,
-                hint="move it after the loop, where it can use the list of the body's outputs (`{step}`, `{step.count}`)",
+                hint=UNASKED_IN_LOOP_HINT,
             )

@@ -48,6 +48,7 @@ from .loops import (
     LoopRun,
     Scope,
     lookup,
+    outer_of,
     templates_within,
 )
 from .threads import Blocking, Job
@@ -109,7 +110,7 @@ class Scheduler(LoopWalk):
         self.succ: dict[str, Any] = followers(nodes)
         """Node -> the nodes that need it. A plan node's are a tuple, one shared by every node
         with the same followers (a together's branches all have just its join); a loop item's
-        copy gets a list of its own (``_add_copy``)."""
+        copy gets its item's copies of its template's followers (``_open_loop``)."""
         # Per join, how many of its items have succeeded / ended badly: kept up to
         # date through the journal's hook, so a join of N items costs O(1) per item.
         self.joins_of: dict[str, Any] = joins_of(nodes)
@@ -416,15 +417,26 @@ class Scheduler(LoopWalk):
                         scope.cancel()
                 elif st == WAITING:
                     journal.set(m, CANCELLED, error=why)
-                    withdrawn.append(m)
+                    withdrawn.append(self._asked_as(m))
                     dropped.append(m)
                 elif st == PENDING:
                     journal.set(m, CANCELLED, error=why)
         if dropped and not self.jobs:
             self.threads.interrupt()  # the collecting task has nothing left to wait for
         if withdrawn:
-            self.work.start_soon(self.gates.withdraw, withdrawn, f"its branch was {why}")
+            self.work.start_soon(self.gates.withdraw, list(dict.fromkeys(withdrawn)), f"its branch was {why}")
         return dropped
+
+    def _asked_as(self, nid: str) -> str:
+        """The node a waiting node's question is stored under: its own id (a server's question
+        in the middle of a step's call too), or for a loop item's gate its batch's (the template
+        gate, in a loop inside another with the outer item: ``approve:send[0]`` for
+        ``approve:send[0][2]``). A loop's waiting items are dropped together (the loop, or the
+        item of an outer one, was decided), so their batch goes with them."""
+        scope = self.scope.get(nid)
+        if scope is None or not isinstance(self.index[nid], (ApprovalNode, QuestionNode)):
+            return nid
+        return nid[: len(nid) - len(scope.suffix)] + outer_of(scope.suffix)
 
     # --- a node in a task of its own (a chain of hub reads shares one) ----------------------
     async def _run(self, node: ToolNode | WriteNode | ApprovalNode | QuestionNode) -> None:
