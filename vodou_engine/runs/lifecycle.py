@@ -28,7 +28,7 @@ from ..states import TERMINAL_RUN_STATES, RunState
 from .common import busy, in_thread, plain, takeable
 from .core import compiled
 from .drive import DriveMixin
-from .inputs import new_run_id, refuse_agent_opt_out, resolve_inputs, thread_limit
+from .inputs import items_at_once, new_run_id, refuse_agent_opt_out, resolve_inputs, thread_limit
 
 
 class Prepared(msgspec.Struct, kw_only=True):
@@ -202,6 +202,7 @@ class LifecycleMixin(DriveMixin):
             policy_digest=policy.digest,
             model=model,
             threads=threads,
+            at_once=items_at_once(self.threads),
             on_change=on_change,
             clock=self.clock,
         )

@@ -55,6 +55,7 @@ class LoopWalk:
     tools: Tools
     gates: Gates
     threads: Blocking
+    at_once: int
     work: trio.Nursery
     succ: dict[str, Any]
     joins_of: dict[str, Any]
@@ -105,7 +106,7 @@ class LoopWalk:
             self.journal.set(nid, FAILED, error=str(exc))
             self._after(nid)
             return
-        lr = LoopRun(node, scope, need=need if items else 0, limit=node.at_most or self.threads.limit)
+        lr = LoopRun(node, scope, need=need if items else 0, limit=node.at_most or self.at_once)
         self.loop_runs[nid] = lr
         body = set(node.body)
         index = self.index  # the templates, under their own ids

@@ -92,6 +92,7 @@ class Scheduler(LoopWalk):
         threads: Blocking,
         model: str | None = None,
         inputs: dict[str, Any] | None = None,
+        at_once: int | None = None,
     ):
         self.ctx = ctx
         self.journal = journal
@@ -100,6 +101,8 @@ class Scheduler(LoopWalk):
         self.model = model
         self.inputs: dict[str, Any] = inputs or {}
         self.threads = threads
+        self.at_once = at_once or threads.limit
+        """A loop's items at once when it sets no ``at most``."""
         self.tools = Tools(hub, threads)
         self.gates = Gates(ctx, journal, self.tools, self.render)
         self.effects = Effects(ctx, journal, self.tools, self.gates, self.render)
