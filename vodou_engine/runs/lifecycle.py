@@ -174,9 +174,9 @@ class LifecycleMixin(DriveMixin):
                     recipe_name=plan.recipe.name,
                     recipe_path=os.path.abspath(prepared.path) if prepared.path and prepared.text is not None else None,
                     source_sha256=plan.recipe.source_sha256,
-                    # compact: every write to the run's row (its state, lease, owner) rewrites the
-                    # whole row in SQLite, so the stored plan's size is paid on each of them
-                    plan_json=canonical_bytes(plan).decode(),
+                    # compact, and bytes: the store compresses them as they are, into a row of
+                    # their own (run_plans) that no later write to the run rewrites
+                    plan_json=canonical_bytes(plan),
                     plan_fingerprint=plan.fingerprint,
                     inputs_json=msgspec.json.encode(values).decode(),
                     started_by=actor,
@@ -189,7 +189,7 @@ class LifecycleMixin(DriveMixin):
                     schedule=schedule,
                 )
                 store.append_event(run_id, "started", actor=actor, data_json=msgspec.json.encode(started).decode())
-            # the record it wrote, without the plan the drive holds already (30 MB at 100,000 branches)
+            # the record it wrote, without the plan the drive holds already (16 MB at 100,000 branches)
             return msgspec.structs.replace(created, plan_json="")
 
         run = await in_thread(create)
