@@ -150,8 +150,7 @@ class LoopWalk:
             self.droppable.add(cid)
         if isinstance(copy, JoinNode):
             for need in copy.needs:
-                self.joins_of.setdefault(need, []).append(cid)
-                self.journal.watched[need] = self._count
+                self.joins_of.setdefault(need, []).append(cid)  # which the journal's watch hears
             self.tally[cid] = [0, 0]
             self.droppable.update(m for item in copy.members for m in item)
 
