@@ -56,6 +56,7 @@ class LoopWalk:
     tools: Tools
     gates: Gates
     threads: Blocking
+    at_once: int
     work: trio.Nursery
     succ: dict[str, Any]
     joins_of: dict[str, Any]
@@ -106,7 +107,7 @@ class LoopWalk:
             self.journal.set(nid, FAILED, error=str(exc))
             self._after(nid)
             return
-        lr = LoopRun(node, scope, need=need if items else 0, limit=node.at_most or self.threads.limit)
+        lr = LoopRun(node, scope, need=need if items else 0, limit=node.at_most or self.at_once)
         self.loop_runs[nid] = lr
         body = set(node.body)
         index = self.index  # the templates, under their own ids
@@ -185,8 +186,7 @@ class LoopWalk:
             self.droppable.add(cid)
         if isinstance(copy, JoinNode):
             for need in copy.needs:
-                self.joins_of.setdefault(need, []).append(cid)
-                self.journal.watched[need] = self._count
+                self.joins_of.setdefault(need, []).append(cid)  # which the journal's watch hears
             self.tally[cid] = [0, 0]
             self.droppable.update(m for item in copy.members for m in item)
 
