@@ -37,6 +37,16 @@ from pathlib import Path
 
 import pytest
 
+# Bytecode: the suite starts hundreds of interpreters (CLI processes, workers, racing store
+# processes) and assertion-rewrites every test module in each xdist worker. With
+# PYTHONDONTWRITEBYTECODE set (as in this project's CI environment) none of that is ever
+# cached: every process compiled the engine from source again, and each worker rewrote and
+# compiled every test module again (half of a collection's CPU). The suite writes bytecode
+# into the checkout's (git-ignored) __pycache__ directories, as the demo servers it starts
+# already did: this process, and through the environment every process it starts.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ROOT / "recipes"
 ROGUE = str(Path(__file__).with_name("rogue_server.py"))
