@@ -73,7 +73,21 @@ def pytest_configure(config) -> None:
     )
 
 
+LONGEST_FIRST = (
+    "test_conformance.py",
+    "test_workers.py",
+    "test_run_e2e.py",
+    "test_lint.py",
+    "test_safety_property.py",
+)
+"""Modules holding the suite's longest tests (tens of seconds each: the conformance suite, the
+bulk worker runs, twenty racing processes, mypy), run first: with ``-n 2`` a long test
+collected last (test_workers.py sorts last) ran alone at the end while the other worker
+idled. The order of the rest is unchanged."""
+
+
 def pytest_collection_modifyitems(config, items) -> None:
+    items.sort(key=lambda item: item.path.name not in LONGEST_FIRST)  # stable: the same order on every worker
     if "postgres" in STORES:
         return
     left_out = [item for item in items if item.get_closest_marker("postgres")]
