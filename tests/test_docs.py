@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import os
 import re
 import subprocess
@@ -106,6 +107,7 @@ def test_every_error_code_is_documented():
 CITED = re.compile(r"\b(test_\w+\.py)::(test_\w+)")
 
 
+@functools.cache  # a file is cited by many rows: parsed once
 def functions_named_test(path: Path) -> set[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     return {

@@ -2,7 +2,7 @@
 question (each item's frozen payload with its own fingerprint, and a fingerprint over the set);
 approving it runs exactly those payloads, once each, counted in the mail server's own log;
 rejecting it runs none; an item whose payload is no longer the approved one does not run.
-Both stores with VODOU_TEST_STORE=sqlite,postgres."""
+The store-decided ones on both stores with VODOU_TEST_STORE=sqlite,postgres."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from vodou_engine.demo import db as demo
 from vodou_engine.errors import StaleError
 from vodou_engine.store import open_store
 
-pytestmark = pytest.mark.both_stores  # the store decides every claim and decision: both must hold
+# Marked both_stores: the tests whose outcome the store decides (a decision on the batch or on
+# some items, what is stored per item and restored on resume, a kill, a stale item, reconcile).
+# What the card shows and which items reach it is decided before anything is stored: SQLite.
 
 REPLY = (
     'unread: gmail.messages_list {"labelIds": ["UNREAD"], "maxResults": 20}\n'
@@ -59,6 +61,7 @@ def test_a_loops_effect_is_asked_once_for_every_item_with_each_payload(cli):
     assert demo_calls(cli.demo_db, tool="send_message") == []  # nothing ran before the decision
 
 
+@pytest.mark.both_stores
 def test_approving_the_batch_sends_each_reply_once(cli):
     doc = _parked(cli)
     res = cli("approve", doc["run"], "reply", "--yes", "--json", expect=0)
@@ -77,6 +80,7 @@ def test_approving_the_batch_sends_each_reply_once(cli):
     assert len(demo_calls(cli.demo_db, tool="send_message")) == len(unread)
 
 
+@pytest.mark.both_stores
 def test_rejecting_the_batch_sends_nothing(cli):
     doc = _parked(cli)
     res = cli("reject", doc["run"], "reply", "--json", expect=4)
@@ -84,6 +88,7 @@ def test_rejecting_the_batch_sends_nothing(cli):
     assert demo_calls(cli.demo_db, tool="send_message") == []
 
 
+@pytest.mark.both_stores
 def test_an_item_whose_payload_changed_after_the_question_does_not_run(cli):
     """What an item's payload is made from is stored per item; when it is no longer what the
     approved payload was made from (here: edited in the store), that item does not run and
@@ -102,6 +107,7 @@ def test_an_item_whose_payload_changed_after_the_question_does_not_run(cli):
     assert "is not among those approved" in errors["approve:reply[0]"], errors
 
 
+@pytest.mark.both_stores
 def test_approving_some_items_sends_exactly_those_and_declines_the_rest(cli):
     doc = _parked(cli)
     unread = _nodes(cli, doc["run"])["unread"]["output"]["messages"]
@@ -119,6 +125,7 @@ def test_approving_some_items_sends_exactly_those_and_declines_the_rest(cli):
     assert nodes["reply"]["output"][1] is None and nodes["done"]["output"] == f"sent {len(unread)} replies"
 
 
+@pytest.mark.both_stores
 def test_items_outside_the_batch_or_on_a_question_that_is_no_batch_are_refused(cli):
     doc = _parked(cli)
     res = cli("approve", doc["run"], "reply", "--yes", "--items", "0,99", expect=5)
@@ -129,6 +136,7 @@ def test_items_outside_the_batch_or_on_a_question_that_is_no_batch_are_refused(c
     assert cli("approve", doc["run"], "reply", "--yes", "--json", expect=0).json()["state"] == "succeeded"
 
 
+@pytest.mark.both_stores
 @pytest.mark.parametrize("point", ["reads", "parking", "executing", "executed"])
 def test_a_kill_at_a_batch_never_sends_an_item_twice(cli, point):
     """SIGKILL between items (a read ended, not yet stored), where the batch is asked (question
@@ -175,6 +183,7 @@ def test_the_bundled_reply_recipe_asks_one_card_and_sends_the_chosen_replies(cli
     assert sent["arguments"]["to"] == unread[1]["from"]
 
 
+@pytest.mark.both_stores
 def test_approving_the_batch_does_not_read_or_write_the_items_again(cli):
     """The items' reads and writes done before the question are stored per item and restored
     when the run resumes: the payloads approved are the ones that run, not new ones."""
@@ -221,6 +230,7 @@ def _posts(cli) -> list[str]:
     return sorted(c["arguments"]["channel"] for c in demo_calls(cli.demo_db, tool="slack_post_message"))
 
 
+@pytest.mark.both_stores
 def test_each_items_preview_is_on_the_card_and_a_stale_item_alone_is_asked_again(cli):
     """`preview:` and `check:` on an effect in a loop are read per item and frozen in the item's
     entry (the card shows each preview); an item whose check read changed after the approval does
@@ -254,6 +264,7 @@ def test_each_items_preview_is_on_the_card_and_a_stale_item_alone_is_asked_again
     assert _posts(cli) == ["#daily", "#general"]
 
 
+@pytest.mark.both_stores
 def test_a_claim_with_an_approval_a_later_question_replaced_for_that_item_is_refused(cli):
     """The store's own check: once an item was asked about again, the earlier approval no longer
     lets that item run, though it still lets the others."""
@@ -275,6 +286,7 @@ def test_a_claim_with_an_approval_a_later_question_replaced_for_that_item_is_ref
     assert _posts(cli) == ["#daily"]
 
 
+@pytest.mark.both_stores
 @pytest.mark.parametrize("executed", [True, False], ids=["executed", "not-executed"])
 def test_reconcile_settles_one_items_unknown_effect(cli, executed):
     """SIGKILL while an item's effect is claimed: that item is `unknown`; `recipe reconcile RUN
@@ -380,6 +392,7 @@ def test_an_effect_in_a_loop_inside_another_asks_once_per_outer_item(cli):
     assert len(demo_calls(cli.demo_db, tool="send_message")) == 2
 
 
+@pytest.mark.both_stores
 def test_a_nested_batch_card_names_the_outer_item_it_asks_for(cli):
     """Each outer item's card says which copy of the step it decides (`send[0]`, `send[1]`, the
     names `recipe approve` takes), not the bare step both share, as asked and as shown later."""
@@ -408,6 +421,7 @@ IMPOSSIBLE = (
 )
 
 
+@pytest.mark.both_stores
 def test_a_loop_whose_quorum_can_no_longer_be_met_fails_without_asking(cli):
     """Outer item 0's loop needs 2 of its 3 items, and two of them fail before its effect: as a
     together would, that loop fails at once, and nobody is asked about its one item left; the
@@ -437,6 +451,7 @@ OUTER_QUORUM = (
 )
 
 
+@pytest.mark.both_stores
 def test_a_batch_an_outer_quorum_drops_is_withdrawn(cli):
     """The outer loop needs one of its two items: once outer item 1's batch is approved and its
     mail sent, outer item 0 is dropped, and its batch question with it; the run then parks
@@ -454,6 +469,7 @@ def test_a_batch_an_outer_quorum_drops_is_withdrawn(cli):
     assert [c["arguments"]["to"] for c in demo_calls(cli.demo_db, tool="send_message")] == ["bo@example.com"]
 
 
+@pytest.mark.both_stores
 def test_a_question_in_a_loop_inside_another_is_asked_per_outer_item_and_the_lists_survive_resumes(cli):
     """`ask me` in a nested loop: one question per outer item; each decided in its own drive,
     and after the outer loop the lists hold every outer item's values, those of an outer item

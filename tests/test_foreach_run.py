@@ -1,5 +1,5 @@
 """`for each` at run time, end to end through `recipe run` on the demo servers and a real
-store (both stores with VODOU_TEST_STORE=sqlite,postgres): items run, each read counted
+store (the store-decided ones on both stores with VODOU_TEST_STORE=sqlite,postgres): items run, each read counted
 in the mail server's own call log; bounds before any item runs; quorum; nesting; and an
 effect that runs without asking inside a loop refused before anything runs."""
 
@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 from conftest import RECIPES, demo_calls
 
-pytestmark = pytest.mark.both_stores  # the store decides every claim and decision: both must hold
+# Marked both_stores: the tests whose outcome the store decides (each item's stored result, the
+# quorum's decisions). Scheduling, bounds, types and the compiler's refusal are decided before
+# or outside the store: SQLite.
 
 READS = (
     'unread: gmail.messages_list {"labelIds": ["UNREAD"], "maxResults": 20}\n'
@@ -33,6 +35,7 @@ def _show(cli, run: str) -> dict:
     return {n["node"]: n for n in doc["nodes"]}
 
 
+@pytest.mark.both_stores
 def test_a_loop_of_reads_runs_each_item_once_through_the_cli(cli):
     res = cli("run", _write(cli, READS), "--json", expect=0)
     run = res.json()["run"]
@@ -94,6 +97,7 @@ def test_a_value_that_is_not_a_list_fails_with_its_type_and_path(cli):
     assert demo_calls(cli.demo_db, tool="messages_get") == []
 
 
+@pytest.mark.both_stores
 def test_quorum_over_items_succeeds_with_k_and_fails_below(cli):
     body = '  full: gmail.messages_get {"id": "{m}"}\n'
     after = 'got: vodou.echo {"value": "{full}"}\n'

@@ -260,10 +260,10 @@ def test_the_printed_approve_line_works_as_printed_without_a_terminal(cli):
     (cli.tmp / "post.recipe").write_text(
         'recipe "post"\npost: slack.slack_post_message {"channel": "#daily", "text": "as printed"}\n'
     )
-    parked = cli.proc("run", "post.recipe", expect=3)
+    parked = cli("run", "post.recipe", expect=3)
     (line,) = printed(parked, "approve")
     assert "--yes" in line
-    cli.proc(*line, expect=0)
+    cli(*line, expect=0)
     assert [c["arguments"]["text"] for c in demo_calls(cli.demo_db, "slack_post_message")] == ["as printed"]
 
 
@@ -272,13 +272,13 @@ def test_the_printed_approve_line_names_the_approver_when_the_user_is_not_one(cl
     (cli.tmp / "post.recipe").write_text(
         'recipe "post"\napprovers: ana\npost: slack.slack_post_message {"channel": "#daily", "text": "by ana"}\n'
     )
-    parked = cli.proc("run", "post.recipe", expect=3)
+    parked = cli("run", "post.recipe", expect=3)
     (line,) = printed(parked, "approve")
     assert line[-2:] != ["--as", "ana"] and "--as" in line and line[line.index("--as") + 1] == "ana"
     assert "VODOU_APPROVER_TOKEN" in parked.out + parked.err
     (reject,) = printed(parked, "reject")
     assert "--as" in reject
-    cli.proc(*line, env=ana, expect=0)
+    cli(*line, env=ana, expect=0)
     assert len(demo_calls(cli.demo_db, "slack_post_message")) == 1
 
 
@@ -287,7 +287,7 @@ def test_the_printed_approve_line_names_the_approver_when_the_user_is_not_one(cl
 
 def test_a_missing_input_hint_says_set(cli):
     (cli.tmp / "x.recipe").write_text('recipe "x"\ninputs:\n  email\nsay: vodou.echo {"value": "{email}"}\n')
-    res = cli.proc("run", "x.recipe", expect=2)
+    res = cli("run", "x.recipe", expect=2)
     assert "the recipe needs the input `email`" in res.err
     assert "--set email=VALUE" in res.err
     from vodou_engine.errors import MissingInputError
@@ -337,13 +337,11 @@ def test_follow_up_mail_says_what_it_does_one_person_sends_it(cli):
     header = " ".join(line.lstrip("# ") for line in recipe.read_text().splitlines() if line.startswith("#"))
     assert "two people" not in header and "one person may do both" in header
     ana = cli.approver("ana")
-    rep = cli.proc(
-        "run", str(recipe), "--set", "event=evt-design", "--set", "to=ana@example.com", "--json", expect=3
-    ).json()
+    rep = cli("run", str(recipe), "--set", "event=evt-design", "--set", "to=ana@example.com", "--json", expect=3).json()
     decided = 0
     while rep["state"] == "parked":
         step = rep["pending"][0]["step"]
-        rep = cli.proc("approve", rep["run"], step, "--yes", "--as", "ana", "--json", env=ana).json()
+        rep = cli("approve", rep["run"], step, "--yes", "--as", "ana", "--json", env=ana).json()
         decided += 1
     assert rep["state"] == "succeeded" and decided == 2
     assert len(demo_calls(cli.demo_db, "send_message")) == 1
