@@ -108,13 +108,17 @@ class LoopWalk:
             return
         lr = LoopRun(node, scope, need=need if items else 0, limit=node.at_most or self.threads.limit)
         self.loop_runs[nid] = lr
-        body = set(node.body)
+        # every template inside the loop, nested loops' too: a join in the body lists a nested
+        # loop's steps among its items' members, and an item's copy of the join lists the item's
+        body = set(self.within.get(nid[: len(nid) - len(scope.suffix)] if scope.suffix else nid, node.body))
         index = self.index  # the templates, under their own ids
         templates = [index[t] for t in node.body]
         makers = [copier(t, body) for t in templates]
         lr.entries = [j for j, t in enumerate(templates) if not t.needs]
         lr.resumed = self.journal.resumed
-        quorum = lr.need < len(items)
+        # an item's copies can be dropped while they run: by the loop's own quorum, or with the
+        # loop, when a quorum around it (a together's, an outer loop's) drops it
+        quorum = lr.need < len(items) or nid in self.droppable
         binds, var, outer = scope.binds, node.var, scope.suffix
         exit_of, loop_of_item, exit_base = self.exit_of, self.loop_of_item, node.exit
         if lr.resumed or any(isinstance(t, (JoinNode, LoopNode)) for t in templates):
