@@ -300,3 +300,57 @@ def test_the_verifier_wants_a_loop_branch_whole_in_its_joins_item():
     ):
         with pytest.raises(PlanError, match=message):
             load_plan(_with_members(plan, members), "a.json", refresh=True)
+
+
+@pytest.mark.parametrize("shape", ["together-in-loop", "loop-branch-in-loop"])
+def test_a_together_inside_a_loop_is_decided_after_its_batch_is_approved(cli, shape):
+    """A together in a loop's body whose effect is asked on the batch card: the approval
+    resumes the run in a new drive, where what each item's join already had (its read branch,
+    restored) still counts, so the join decides when the approved posts are done."""
+    if shape == "together-in-loop":
+        text = (
+            'for each d in ["#daily", "#general"]:\n'
+            "  together:\n"
+            '    a: slack.slack_get_channel {"channel": "{d}"}\n'
+            '    p: slack.slack_post_message {"channel": "{d}", "text": "hello {d}"}\n'
+            'done: vodou.echo {"value": "{p.count}"}\n'
+        )
+        step, expected = "p", [("#daily", "hello #daily"), ("#general", "hello #general")]
+    else:
+        text = (
+            'for each d in ["#daily"]:\n'
+            "  together:\n"
+            '    a: slack.slack_get_channel {"channel": "{d}"}\n'
+            '    for each e in ["#general", "#daily"]:\n'
+            '      p: slack.slack_post_message {"channel": "{e}", "text": "hello {e} from {d}"}\n'
+            'done: vodou.echo {"value": "{p.0.count}"}\n'
+        )
+        step, expected = "p[0]", [("#daily", "hello #daily from #daily"), ("#general", "hello #general from #daily")]
+    doc = cli("run", _write(cli, text), "--json", expect=3).json()
+    assert [p["step"] for p in doc["pending"]] == [step]
+    res = cli("approve", doc["run"], step, "--yes", "--json", expect=0)
+    assert res.json()["state"] == "succeeded"
+    sent = demo_calls(cli.demo_db, tool="slack_post_message")
+    assert sorted((c["arguments"]["channel"], c["arguments"]["text"]) for c in sent) == expected
+    assert _show(cli, doc["run"])["done"]["output"] == 2
+
+
+def test_a_quorum_decided_inside_a_loop_item_stays_decided_after_a_park(cli):
+    """Each item's `need: 1 of 2` is met by its read and drops the other branch's effect; the
+    items then park at the post after the together. Approved, the run resumes in a new drive
+    where the dropped branches stay dropped: the posts are sent, the dropped effects never."""
+    text = (
+        'for each d in ["#daily", "#general"]:\n'
+        "  together:\n"
+        "    need: 1 of 2\n"
+        '    a: slack.slack_get_channel {"channel": "{d}"}\n'
+        '    b: slack.slack_set_topic {"channel": "{d}", "topic": "never"}\n'
+        '  post: slack.slack_post_message {"channel": "{d}", "text": "read {d}"}\n'
+    )
+    doc = cli("run", _write(cli, text), "--json", expect=3).json()
+    assert [p["step"] for p in doc["pending"]] == ["post"]
+    res = cli("approve", doc["run"], "post", "--yes", "--json", expect=0)
+    assert res.json()["state"] == "succeeded"
+    sent = demo_calls(cli.demo_db, tool="slack_post_message")
+    assert sorted(c["arguments"]["text"] for c in sent) == ["read #daily", "read #general"]
+    assert demo_calls(cli.demo_db, tool="slack_set_topic") == []

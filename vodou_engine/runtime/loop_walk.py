@@ -30,6 +30,7 @@ from .journal import Journal
 from .loops import TOP, Batch, LoopRun, Scope, copier, item_of, lookup, outer_of, the_list
 from .walk_states import (
     CANCELLED,
+    DONE_BAD,
     FAILED,
     PENDING,
     REJECTED,
@@ -188,11 +189,25 @@ class LoopWalk:
         if droppable:
             self.droppable.add(cid)
         if isinstance(copy, JoinNode):
+            # Its items' exits come before it in the body, so in a drive after a park they are
+            # restored already: they count now, as the journal's hook counts what ends later.
+            states = self.states
+            ok = bad = 0
             for need in copy.needs:
                 self.joins_of.setdefault(need, []).append(cid)
                 self.journal.watched[need] = self._count
-            self.tally[cid] = [0, 0]
+                st = states[need]
+                if st == SUCCEEDED:
+                    ok += 1
+                elif st in DONE_BAD:
+                    bad += 1
+            self.tally[cid] = [ok, bad]
             self.droppable.update(m for item in copy.members for m in item)
+            if states[cid] == SUCCEEDED:
+                # decided in a drive before: the items it dropped stay dropped (``restored``)
+                for i, item in enumerate(copy.members):
+                    if states[copy.needs[i]] != SUCCEEDED:
+                        self.absorbed.update(item)
 
     def _more(self, lr: LoopRun) -> None:
         """Start items, in order, while fewer than the loop's limit are running. An item that
