@@ -32,6 +32,7 @@ import subprocess
 import sys
 import time
 import traceback
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,6 +121,22 @@ def store_sql(location: str | os.PathLike, statement: str, params: tuple = ()) -
         return rows
     finally:
         conn.close()
+
+
+def stored_plan(location: str | os.PathLike, run_id: str) -> str:
+    """A run's plan as the store holds it: compressed in ``run_plans`` (schema 8), or in the
+    run's own row for a run stored before."""
+    rows = store_sql(location, "SELECT plan_zlib FROM run_plans WHERE run_id = ?", (run_id,))
+    if rows:
+        return zlib.decompress(rows[0][0]).decode()
+    return store_sql(location, "SELECT plan_json FROM runs WHERE id = ?", (run_id,))[0][0]
+
+
+def edit_stored_plan(location: str | os.PathLike, run_id: str, text: str, fingerprint: str | None = None) -> None:
+    """Replace a run's stored plan (and, given one, its fingerprint) behind the engine's back."""
+    store_sql(location, "UPDATE run_plans SET plan_zlib = ? WHERE run_id = ?", (zlib.compress(text.encode()), run_id))
+    if fingerprint is not None:
+        store_sql(location, "UPDATE runs SET plan_fingerprint = ? WHERE id = ?", (fingerprint, run_id))
 
 
 def store_digest(location: str | os.PathLike) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from conftest import rogue_calls, rogue_server
+from conftest import edit_stored_plan, rogue_calls, rogue_server, stored_plan
 
 from vodou_engine.errors import PlanError
 from vodou_engine.plan import decode_plan, encode_plan, with_fingerprint
@@ -263,14 +263,10 @@ def test_a_stored_plan_out_of_bounds_is_refused_before_anything_runs(cli):
     cli.servers_file({"ops": rogue_server(cli.tmp / "rogue.log")})
     (cli.tmp / "post.recipe").write_text("approvers: ana\n" + POST)
     run = cli("run", cli.tmp / "post.recipe", "--json", expect=3).json()["run"]
-    ((plan_json,),) = cli.sql("SELECT plan_json FROM runs WHERE id = ?", (run,))
-    doc = json.loads(plan_json)
+    doc = json.loads(stored_plan(cli.location, run))
     node(doc, "post")["expires_s"] = 10**30
     bad = with_fingerprint(decode_plan(json.dumps(doc)))
-    cli.sql(
-        "UPDATE runs SET plan_json = ?, plan_fingerprint = ? WHERE id = ?",
-        (encode_plan(bad).decode(), bad.fingerprint, run),
-    )
+    edit_stored_plan(cli.location, run, encode_plan(bad).decode(), bad.fingerprint)
     ana = cli.approver("ana")
     for command in (("resume", run), ("approve", run, "post", "--yes", "--as", "ana")):
         res = cli(*command, env=ana)

@@ -261,6 +261,41 @@ def test_summed_work_never_exceeds_the_wall_clock_on_one_thread(tmp_path):
     assert t.sum_s <= t.wall_s + 0.001, (t.sum_s, t.wall_s)
 
 
+def _overlap(runs: Runs, run_id: str, pattern: str) -> tuple[int, int]:
+    """Of the stored steps whose id matches ``pattern``: how many began before the first of
+    them ended, and how many there are."""
+    spans = [(n.started_at, n.ended_at) for n in runs.show(run_id).nodes if re.fullmatch(pattern, n.node)]
+    first_end = min(e for _, e in spans)
+    return sum(1 for s, _ in spans if s < first_end), len(spans)
+
+
+def test_300_blocking_branches_all_run_at_once_unless_the_run_bounds_them(tmp_path, monkeypatch):
+    monkeypatch.delenv("VODOU_THREADS", raising=False)
+    rep = trio.run(lambda: local_runs(tmp_path).start("naps.recipe", text=naps(300, 1500)))
+    assert rep.state == "succeeded"
+    # One wave: every branch was on its thread before any branch's sleep ended.
+    assert _overlap(local_runs(tmp_path), rep.run, r"b\d+") == (300, 300)
+    bounded = local_runs(tmp_path, threads=100)
+    rep = trio.run(lambda: bounded.start("naps.recipe", text=naps(150, 300)))
+    began, n = _overlap(bounded, rep.run, r"b\d+")
+    assert n == 150 and began <= 100  # a limit the caller set still holds
+
+
+def test_a_loop_without_at_most_runs_256_items_at_once_unless_the_run_says(tmp_path, monkeypatch):
+    monkeypatch.delenv("VODOU_THREADS", raising=False)
+    text = (
+        'recipe "loop"\nfor each i in '
+        + json.dumps(list(range(300)))
+        + ':\n  max items: 300\n  n: vodou.sleep {"ms": 1000}\n'
+    )
+    rep = trio.run(lambda: local_runs(tmp_path).start("loop.recipe", text=text))
+    assert rep.state == "succeeded"
+    assert _overlap(local_runs(tmp_path), rep.run, r"n\[\d+\]") == (256, 300)
+    monkeypatch.setenv("VODOU_THREADS", "300")  # a limit the run was given is the loop's too
+    rep = trio.run(lambda: local_runs(tmp_path).start("loop.recipe", text=text))
+    assert _overlap(local_runs(tmp_path), rep.run, r"n\[\d+\]") == (300, 300)
+
+
 def test_a_cancelled_or_failed_branch_is_named_never_the_slowest(tmp_path):
     text = """recipe "shaky"
 together sources:

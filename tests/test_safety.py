@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import demo_calls, rogue_calls, rogue_server, store_digest, store_sql
+from conftest import demo_calls, edit_stored_plan, rogue_calls, rogue_server, store_digest, stored_plan
 
 from vodou_engine.demo import db as demo
 
@@ -336,8 +336,9 @@ def test_an_edited_stored_payload_refuses_to_run(cli, brief):
 
 def test_an_edited_stored_plan_refuses_to_run(cli, brief):
     first = park(cli, brief)
-    ((plan,),) = cli.sql("SELECT plan_json FROM runs WHERE id = ?", (first["run"],))
-    cli.sql("UPDATE runs SET plan_json = ? WHERE id = ?", (plan.replace("#daily", "#general"), first["run"]))
+    plan = stored_plan(cli.location, first["run"])
+    assert "#daily" in plan
+    edit_stored_plan(cli.location, first["run"], plan.replace("#daily", "#general"))
     res = cli("approve", first["run"], "post", "--yes")
     assert res.code == 5 and "plan stored for this run changed" in res.err
     assert posts(cli) == []
@@ -361,9 +362,8 @@ def test_drive_run_refuses_an_edited_plan_before_it_claims_the_run(store_locatio
     assert parked.state == "parked"
     store = runs.store()
     run = store.get_run(parked.run)
-    store_sql(
-        store_location, "UPDATE runs SET plan_json = ? WHERE id = ?", (run.plan_json.replace('"on"', '"off"'), run.id)
-    )
+    assert '"on"' in run.plan_json
+    edit_stored_plan(store_location, run.id, run.plan_json.replace('"on"', '"off"'))
     with pytest.raises(TamperedError):
         trio.run(lambda: runs.resume(parked.run))
     with pytest.raises(TamperedError):

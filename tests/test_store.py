@@ -21,6 +21,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -273,6 +274,26 @@ def test_create_and_get_run(store):
     assert run.recipe_path == "recipes/send-report.vodou"
     with pytest.raises(RefusedError, match="already exists"):
         make_run(store)
+
+
+def test_a_runs_plan_is_stored_once_apart_from_its_row_and_runs_stored_before_keep_theirs(backend, store):
+    make_run(store)
+    make_run(store, "r2", now=T0 + 1)
+    # The run's own row, which every state, owner and lease write rewrites, holds no plan.
+    assert backend.sql("SELECT id, plan_json FROM runs ORDER BY id") == [("r1", ""), ("r2", "")]
+    packed = backend.sql("SELECT run_id, plan_zlib FROM run_plans ORDER BY run_id")
+    assert [(r, zlib.decompress(p)) for r, p in packed] == [("r1", b'{"nodes":[]}'), ("r2", b'{"nodes":[]}')]
+    assert store.set_run_state("r1", "succeeded", expected="running", now=T0 + 2)
+    assert store.get_run("r1").plan_json == '{"nodes":[]}'
+    assert store.get_run("r1", plan=False).plan_json == ""
+    # A run stored before version 8 has its plan in its row and none apart: still read.
+    backend.sql("UPDATE runs SET plan_json = ? WHERE id = ?", ('{"nodes":[1]}', "r2"))
+    backend.sql("DELETE FROM run_plans WHERE run_id = ?", ("r2",))
+    assert store.get_run("r2").plan_json == '{"nodes":[1]}'
+    assert {r.id: r.plan_json for r in store.list_runs()} == {"r1": '{"nodes":[]}', "r2": '{"nodes":[1]}'}
+    # Pruning a run removes its plan with it.
+    assert store.prune(ended_before=T0 + 3, states=["succeeded"], by="alice") == 1
+    assert backend.sql("SELECT run_id FROM run_plans") == []
 
 
 def test_unknown_run_suggests_close_ids(store):

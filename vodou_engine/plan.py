@@ -27,7 +27,13 @@ RISK_ORDER: dict[str, int] = {"read": 0, "write": 1, "critical": 2}
 
 # Each subclass repeats ``frozen=True``: msgspec inherits it, but a type checker
 # reads a subclass without it as a mutable one.
-class Base(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+#
+# ``gc=False``: the cyclic collector never tracks a plan's documents. They hold JSON data
+# only (strings, numbers, lists, dicts, other documents), so they can never be part of a
+# reference cycle; reference counting frees them as before. A plan of 100,000 steps was
+# otherwise 100,000 more objects for every full collection during its run to walk, and
+# 16 bytes more each.
+class Base(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True, gc=False):
     """House policy for every document that crosses a boundary."""
 
 

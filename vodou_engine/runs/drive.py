@@ -29,7 +29,7 @@ from ..states import TERMINAL_RUN_STATES, RunState
 from ..store.records import ApprovalRecord, EffectRecord, EventRecord, NodeRecord, RunRecord
 from ..tools.results import stored_contents
 from .common import busy, in_thread
-from .inputs import thread_limit
+from .inputs import items_at_once, thread_limit
 from .views import ViewsMixin
 
 Restore = tuple[dict[str, NodeRecord], dict[str, EffectRecord], list[ApprovalRecord], dict[str, list[Any]]]
@@ -149,6 +149,7 @@ class DriveMixin(ViewsMixin):
             policy_digest=policy.digest,
             model=model,
             threads=threads,
+            at_once=items_at_once(self.threads),
             restore=restore,
             on_change=on_change,
             clock=self.clock,

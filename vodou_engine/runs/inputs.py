@@ -16,12 +16,20 @@ from ..errors import MissingInputError, RecipeError, UsageError
 from ..limits import MAX_DEPTH, value_depth
 from ..plan import Plan, ToolNode
 
-DEFAULT_THREADS = 256
+DEFAULT_THREADS = 1024
+"""Blocking steps on threads at once per run when neither ``threads`` nor ``VODOU_THREADS``
+sets it: a together of up to this many blocking branches runs them all at once, as a person
+who wrote them side by side expects. Threads start only for calls waiting (ten blocking
+branches start ten) and idle ones are reused by later runs, so the cap bounds memory (about
+25 KB a thread) without costing the small runs anything (docs/recipe-language.md)."""
+DEFAULT_AT_ONCE = 256
+"""Items of a ``for each`` running at once when neither the loop (``at most N at a time``)
+nor the run (``threads``, ``VODOU_THREADS``) says: its items may be calls to one server."""
 
 
 def thread_limit(given: int | None = None) -> int:
     """Blocking steps (built-ins, model writes) in flight at once per run:
-    ``given``, else ``VODOU_THREADS``, else 256. Read before anything is
+    ``given``, else ``VODOU_THREADS``, else DEFAULT_THREADS. Read before anything is
     stored, so a bad value leaves no run behind."""
     if given is not None:
         value, source = given, "threads"
@@ -40,6 +48,14 @@ def thread_limit(given: int | None = None) -> int:
             hint=f"unset VODOU_THREADS for the default ({DEFAULT_THREADS})",
         )
     return value
+
+
+def items_at_once(given: int | None = None) -> int:
+    """A loop's items at once when it sets no ``at most``: the run's thread limit when one
+    was set (``given`` or ``VODOU_THREADS``), else DEFAULT_AT_ONCE."""
+    if given is None and not os.environ.get("VODOU_THREADS", "").strip():
+        return DEFAULT_AT_ONCE
+    return thread_limit(given)
 
 
 def new_run_id() -> str:

@@ -28,7 +28,7 @@ from ..states import TERMINAL_RUN_STATES, RunState
 from .common import busy, in_thread, plain, takeable
 from .core import compiled
 from .drive import DriveMixin
-from .inputs import new_run_id, refuse_agent_opt_out, resolve_inputs, thread_limit
+from .inputs import items_at_once, new_run_id, refuse_agent_opt_out, resolve_inputs, thread_limit
 
 
 class Prepared(msgspec.Struct, kw_only=True):
@@ -174,9 +174,9 @@ class LifecycleMixin(DriveMixin):
                     recipe_name=plan.recipe.name,
                     recipe_path=os.path.abspath(prepared.path) if prepared.path and prepared.text is not None else None,
                     source_sha256=plan.recipe.source_sha256,
-                    # compact: every write to the run's row (its state, lease, owner) rewrites the
-                    # whole row in SQLite, so the stored plan's size is paid on each of them
-                    plan_json=canonical_bytes(plan).decode(),
+                    # compact, and bytes: the store compresses them as they are, into a row of
+                    # their own (run_plans) that no later write to the run rewrites
+                    plan_json=canonical_bytes(plan),
                     plan_fingerprint=plan.fingerprint,
                     inputs_json=msgspec.json.encode(values).decode(),
                     started_by=actor,
@@ -189,7 +189,7 @@ class LifecycleMixin(DriveMixin):
                     schedule=schedule,
                 )
                 store.append_event(run_id, "started", actor=actor, data_json=msgspec.json.encode(started).decode())
-            # the record it wrote, without the plan the drive holds already (30 MB at 100,000 branches)
+            # the record it wrote, without the plan the drive holds already (16 MB at 100,000 branches)
             return msgspec.structs.replace(created, plan_json="")
 
         run = await in_thread(create)
@@ -202,6 +202,7 @@ class LifecycleMixin(DriveMixin):
             policy_digest=policy.digest,
             model=model,
             threads=threads,
+            at_once=items_at_once(self.threads),
             on_change=on_change,
             clock=self.clock,
         )

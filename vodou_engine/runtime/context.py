@@ -27,7 +27,7 @@ class RunContext:
 
     def __post_init__(self) -> None:
         if not self.index:
-            self.index.update(self.plan.index())
+            self.index.update((n.id, n) for n in self.plan.nodes)  # no second dict of every node on the way
 
     def tool(self, nid: str) -> ToolNode:
         """The step an approval guards (the verified plan makes it a tool step)."""

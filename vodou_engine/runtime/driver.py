@@ -47,6 +47,7 @@ async def drive(
     policy_digest: str,
     model: str | None,
     threads: int,
+    at_once: int | None = None,
     restore: tuple[dict[str, NodeRecord], dict[str, EffectRecord], list[ApprovalRecord], dict[str, list[Any]]]
     | None = None,
     on_change: Callable[[str, str], None] | None = None,
@@ -54,7 +55,8 @@ async def drive(
 ) -> RunReport:
     """Drive ``run`` (already owned by ``owner``) until it parks or ends; its report.
 
-    ``restore``: (nodes, effects, approvals, content blocks) of a run driven before, read in
+    ``threads``: blocking calls on threads at once; ``at_once``: a loop's items at once when
+    it says no ``at most`` (default: ``threads``). ``restore``: (nodes, effects, approvals, content blocks) of a run driven before, read in
     the same thread hop that took it.
     """
     ctx = RunContext(
@@ -69,7 +71,15 @@ async def drive(
         [n.id for n in plan.nodes], run_id=run.id, store=store, owner=owner, clock=clock, on_change=on_change
     )
     inputs = msgspec.json.decode(run.inputs_json)
-    scheduler = Scheduler(ctx, journal, hub=hub, threads=Blocking(threads), model=model, inputs=inputs)
+    scheduler = Scheduler(
+        ctx,
+        journal,
+        hub=hub,
+        threads=Blocking(threads),
+        model=model,
+        inputs=inputs,
+        at_once=at_once or threads,
+    )
     if restore:
         nodes, effects, approvals, contents = restore
         journal.restore(nodes, effects, contents)

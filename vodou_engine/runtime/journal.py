@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import time
 from array import array
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Container, Iterator, Mapping
 from typing import Any
 
 import msgspec
@@ -65,6 +65,10 @@ _OPEN = frozenset({NodeState.PENDING, NodeState.RUNNING, NodeState.WAITING})
 """States a node must not be left in once its run has ended."""
 _NONE = math.nan
 """A time not (yet) known, as the arrays of :class:`Times` hold it."""
+
+
+def _unwatched(nid: str, prev: str, state: str) -> None:
+    pass
 
 
 def _opt(t: float) -> float | None:
@@ -164,8 +168,10 @@ class Journal:
         self.errors: dict[str, str] = {}
         self.times = Times(node_ids)
         """Per node: (ready, started, ended): queueing is ready -> started, work started -> ended."""
-        self.watched: dict[str, Callable[[str, str, str], None]] = {}
-        """Node -> a callback(node, old, new) for the scheduler's join tallies."""
+        self.watched: Container[str] = ()
+        """The nodes whose changes ``watch(node, old, new)`` hears: the scheduler's join tallies
+        (one callback and the scheduler's own map of them, not a map of 100,000 callbacks)."""
+        self.watch: Callable[[str, str, str], None] = _unwatched
         self._dirty: dict[str, None] = {}
         self.on_progress: Callable[[str, dict[str, Any]], None] | None = getattr(on_change, "progress", None)
         self._progress: dict[str, dict[str, Any]] = {}
@@ -196,10 +202,8 @@ class Journal:
         states = self.states
         prev = states[nid]
         states[nid] = state
-        if prev != state:
-            hook = self.watched.get(nid)
-            if hook is not None:
-                hook(nid, prev, state)
+        if prev != state and nid in self.watched:
+            self.watch(nid, prev, state)
         now = self.clock()
         times = self.times
         i = times.slot[nid]
@@ -227,10 +231,8 @@ class Journal:
         """An in-memory step not worth a write (a node about to start, a gate about to ask again)."""
         prev = self.states[nid]
         self.states[nid] = state
-        if prev != state:
-            hook = self.watched.get(nid)
-            if hook is not None:
-                hook(nid, prev, state)
+        if prev != state and nid in self.watched:
+            self.watch(nid, prev, state)
 
     def progress(self, nid: str, progress: float, total: float | None, message: str | None) -> None:
         """A server's progress on ``nid``'s call: the live view hears it now; the latest of it is

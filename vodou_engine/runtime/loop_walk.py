@@ -57,6 +57,7 @@ class LoopWalk:
     tools: Tools
     gates: Gates
     threads: Blocking
+    at_once: int
     work: trio.Nursery
     succ: dict[str, Any]
     joins_of: dict[str, Any]
@@ -107,7 +108,7 @@ class LoopWalk:
             self.journal.set(nid, FAILED, error=str(exc))
             self._after(nid)
             return
-        lr = LoopRun(node, scope, need=need if items else 0, limit=node.at_most or self.threads.limit)
+        lr = LoopRun(node, scope, need=need if items else 0, limit=node.at_most or self.at_once)
         self.loop_runs[nid] = lr
         # every template inside the loop, nested loops' too: a join in the body lists a nested
         # loop's steps among its items' members, and an item's copy of the join lists the item's
@@ -194,8 +195,7 @@ class LoopWalk:
             states = self.states
             ok = bad = 0
             for need in copy.needs:
-                self.joins_of.setdefault(need, []).append(cid)
-                self.journal.watched[need] = self._count
+                self.joins_of.setdefault(need, []).append(cid)  # which the journal's watch hears
                 st = states[need]
                 if st == SUCCEEDED:
                     ok += 1

@@ -93,6 +93,7 @@ class Scheduler(LoopWalk):
         threads: Blocking,
         model: str | None = None,
         inputs: dict[str, Any] | None = None,
+        at_once: int | None = None,
     ):
         self.ctx = ctx
         self.journal = journal
@@ -101,6 +102,8 @@ class Scheduler(LoopWalk):
         self.model = model
         self.inputs: dict[str, Any] = inputs or {}
         self.threads = threads
+        self.at_once = at_once or threads.limit
+        """A loop's items at once when it sets no ``at most``."""
         self.tools = Tools(hub, threads)
         self.gates = Gates(ctx, journal, self.tools, self.render)
         self.effects = Effects(ctx, journal, self.tools, self.gates, self.render)
@@ -115,14 +118,19 @@ class Scheduler(LoopWalk):
         # date through the journal's hook, so a join of N items costs O(1) per item.
         self.joins_of: dict[str, Any] = joins_of(nodes)
         """Node -> the joins it is an item's exit of, shared as ``succ``'s are; a list for a copy."""
-        count = self._count  # one bound method for every watched node, not one each
-        journal.watched.update(dict.fromkeys(self.joins_of, count))
+        journal.watched = self.joins_of
+        journal.watch = self._count
         self.tally: dict[str, list[int]] = {}
         self.absorbed: set[str] = set()
         """Nodes of items a quorum dropped: they never run (again)."""
-        self.droppable: set[str] = {m for n in nodes if isinstance(n, JoinNode) for item in n.members for m in item}
-        """Nodes inside a quorum's items: the only ones a drop cancels while they run, so the
-        only ones that need a cancel scope of their own."""
+        index = ctx.index
+        self.droppable: set[str] = {
+            m for n in nodes if isinstance(n, JoinNode) for item in n.members for m in item if not _untasked(index[m])
+        }
+        """Nodes inside a quorum's items that run in a task: the only ones a drop cancels while
+        they run, so the only ones that need a cancel scope of their own. (A built-in read has
+        no task: a drop abandons its thread call, or finds it not yet begun; leaving them out
+        keeps a together of 100,000 such branches from holding a set of 100,000 names.)"""
         self.templates: set[str] = {m for n in nodes if isinstance(n, LoopNode) for m in n.body}
         """A loop's body nodes: each item runs copies of them (loops.py), never the nodes themselves;
         when the loop ends, each holds the list of its copies' outputs."""
@@ -592,6 +600,11 @@ def _hub_read(node: ToolNode | WriteNode | ApprovalNode | QuestionNode) -> TypeG
     """A read over the hub: it always waits for its reply (or fails its step, and whatever
     follows it is skipped), so a task that runs a chain of them still lets the others in."""
     return isinstance(node, ToolNode) and node.server != BUILTIN_SERVER and not node.effectful
+
+
+def _untasked(node: Any) -> bool:
+    """A node :meth:`Scheduler._try_start` never gives a task: a read-only built-in."""
+    return isinstance(node, ToolNode) and _builtin_read(node) is not None
 
 
 def _builtin_read(node: ToolNode) -> bool | None:

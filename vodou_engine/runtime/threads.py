@@ -37,9 +37,6 @@ from trio.lowlevel import (
     wait_task_rescheduled,
 )
 
-DEFAULT_THREADS = 256
-"""Calls on threads at once per run unless the caller says otherwise (``VODOU_THREADS``)."""
-
 
 class Blocking:
     """At most ``limit`` calls on threads at once, for one trio run.

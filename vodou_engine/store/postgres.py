@@ -49,7 +49,10 @@ class PostgresDialect(Dialect):
     begin_write = "BEGIN"
     begin_relaxed = "BEGIN; SET LOCAL synchronous_commit = off"
     for_update = " FOR UPDATE"
-    tokens: ClassVar[Mapping[str, str]] = {"serial_pk": "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"}
+    tokens: ClassVar[Mapping[str, str]] = {
+        "serial_pk": "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+        "blob": "BYTEA",
+    }
     tables_sql = "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
 
     def __init__(self) -> None:

@@ -27,6 +27,7 @@ TABLES_SINCE = {
     3: frozenset({"recipes", "schedules", "firings"}),
     4: frozenset({"web_links", "web_sessions", "web_keys"}),
     5: frozenset({"agents"}),
+    8: frozenset({"run_plans"}),
 }
 
 

@@ -60,7 +60,7 @@ class SqliteDialect(Dialect):
     begin_write = "BEGIN IMMEDIATE"
     begin_relaxed = "BEGIN IMMEDIATE"
     for_update = ""
-    tokens: ClassVar[Mapping[str, str]] = {"serial_pk": "INTEGER PRIMARY KEY AUTOINCREMENT"}
+    tokens: ClassVar[Mapping[str, str]] = {"serial_pk": "INTEGER PRIMARY KEY AUTOINCREMENT", "blob": "BLOB"}
     tables_sql = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite!_%' ESCAPE '!'"
     Error = sqlite3.Error
     IntegrityError = sqlite3.IntegrityError
