@@ -225,6 +225,15 @@ def together_stats(
     if not joins:
         return []
     worked = {n.id for n in plan.nodes if isinstance(n, (ToolNode, WriteNode))}
+    # A loop that is a together's branch: its work is its items' (``got[0]``, ``got[1][2]``),
+    # copies of the body steps its item lists (a join inside a loop body keeps its own items).
+    templates = {m for n in plan.nodes if isinstance(n, LoopNode) for m in n.body}
+    copies: dict[str, list[str]] = {}
+    if templates:
+        for nid in times:
+            cut = nid.find("[")
+            if cut > 0 and nid[:cut] in templates:
+                copies.setdefault(nid[:cut], []).append(nid)
     out = []
     for j in joins:
         spans = []
@@ -241,9 +250,11 @@ def together_stats(
             elif st != "succeeded":
                 unfinished.append(branch)  # pending, running, or waiting for a person
             work = []
+            if copies and j.id not in templates:
+                item = [c for m in item for c in (m, *copies.get(m, ()))]
             for m in item:
-                if m not in worked or m not in times:
-                    continue
+                if m not in times or (m not in worked and m.partition("[")[0] not in worked):
+                    continue  # a copy (`got[0]`) works as its template step does
                 ready, started, ended = times[m]
                 if ready is not None and started is not None and started > ready:
                     queued += started - ready

@@ -151,10 +151,11 @@ class Names:
             )
         if droppable_ok:
             return None
+        # From the outside in: a quorum around a loop may drop the loop (its list with it); a
+        # loop around a quorum gives a list either way (an item's dropped value is null in it).
         for frame in theirs[depth + 1 :]:
             if self.block_kind[frame.uid] == "each":
                 return None  # after the block: the list of its per-item outputs, one per item
-        for frame in theirs[depth + 1 :]:
             if self.quorum.get(frame.uid):
                 return (
                     f"`{name}` may be dropped by a quorum (`need: K of N`), so a tool argument cannot rely on it",

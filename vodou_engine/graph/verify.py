@@ -99,6 +99,15 @@ def _check_loops(loops: list[LoopNode], plan: Plan, index: dict[str, object], pa
                     path,
                 )
             body_of[member] = loop.id
+    # No loop inside its own body (a nested loop's body is its own).
+    for loop in loops:
+        seen = {loop.id}
+        up = body_of.get(loop.id)
+        while up is not None:
+            if up in seen:
+                raise _err(PlanError, f"loop `{loop.id}` is inside itself", loop, "recompile the recipe", path)
+            seen.add(up)
+            up = body_of.get(up)
     for node in plan.nodes:
         mine = body_of.get(node.id)
         for need in node.needs:
@@ -112,25 +121,43 @@ def _check_loops(loops: list[LoopNode], plan: Plan, index: dict[str, object], pa
                 )
         if isinstance(node, JoinNode):
             for item in node.members:
-                for member in item:
-                    if body_of.get(member) != mine:
-                        raise _err(
-                            PlanError,
-                            f"join `{node.id}` lists `{member}`, which is not in the same loop body",
-                            node,
-                            "recompile the recipe",
-                            path,
-                        )
-    # No loop inside its own body (a nested loop's body is its own).
-    for loop in loops:
-        seen = {loop.id}
-        up = body_of.get(loop.id)
-        while up is not None:
-            if up in seen:
-                raise _err(PlanError, f"loop `{loop.id}` is inside itself", loop, "recompile the recipe", path)
-            seen.add(up)
-            up = body_of.get(up)
+                _check_join_item(node, item, mine, body_of, index, path)
     return body_of
+
+
+def _check_join_item(
+    join: JoinNode,
+    item: list[str],
+    mine: str | None,
+    body_of: dict[str, str],
+    index: dict[str, object],
+    path: str | None,
+) -> None:
+    """A join's item lists every node inside it: nodes of the join's own body (loop's body, or
+    none), and a loop among them brings its whole body (nested loops' too), so a quorum that
+    drops the loop drops its steps with it. Nothing else may be listed."""
+    inside = set(item)
+    for member in item:
+        up = body_of.get(member)
+        if up != mine and (up is None or up not in inside):
+            raise _err(
+                PlanError,
+                f"join `{join.id}` lists `{member}`, which is not in the same loop body",
+                join,
+                "recompile the recipe",
+                path,
+            )
+        loop = index.get(member)
+        if isinstance(loop, LoopNode):
+            for inner in loop.body:
+                if inner not in inside:
+                    raise _err(
+                        PlanError,
+                        f"join `{join.id}` lists loop `{member}` in an item without `{inner}` of its body",
+                        join,
+                        "recompile the recipe",
+                        path,
+                    )
 
 
 def build_graph(plan: Plan, *, path: str | None = None) -> nx.DiGraph:

@@ -30,6 +30,7 @@ from .journal import Journal
 from .loops import TOP, Batch, LoopRun, Scope, copier, item_of, lookup, outer_of, the_list
 from .walk_states import (
     CANCELLED,
+    DONE_BAD,
     FAILED,
     PENDING,
     REJECTED,
@@ -109,13 +110,17 @@ class LoopWalk:
             return
         lr = LoopRun(node, scope, need=need if items else 0, limit=node.at_most or self.at_once)
         self.loop_runs[nid] = lr
-        body = set(node.body)
+        # every template inside the loop, nested loops' too: a join in the body lists a nested
+        # loop's steps among its items' members, and an item's copy of the join lists the item's
+        body = set(self.within.get(nid[: len(nid) - len(scope.suffix)] if scope.suffix else nid, node.body))
         index = self.index  # the templates, under their own ids
         templates = [index[t] for t in node.body]
         makers = [copier(t, body) for t in templates]
         lr.entries = [j for j, t in enumerate(templates) if not t.needs]
         lr.resumed = self.journal.resumed
-        quorum = lr.need < len(items)
+        # an item's copies can be dropped while they run: by the loop's own quorum, or with the
+        # loop, when a quorum around it (a together's, an outer loop's) drops it
+        quorum = lr.need < len(items) or nid in self.droppable
         binds, var, outer = scope.binds, node.var, scope.suffix
         exit_of, loop_of_item, exit_base = self.exit_of, self.loop_of_item, node.exit
         if lr.resumed or any(isinstance(t, (JoinNode, LoopNode)) for t in templates):
@@ -185,10 +190,24 @@ class LoopWalk:
         if droppable:
             self.droppable.add(cid)
         if isinstance(copy, JoinNode):
+            # Its items' exits come before it in the body, so in a drive after a park they are
+            # restored already: they count now, as the journal's hook counts what ends later.
+            states = self.states
+            ok = bad = 0
             for need in copy.needs:
                 self.joins_of.setdefault(need, []).append(cid)  # which the journal's watch hears
-            self.tally[cid] = [0, 0]
+                st = states[need]
+                if st == SUCCEEDED:
+                    ok += 1
+                elif st in DONE_BAD:
+                    bad += 1
+            self.tally[cid] = [ok, bad]
             self.droppable.update(m for item in copy.members for m in item)
+            if states[cid] == SUCCEEDED:
+                # decided in a drive before: the items it dropped stay dropped (``restored``)
+                for i, item in enumerate(copy.members):
+                    if states[copy.needs[i]] != SUCCEEDED:
+                        self.absorbed.update(item)
 
     def _more(self, lr: LoopRun) -> None:
         """Start items, in order, while fewer than the loop's limit are running. An item that

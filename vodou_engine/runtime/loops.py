@@ -139,7 +139,8 @@ def the_list(node: LoopNode, value: Any) -> list[Any]:
 def copier(node: Node, body: set[str]) -> Callable[[str], Node]:
     """What makes template ``node``'s copy for the item with a suffix: its id and its needs
     (those inside the same body) carry the suffix; a join's members and an approval's step
-    too. Worked out once per loop instead of once per item: a copy shares every other field
+    too. ``body`` is every template inside the loop, nested loops' included: a join's item
+    that holds a nested loop lists that loop's steps, which the item names with its suffix. Worked out once per loop instead of once per item: a copy shares every other field
     with its template (frozen values, never changed), and a node that needs nothing (a body's
     entry) shares its empty needs too."""
     replace = msgspec.structs.replace

@@ -401,7 +401,11 @@ class Scheduler(LoopWalk):
         journal = self.journal
         for item in items:
             for m in item:
-                st = states[m]
+                st = states.get(m)
+                if st is None:
+                    # a nested loop's list for an outer item (``deep[0]``), made only when that
+                    # item's copy of the loop ends: there is nothing of it to drop yet
+                    continue
                 lr = self.loop_runs.get(m)
                 if lr is not None and st == RUNNING and not lr.done:
                     # a loop inside a dropped item: its items go with it
