@@ -108,10 +108,10 @@ class StoreThread:
         original = Journal._db_sync
         outer = self
 
-        def timed(self, batch, fn, args, kwargs):
+        def timed(self, batch, heard, fn, args, kwargs):
             t = time.thread_time()
             try:
-                return original(self, batch, fn, args, kwargs)
+                return original(self, batch, heard, fn, args, kwargs)
             finally:
                 outer.cpu += time.thread_time() - t
                 outer.calls += 1

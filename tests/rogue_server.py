@@ -86,6 +86,8 @@ Modes (what a ``tools/call`` does after it has been logged)
 ``deep``         a success with only a text block, a JSON array nested 1,000 deep.
                  A tool in this mode is listed without an outputSchema, so the
                  client's own schema check does not reject the reply first.
+``deep_structured``  a success whose structuredContent nests 150 deep (``{"x": [[[...]]]}``)
+                 and no content block, listed without an outputSchema too.
 ``fail_first:N``  the first N calls of the tool in this process are ``tool_error``, then ``ok``.
 ``slow:MS``      answer normally after MS milliseconds, on a thread: pings and
                  other calls are answered meanwhile. A call cancelled by the
@@ -192,6 +194,7 @@ MODES = {
     "escape",
     "garbage",
     "deep",
+    "deep_structured",
     "held",
     "endless",
     "echo_secret",
@@ -200,7 +203,7 @@ MODES = {
 }
 SIZED = {"huge_result", "huge_error", "huge_note", "flood"}
 """Modes that take an optional size in bytes (``huge_result:1000000``)."""
-UNSCHEMED = {"deep", "endless", "echo_secret", *SIZED}
+UNSCHEMED = {"deep", "deep_structured", "endless", "echo_secret", *SIZED}
 """Modes whose tool is listed without an outputSchema, so what they send is judged as it is."""
 
 HUGE = 300_000_000
@@ -406,6 +409,11 @@ def call_tool(request_id, params: dict, tools: dict[str, str], modes: dict[str, 
     elif mode == "deep":
         text = "[" * 1000 + "]" * 1000
         reply(request_id, {"content": [{"type": "text", "text": text}], "isError": False})
+    elif mode == "deep_structured":
+        nested: object = "bottom"
+        for _ in range(150):
+            nested = [nested]
+        reply(request_id, {"content": [], "structuredContent": {"x": nested}, "isError": False})
     elif mode.startswith("slow:"):
         threading.Thread(target=answer_slow, args=(request_id, int(mode[5:])), daemon=True).start()
     elif mode == "held":

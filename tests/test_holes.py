@@ -316,6 +316,21 @@ def test_a_tool_result_nested_too_deep_fails_the_read(tmp_path):
     runs.close()
 
 
+def test_a_tool_results_structured_content_nested_too_deep_fails_the_read(tmp_path):
+    """Over a real stdio server: structured content 150 deep is refused, not kept, even though
+    the reply's line passes every other check."""
+    env = {"ROGUE_LOG": str(tmp_path / "rogue.log"), "ROGUE_MODES": "get_status=deep_structured"}
+    runs = Runs(
+        store=tmp_path / "runs.db",
+        servers={"ops": ServerConfig(command=sys.executable, args=["-I", "-S", ROGUE], env=env)},
+    )
+    report = trio.run(lambda: runs.start("r.recipe", text="s: ops.get_status {}\n", actor="ana"))
+    assert report.state == "failed" and "deep" in report.errors["s"]
+    stored = runs.store(create=False).get_nodes(report.run)["s"]
+    assert stored.state == "failed" and stored.output_json is None
+    runs.close()
+
+
 def test_an_absurd_sleep_fails_its_step(tmp_path):
     runs = Runs(store=tmp_path / "runs.db", servers={})
     report = trio.run(lambda: runs.start("s.recipe", text='s: vodou.sleep {"ms": 1e300}\n', actor="ana"))

@@ -363,6 +363,27 @@ def test_structured_content_too_deep_is_refused():
     assert fine.value == {"x": [[1]]}
 
 
+def test_a_reply_proves_its_depth_by_its_brackets_alone():
+    """The transport spares the hub its walk of a result only when the reply's line holds no
+    more opening brackets than MAX_DEPTH (inside strings too), and only for the first reply
+    with the call's id."""
+    from vodou_engine.limits import MAX_DEPTH, surely_within_depth
+    from vodou_engine.tools.wire import CallWatch, Wire
+
+    assert surely_within_depth(b"[" * MAX_DEPTH + b"]" * MAX_DEPTH)
+    assert not surely_within_depth(b"[" * (MAX_DEPTH + 1) + b"]" * (MAX_DEPTH + 1))
+    assert not surely_within_depth(b'{"t": "' + b"{" * MAX_DEPTH + b'"}')
+
+    wire, watch = Wire(None), CallWatch()
+    watch.request_id = 7
+    wire.calls[7] = watch
+    wire.request_written(7)
+    wire.reply_read(7, error=False, flat=True)
+    assert watch.flat_reply
+    wire.reply_read(7, error=False, flat=True)  # the same id again: nothing is proven any more
+    assert not watch.flat_reply
+
+
 def test_the_id_of_a_line_that_does_not_parse():
     from vodou_engine.tools.stdio import _top_level_id
 

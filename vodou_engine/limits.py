@@ -122,6 +122,12 @@ def check_json_depth(data: bytes | str) -> None:
         raise TooDeep(depth)
 
 
+def surely_within_depth(data: bytes | bytearray) -> bool:
+    """No JSON value in ``data`` nests deeper than MAX_DEPTH, known without parsing or walking
+    it: it holds no more opening brackets than that, inside strings or not (two C scans)."""
+    return data.count(b"[") + data.count(b"{") <= MAX_DEPTH
+
+
 def value_depth(value: object) -> int:
     """The nesting depth of a decoded value (lists and dicts), iteratively."""
     deepest = 0

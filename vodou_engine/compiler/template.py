@@ -10,6 +10,7 @@ import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 _REF = re.compile(r"\{([a-z_][a-z0-9_-]*)((?:\.[A-Za-z0-9_-]+)*)\}")
@@ -73,6 +74,22 @@ def parse(text: str) -> list[str | Ref]:
     if buf:
         parts.append("".join(buf))
     return parts
+
+
+_CACHED_CHARS = 1024
+"""Strings up to this long are split once per process (:func:`_parsed`): a recipe's own
+arguments, rendered again at every step that uses them."""
+
+
+@lru_cache(maxsize=4096)
+def _parsed(text: str) -> tuple[str | Ref, ...]:
+    """:func:`parse`, kept (its parts are immutable); an error is raised again each time."""
+    return tuple(parse(text))
+
+
+def parts_of(text: str) -> tuple[str | Ref, ...] | list[str | Ref]:
+    """:func:`parse` for rendering: a short string's parts are kept, not split again per step."""
+    return _parsed(text) if len(text) <= _CACHED_CHARS else parse(text)
 
 
 def ref_names(text: str) -> list[str]:
@@ -163,7 +180,7 @@ def render(value: Any, resolve: Callable[[str], Any], content: Callable[[str], A
     None when it has none (see :func:`lookup`).
     """
     if isinstance(value, str):
-        parts = parse(value)
+        parts = parts_of(value)
         if len(parts) == 1 and isinstance(parts[0], Ref):
             return lookup(parts[0], resolve, content)
         out = []

@@ -243,7 +243,7 @@ class Hub:
             raise failures.no_reply(srv, tool, f"its reply was not usable: {failures.leaf_text(error)}") from error
         assert result is not None
         try:
-            return _to_result(result, elapsed)
+            return _to_result(result, elapsed, flat=watch.flat_reply)
         except Exception as exc:  # limits.TooDeep, or a content block that will not serialise
             raise failures.no_reply(srv, tool, f"its result was refused: {exc}") from exc
 

@@ -133,7 +133,7 @@ def is_plain(blocks: list[dict[str, Any]], value: Any) -> bool:
     if len(blocks) != 1:
         return False
     block = blocks[0]
-    if block.keys() != {"type", "text"} or block["type"] != "text":
+    if len(block) != 2 or block.get("type") != "text" or "text" not in block:  # keys: type and text, no more
         return False
     text = block["text"]
     if text == value:
@@ -157,19 +157,24 @@ def blocks_of(value: Any) -> list[dict[str, Any]]:
     return [{"type": "text", "text": text}]
 
 
-def to_result(result: CallToolResult, duration: float) -> ToolResult:
+def to_result(result: CallToolResult, duration: float, *, flat: bool = False) -> ToolResult:
     """The answer as the next steps read it, every content block kept beside the value.
 
-    Raises ``limits.TooDeep`` when the result nests deeper than ``limits.MAX_DEPTH``.
-    The blocks need no bound of their own: they came in one message, which the
-    transport bounded (``limits.MAX_MESSAGE_BYTES``) before the SDK parsed it.
+    Raises ``limits.TooDeep`` when the result nests deeper than ``limits.MAX_DEPTH``;
+    ``flat``: the transport saw that the reply's message could not (``CallWatch.flat_reply``),
+    so the blocks and structured content are not walked. A text decoded as JSON is
+    checked either way (it nests inside a string). The blocks need no bound of their
+    own: they came in one message, which the transport bounded
+    (``limits.MAX_MESSAGE_BYTES``) before the SDK parsed it.
     """
     blocks = [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in result.content]
     texts = [block["text"] for block in blocks if block.get("type") == "text"]
-    for block in blocks:
-        check_value_depth(block)
+    if not flat:
+        for block in blocks:
+            check_value_depth(block)
     if result.structured_content is not None:
-        check_value_depth(result.structured_content)
+        if not flat:
+            check_value_depth(result.structured_content)
         value: Any = result.structured_content
     elif texts:
         parsed = [maybe_json(t) for t in texts]

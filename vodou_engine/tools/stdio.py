@@ -48,7 +48,7 @@ from typing import IO, TYPE_CHECKING
 import trio
 
 from vodou_engine.gcpause import paused_for_import
-from vodou_engine.limits import MAX_MESSAGE_BYTES
+from vodou_engine.limits import MAX_MESSAGE_BYTES, surely_within_depth
 from vodou_engine.masking import Mask
 from vodou_engine.servers import ServerConfig
 from vodou_engine.tools.process import STDIN_GRACE_S, TERM_GRACE_S, forget, signal_group, start
@@ -190,14 +190,15 @@ async def session_streams(
     adapter = mcp_types.jsonrpc_message_adapter
     replies = (mcp_types.JSONRPCResponse, mcp_types.JSONRPCError)
 
-    def parse(line: bytes | bytearray) -> tuple[SessionMessage | Exception, RequestId | None, str | None]:
+    def parse(line: bytes | bytearray) -> tuple[SessionMessage | Exception, RequestId | None, str | None, bool]:
         """(the message, or the error the session reports against a pending request;
-        the id a line that is not JSON-RPC names; why it is not)"""
+        the id a line that is not JSON-RPC names; why it is not; whether no value in it can
+        nest deeper than ``limits.MAX_DEPTH``)"""
         line = masking.message(line)
         try:
-            return SessionMessage(adapter.validate_json(line, by_name=False)), None, None
+            return SessionMessage(adapter.validate_json(line, by_name=False)), None, None, surely_within_depth(line)
         except ValueError as exc:
-            return exc, _top_level_id(line), describe(line, exc)
+            return exc, _top_level_id(line), describe(line, exc), False
 
     async def read_pipe() -> None:
         pending = bytearray()  # grows in place: a line of many chunks is not copied per chunk
@@ -238,15 +239,15 @@ async def session_streams(
 
     async def deliver(line: bytearray) -> None:
         if len(line) < OFF_THREAD_BYTES:
-            message, request_id, reason = parse(line)
+            message, request_id, reason, flat = parse(line)
         else:
             # Pure work: the session closing need not wait for it.
-            message, request_id, reason = await trio.to_thread.run_sync(parse, line, abandon_on_cancel=True)
+            message, request_id, reason, flat = await trio.to_thread.run_sync(parse, line, abandon_on_cancel=True)
         if reason is not None:
             wire.bad_line_read(request_id, reason)
         elif isinstance(message, SessionMessage) and isinstance(message.message, replies):
             # Noted before the session sees it, so a caller woken by it finds the note.
-            wire.reply_read(message.message.id, error=isinstance(message.message, mcp_types.JSONRPCError))
+            wire.reply_read(message.message.id, error=isinstance(message.message, mcp_types.JSONRPCError), flat=flat)
         await to_session.send(message)
 
     async def write_pipe() -> None:

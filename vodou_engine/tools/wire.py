@@ -66,6 +66,7 @@ class CallWatch:
         "bad_reply",
         "caller_done",
         "error_reply",
+        "flat_reply",
         "held",
         "lost",
         "refused",
@@ -82,6 +83,10 @@ class CallWatch:
         """A line with this request's id came back (well-formed or not)."""
         self.error_reply = False
         """That line was a JSON-RPC error object the server itself wrote."""
+        self.flat_reply = False
+        """Every line with this request's id held no more opening brackets than ``limits.MAX_DEPTH``
+        (``limits.surely_within_depth``): nothing the SDK made of it can nest deeper, so the hub
+        need not walk the result to know (unset: it walks it)."""
         self.bad_reply: str | None = None
         """Why a line with this request's id could not be parsed as JSON-RPC."""
         self.scope = scope
@@ -171,7 +176,9 @@ class Wire:
     def request_written(self, request_id: RequestId) -> None:
         self.outstanding.add(request_key(request_id))
 
-    def reply_read(self, request_id: RequestId | None, *, error: bool) -> None:
+    def reply_read(self, request_id: RequestId | None, *, error: bool, flat: bool = False) -> None:
+        """A well-formed reply; ``flat``: its line proves no value in it nests deeper than
+        ``limits.MAX_DEPTH`` (``limits.surely_within_depth``)."""
         key = request_key(request_id) if request_id is not None else None
         if key is not None and key in self.outstanding:
             self.outstanding.discard(key)
@@ -179,6 +186,8 @@ class Wire:
             self.stray_ids = [*self.stray_ids, request_id][-_STRAY_KEPT:]
         watch = self.calls.get(key) if key is not None else None
         if key is not None and watch is not None:
+            # A second line with the same id (a server's mistake) leaves it unproven.
+            watch.flat_reply = flat and not watch.answered
             watch.answered = True
             watch.error_reply = error
             if watch.caller_done:  # a late reply to a call given up on: nothing more to keep
@@ -214,6 +223,8 @@ class Wire:
 
 def request_key(request_id: RequestId) -> RequestId:
     """The key the SDK correlates ``request_id`` by ("7" and 7 are one id), so we match what it matches."""
+    if type(request_id) is int:  # the SDK's own ids, every call: the SDK keeps an int as it is
+        return request_id
     from mcp.shared.dispatcher import coerce_request_id  # loaded with the session (see the module docstring)
 
     return coerce_request_id(request_id)
@@ -248,20 +259,22 @@ class WatchedWrites:
     ``tools/call`` request belongs to before handing it to the pipe writer."""
 
     def __init__(self, inner: WriteStream[SessionMessage], wire: Wire):
-        self._inner = inner
-        self._wire = wire
-
-    async def send(self, item: SessionMessage) -> None:
-        # Loaded with the session (see the module docstring).
+        # Loaded with the session (see the module docstring): looked up once per session, not per message.
         import anyio
         from mcp_types import JSONRPCRequest
 
+        self._inner = inner
+        self._wire = wire
+        self._request_type = JSONRPCRequest
+        self._broken = anyio.BrokenResourceError
+
+    async def send(self, item: SessionMessage) -> None:
         watch = CURRENT_CALL.get()
         message = item.message
         if (
             watch is None
             or watch.request_id is not None
-            or not isinstance(message, JSONRPCRequest)
+            or not isinstance(message, self._request_type)
             or message.method != "tools/call"
         ):
             await self._inner.send(item)
@@ -271,7 +284,7 @@ class WatchedWrites:
         self._wire.calls[request_key(message.id)] = watch
         try:
             await self._inner.send(item)
-        except anyio.BrokenResourceError:
+        except self._broken:
             # anyio raises this only when the item was not taken: the writer had already ended.
             watch.refused = True
             raise
