@@ -644,12 +644,15 @@ def test_on_postgresql_a_claim_a_question_and_a_runs_end_wait_for_the_disk_and_p
     """A step's progress and a run's creation commit without waiting for the WAL flush (a
     database crash may take them back; the run redoes them), every write an effect or a
     person rests on waits for it, as PostgreSQL itself records it in each transaction
-    (``synchronous_commit``, seen by a trigger on every table the run writes)."""
+    (``synchronous_commit``, seen by a trigger on every table the run writes). The states
+    still pending when an effect is claimed commit in the claim's own transaction, as it does."""
     import psycopg
 
     from vodou_engine.runs import Runs
 
-    log, servers, recipe = setup_files(tmp_path)
+    modes = tmp_path / "modes"
+    modes.write_text("get_status=slow:1000")  # a read long enough for a batch of states on its own
+    log, servers, recipe = setup_files(tmp_path, ROGUE_MODES_FILE=str(modes))
     unasked = tmp_path / "unasked.recipe"
     unasked.write_text(FANOUT + "  without asking\n")
     with fresh_schema() as url:
@@ -674,6 +677,8 @@ def test_on_postgresql_a_claim_a_question_and_a_runs_end_wait_for_the_disk_and_p
         assert ("nodes", "INSERT", "off") in seen  # progress on its own, relaxed
         assert [x for x in seen if x[0] == "runs"][-1] == ("runs", "UPDATE", "on")  # ended, parked
     assert [m for t, _, m in ran if t == "effects"] == ["on", "on"]  # claimed, then how it ended
+    claim = next(i for i, x in enumerate(ran) if x[0] == "effects")
+    assert ran[claim - 1][0::2] == ("nodes", "on")  # the reads' ends, written with the claim
     assert not [t for t, _, _ in ran if t == "approvals"]  # nothing asked, nothing to withdraw: not a statement
     assert ("approvals", "INSERT", "on") in asked  # the question
     assert {m for t, _, m in ran + asked if t == "approvals"} == {"on"}  # and every withdrawal

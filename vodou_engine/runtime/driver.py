@@ -55,7 +55,8 @@ async def drive(
     """Drive ``run`` (already owned by ``owner``) until it parks or ends; its report.
 
     ``restore``: (nodes, effects, approvals, content blocks) of a run driven before, read in
-    the same thread hop that took it.
+    the same thread hop that took it. Without it, ``run`` was created just now for this drive:
+    it has no question yet (only the process driving a run asks one), so none is read.
     """
     ctx = RunContext(
         plan=plan,
@@ -75,7 +76,10 @@ async def drive(
         journal.restore(nodes, effects, contents)
         scheduler.restored()
         scheduler.gates.seen = approvals
+    else:
+        scheduler.gates.seen = []
     verdict: RunState | None = None
+    pending: list[ApprovalRecord] | None = None
     lost: list[str] = []
     ending = [False]
     """True while the drive writes its park, end or interruption: a renewal refused then (it
@@ -99,7 +103,7 @@ async def drive(
                 ending[0] = False
                 scheduler.wake(woken)
             ending[0] = True
-            await trio.to_thread.run_sync(
+            pending = await trio.to_thread.run_sync(
                 _finish, store, run.id, owner, verdict, scheduler, journal, limiter=journal.limiter
             )
         except BaseException as exc:  # noqa: BLE001 - raised again below, once the run is left as it should be
@@ -116,7 +120,8 @@ async def drive(
         raise LostRunError(lost[0], run=run.id)
     if error is not None:
         raise error
-    pending = await trio.to_thread.run_sync(store.pending_approvals, run.id)
+    if pending is None:  # pragma: no cover - _finish ran, or the drive raised above
+        pending = await trio.to_thread.run_sync(store.pending_approvals, run.id)
     return report(run, plan, verdict, journal, pending, getattr(hub, "started_in", None), scheduler.effects.asked_again)
 
 
@@ -174,9 +179,18 @@ def _park_or_wake(store: RunStore, run_id: str, owner: str, journal: Journal) ->
 
 def _finish(
     store: RunStore, run_id: str, owner: str, verdict: RunState, scheduler: Scheduler, journal: Journal
-) -> None:
-    if verdict == RunState.PARKED:
-        return  # parked inside _park_or_wake
+) -> list[ApprovalRecord]:
+    """Write the run's end (a park is written by ``_park_or_wake``); the questions still
+    pending for its report, read in the same thread hop."""
+    if verdict != RunState.PARKED:
+        _end(store, run_id, owner, verdict, scheduler, journal)
+    seen = scheduler.gates.seen
+    if seen is not None and not seen:
+        return []  # the run has no question at all: none was found, and this drive asked none since
+    return store.pending_approvals(run_id)
+
+
+def _end(store: RunStore, run_id: str, owner: str, verdict: RunState, scheduler: Scheduler, journal: Journal) -> None:
     err = None
     if verdict == RunState.FAILED:
         err = next((f"{k}: {v}" for k, v in journal.errors.items() if journal.states[k] == NodeState.FAILED), None)
