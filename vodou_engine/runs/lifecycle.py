@@ -165,7 +165,9 @@ class LifecycleMixin(DriveMixin):
         }
 
         def create() -> Any:
-            bindings = bind_all(prepared.servers, servers_needed(plan), salt=run_id)  # reads files: off the trio thread
+            # reads files (off the trio thread), unless the warm servers were just looked at
+            seen = getattr(prepared.hub, "seen", None)
+            bindings = bind_all(prepared.servers, servers_needed(plan), salt=run_id, seen=seen)
             # Relaxed: lost with the database server, the run was never started; nothing
             # it does outside is claimed before an ordinary commit, which writes this too.
             with store.transaction(relaxed=True):
