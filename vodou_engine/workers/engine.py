@@ -156,13 +156,17 @@ class Engine:
 
         def look() -> tuple[Any, bool, Any]:  # a new connection is opened off the loop, in the same hop
             store = runs.store()
-            if not spec or store.has_run(run_id):
+            if not spec:
                 return store, False, None
             seen = None
-            if "start" in spec:  # its servers looked at now too: the hop the warm pool would make
+            if "start" in spec:
+                # Not asked whether the run exists: its creation is refused if it does (and the
+                # job goes on with that run). Its servers are looked at now, in this hop.
                 s = spec["start"]
                 plan, _, _ = runs.load(s.get("path") or "queued.recipe", text=s["text"])
                 seen = observe_all(self.servers, servers_needed(plan))
+            elif store.has_run(run_id):
+                return store, False, None
             return store, True, seen
 
         store, to_start, seen = await trio.to_thread.run_sync(look)
