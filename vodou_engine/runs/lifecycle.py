@@ -206,6 +206,7 @@ class LifecycleMixin(DriveMixin):
             threads=threads,
             on_change=on_change,
             clock=self.clock,
+            end_relaxed=self.ends_relaxed,
         )
 
     @plain

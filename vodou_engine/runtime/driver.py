@@ -51,8 +51,12 @@ async def drive(
     | None = None,
     on_change: Callable[[str, str], None] | None = None,
     clock: Callable[[], float] = time.time,
+    end_relaxed: bool = False,
 ) -> RunReport:
     """Drive ``run`` (already owned by ``owner``) until it parks or ends; its report.
+
+    ``end_relaxed``: the run's end commits without waiting for the disk, for a caller whose
+    next write, on the same database, does (a worker's job finished: ``Runs.ends_relaxed``).
 
     ``restore``: (nodes, effects, approvals, content blocks) of a run driven before, read in
     the same thread hop that took it. Without it, ``run`` was created just now for this drive:
@@ -104,7 +108,7 @@ async def drive(
                 scheduler.wake(woken)
             ending[0] = True
             pending = await trio.to_thread.run_sync(
-                _finish, store, run.id, owner, verdict, scheduler, journal, limiter=journal.limiter
+                _finish, store, run.id, owner, verdict, scheduler, journal, end_relaxed, limiter=journal.limiter
             )
         except BaseException as exc:  # noqa: BLE001 - raised again below, once the run is left as it should be
             if not lost and not contains(exc, (LostRunError, SimulatedCrash)):
@@ -178,24 +182,30 @@ def _park_or_wake(store: RunStore, run_id: str, owner: str, journal: Journal) ->
 
 
 def _finish(
-    store: RunStore, run_id: str, owner: str, verdict: RunState, scheduler: Scheduler, journal: Journal
+    store: RunStore,
+    run_id: str,
+    owner: str,
+    verdict: RunState,
+    scheduler: Scheduler,
+    journal: Journal,
+    relaxed: bool = False,
 ) -> list[ApprovalRecord]:
     """Write the run's end (a park is written by ``_park_or_wake``); the questions still
     pending for its report, read in the same thread hop."""
     if verdict != RunState.PARKED:
-        _end(store, run_id, owner, verdict, scheduler, journal)
+        _end(store, run_id, owner, verdict, journal, relaxed)
     seen = scheduler.gates.seen
     if seen is not None and not seen:
         return []  # the run has no question at all: none was found, and this drive asked none since
     return store.pending_approvals(run_id)
 
 
-def _end(store: RunStore, run_id: str, owner: str, verdict: RunState, scheduler: Scheduler, journal: Journal) -> None:
+def _end(store: RunStore, run_id: str, owner: str, verdict: RunState, journal: Journal, relaxed: bool) -> None:
     err = None
     if verdict == RunState.FAILED:
         err = next((f"{k}: {v}" for k, v in journal.errors.items() if journal.states[k] == NodeState.FAILED), None)
     journal.close_open(f"the run ended {verdict}")  # e.g. a branch still asking when another was rejected
-    with store.transaction():
+    with store.transaction(relaxed=relaxed):
         journal.write_unsaved()
         if store.set_run_state(run_id, verdict, expected=(RunState.RUNNING,), error=err, owner=owner):
             store.append_event(run_id, verdict)
