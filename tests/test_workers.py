@@ -644,12 +644,15 @@ def test_on_postgresql_a_claim_a_question_and_a_runs_end_wait_for_the_disk_and_p
     """A step's progress and a run's creation commit without waiting for the WAL flush (a
     database crash may take them back; the run redoes them), every write an effect or a
     person rests on waits for it, as PostgreSQL itself records it in each transaction
-    (``synchronous_commit``, seen by a trigger on every table the run writes)."""
+    (``synchronous_commit``, seen by a trigger on every table the run writes). The states
+    still pending when an effect is claimed commit in the claim's own transaction, as it does."""
     import psycopg
 
     from vodou_engine.runs import Runs
 
-    log, servers, recipe = setup_files(tmp_path)
+    modes = tmp_path / "modes"
+    modes.write_text("get_status=slow:1000")  # a read long enough for a batch of states on its own
+    log, servers, recipe = setup_files(tmp_path, ROGUE_MODES_FILE=str(modes))
     unasked = tmp_path / "unasked.recipe"
     unasked.write_text(FANOUT + "  without asking\n")
     with fresh_schema() as url:
@@ -674,9 +677,47 @@ def test_on_postgresql_a_claim_a_question_and_a_runs_end_wait_for_the_disk_and_p
         assert ("nodes", "INSERT", "off") in seen  # progress on its own, relaxed
         assert [x for x in seen if x[0] == "runs"][-1] == ("runs", "UPDATE", "on")  # ended, parked
     assert [m for t, _, m in ran if t == "effects"] == ["on", "on"]  # claimed, then how it ended
+    claim = next(i for i, x in enumerate(ran) if x[0] == "effects")
+    assert ran[claim - 1][0::2] == ("nodes", "on")  # the reads' ends, written with the claim
     assert not [t for t, _, _ in ran if t == "approvals"]  # nothing asked, nothing to withdraw: not a statement
     assert ("approvals", "INSERT", "on") in asked  # the question
     assert {m for t, _, m in ran + asked if t == "approvals"} == {"on"}  # and every withdrawal
+
+
+def test_in_a_worker_a_runs_end_is_on_disk_with_its_jobs_completion_and_its_effect_before_it_is_called(tmp_path):
+    """A worker's run: its effect's claim and outcome wait for the WAL flush; its end does
+    not, and the job's completion, committed right after it on the same database, does:
+    one flush of the log for both, so the end is on disk before the queue hears the job
+    is done (as PostgreSQL records it in each transaction, by a trigger on each table)."""
+    import psycopg
+
+    from vodou_engine.runs import Runs
+    from vodou_engine.workers.app import ensure_schema
+
+    log, servers, _ = setup_files(tmp_path)
+    unasked = tmp_path / "unasked.recipe"
+    unasked.write_text(FANOUT + "  without asking\n")
+    with fresh_schema() as url:
+        ensure_schema(url)
+        Runs(store=url).store().close()  # the tables, for the triggers
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(COMMIT_MODES)
+            conn.execute(
+                "CREATE TRIGGER seen_jobs AFTER UPDATE OR DELETE ON procrastinate_jobs "
+                "FOR EACH STATEMENT EXECUTE FUNCTION commit_mode()"
+            )
+        (run_id,) = queue_runs(url, unasked, 1)
+        with Workers(url, servers, tmp_path) as workers:
+            workers.start(1, recipe=True)
+            wait_for(lambda: run_states(url, [run_id])[run_id] == "succeeded", "the run to end")
+            wait_for(lambda: not [j for j in Queue(url).jobs() if j["task"] == "vodou.drive"], "its job to be done")
+        with psycopg.connect(url, autocommit=True) as conn:
+            seen = conn.execute("SELECT tbl, op, mode FROM commit_modes ORDER BY seq").fetchall()
+    assert len(rogue_calls(log, "post_message")) == 1
+    assert [m for t, _, m in seen if t == "effects"] == ["on", "on"]  # claimed, then how it ended
+    ended = max(i for i, x in enumerate(seen) if x[0] == "runs")
+    assert seen[ended] == ("runs", "UPDATE", "off")  # the run's end
+    assert ("procrastinate_jobs", "DELETE", "on") in seen[ended + 1 :]  # then the job done, waiting for both
 
 
 def test_a_stopping_worker_leaves_its_runs_interrupted_and_queued_for_another(tmp_path):

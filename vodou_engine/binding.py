@@ -43,8 +43,8 @@ from typing import Any
 
 import msgspec
 
-from .errors import ServerMismatchError
-from .launch import content_id, reached, which
+from .errors import ServerConfigError, ServerMismatchError
+from .launch import Reached, content_id, reached, which
 from .servers import (
     EMBEDDED_SOURCE,
     ENV_VAR,
@@ -60,6 +60,7 @@ from .servers.signins import SignIns, resource_key
 
 __all__ = [
     "BoundFile",
+    "Observed",
     "ServerBinding",
     "bind",
     "bind_all",
@@ -67,6 +68,9 @@ __all__ = [
     "differences",
     "digest",
     "encode_bindings",
+    "observe",
+    "observe_all",
+    "seal",
     "servers_for_run",
     "started_where",
     "verify_bindings",
@@ -154,6 +158,103 @@ def _executable(config: ServerConfig, start: str, base: Mapping[str, str]) -> tu
     return which(config.command or "", path, start)
 
 
+class Observed(msgspec.Struct, frozen=True, kw_only=True):
+    """What :func:`observe` found of one server's configuration here and now: everything a
+    binding holds, before any value is digested. Sealed with a salt (:func:`seal`), it gives
+    the binding :func:`bind` would have given at that moment: one look at the files serves
+    both the warm server's key and the run's record. Holds values of the environment:
+    never stored, never shown."""
+
+    config: ServerConfig
+    """As written (``${VAR}`` unexpanded)."""
+    here: ServerConfig
+    """Resolved: what is started."""
+    used: dict[str, str]
+    """Each ``${VAR}`` that was expanded -> its value."""
+    workdir: str | None = None
+    base: dict[str, str] = {}
+    executable: str | None = None
+    reached: list[tuple[Reached, str | None]] = []
+    """What the command line reaches, each with its content id (code only)."""
+    grant: tuple[str, str] | None = None
+    """An OAuth server's stored grant: (issuer, what identifies the grant); None when none is stored."""
+
+
+def observe(
+    config: ServerConfig, *, name: str = "", environ: Mapping[str, str] | None = None, start: str | None = None
+) -> Observed:
+    """Look at what ``config`` starts now (its ``${VAR}`` from ``environ``, default this
+    process's environment; its start directory ``start``, default its ``cwd``, else this
+    process's directory): ServerConfigError (exit 2) when a variable is not set. Blocking:
+    reads the files its command line reaches (call it off the trio thread)."""
+    resolved = config.resolve(name, environ)
+    here = resolved.config
+    used = dict(resolved.used)
+    if config.transport == HTTP:
+        grant = None
+        if config.oauth:
+            assert here.url is not None
+            stored = SignIns().get(resource_key(here.url))
+            if stored is not None:
+                grant = (stored.issuer, f"{stored.issuer}\0{stored.client_id}\0{stored.grant_id}")
+        return Observed(config=config, here=here, used=used, grant=grant)
+    workdir = os.path.realpath(start or config.cwd or os.getcwd())
+    base = _base_environment()
+    executable, _ = _executable(here, workdir, base)
+    items = reached(executable, list(here.args), workdir, base | dict(here.env))
+    return Observed(
+        config=config,
+        here=here,
+        used=used,
+        workdir=workdir,
+        base=base,
+        executable=executable,
+        reached=[(item, content_id(item.path) if item.code else None) for item in items],
+    )
+
+
+def seal(seen: Observed, *, source: str, salt: str) -> ServerBinding:
+    """The binding of what :func:`observe` found, its values digested with ``salt``."""
+    config, here = seen.config, seen.here
+    used = {var: _value_digest(salt, "$" + var, value) for var, value in sorted(seen.used.items())}
+    if config.transport == HTTP:
+        auth: dict[str, str] = {}
+        if config.oauth:  # see ``ServerBinding.auth``
+            if seen.grant is None:
+                auth = {"grant": "none"}
+            else:
+                issuer, identity = seen.grant
+                auth = {"issuer": issuer, "grant": _value_digest(salt, "oauth grant", identity)}
+        return ServerBinding(
+            transport=HTTP,
+            url=config.url,
+            headers={key: _value_digest(salt, key, value) for key, value in sorted(here.headers.items())},
+            vars=used,
+            source=source,
+            auth=auth,
+        )
+    executable = seen.executable
+    files = _files(config, seen.reached, salt)
+    if executable is not None and template_vars(config.command or ""):
+        # A path that came from the environment is kept like any value from there.
+        executable = _value_digest(salt, "executable", executable)
+    base = seen.base
+    return ServerBinding(
+        command=config.command or "",
+        args=list(config.args),
+        cwd=config.cwd,
+        executable=executable,
+        env={key: _value_digest(salt, key, value) for key, value in sorted(here.env.items())},
+        source=source,
+        vars=used,
+        workdir=seen.workdir,
+        files=files,
+        inherited={
+            key: _value_digest(salt, key, base[key]) for key in BOUND_INHERITED if key in base and key not in here.env
+        },
+    )
+
+
 def bind(
     config: ServerConfig,
     *,
@@ -169,58 +270,14 @@ def bind(
     as the server would be started: ServerConfigError (exit 2) naming ``name`` and the
     variable if one is not set. ``start``: the directory the server starts in
     (default: its ``cwd``, else this process's working directory)."""
-    resolved = config.resolve(name, environ)
-    here = resolved.config
-    used = {var: _value_digest(salt, "$" + var, value) for var, value in sorted(resolved.used.items())}
-    if config.transport == HTTP:
-        return ServerBinding(
-            transport=HTTP,
-            url=config.url,
-            headers={key: _value_digest(salt, key, value) for key, value in sorted(here.headers.items())},
-            vars=used,
-            source=source,
-            auth=_grant(here, salt) if config.oauth else {},
-        )
-    workdir = os.path.realpath(start or config.cwd or os.getcwd())
-    base = _base_environment()
-    executable, _ = _executable(here, workdir, base)
-    files = _files(config, here, executable, workdir, salt)
-    if executable is not None and template_vars(config.command or ""):
-        # A path that came from the environment is kept like any value from there.
-        executable = _value_digest(salt, "executable", executable)
-    return ServerBinding(
-        command=config.command or "",
-        args=list(config.args),
-        cwd=config.cwd,
-        executable=executable,
-        env={key: _value_digest(salt, key, value) for key, value in sorted(here.env.items())},
-        source=source,
-        vars=used,
-        workdir=workdir,
-        files=files,
-        inherited={
-            key: _value_digest(salt, key, base[key]) for key in BOUND_INHERITED if key in base and key not in here.env
-        },
-    )
+    return seal(observe(config, name=name, environ=environ, start=start), source=source, salt=salt)
 
 
-def _grant(here: ServerConfig, salt: str) -> dict[str, str]:
-    """What an OAuth server's binding holds of its grant (see ``ServerBinding.auth``)."""
-    assert here.url is not None
-    grant = SignIns().get(resource_key(here.url))
-    if grant is None:
-        return {"grant": "none"}
-    identity = f"{grant.issuer}\0{grant.client_id}\0{grant.grant_id}"
-    return {"issuer": grant.issuer, "grant": _value_digest(salt, "oauth grant", identity)}
-
-
-def _files(
-    written: ServerConfig, here: ServerConfig, executable: str | None, workdir: str, salt: str
-) -> dict[str, BoundFile]:
+def _files(written: ServerConfig, found: list[tuple[Reached, str | None]], salt: str) -> dict[str, BoundFile]:
     """What the command line reaches from ``workdir``; a path named through ``${VAR}`` is
     kept as a digest, like any value from the environment."""
     files = {}
-    for item in reached(executable, list(here.args), workdir, _base_environment() | dict(here.env)):
+    for item, content in found:
         written_as = (written.command or "") if item.arg is None else written.args[item.arg]
         label, path = item.label, item.path
         if item.var is not None:
@@ -233,8 +290,9 @@ def _files(
                 label = f"-m args[{item.arg}]: " + _value_digest(salt, "module", label)
             elif label not in ("command", f"args[{item.arg}]"):  # the label holds the word as it was expanded
                 label = f"args[{item.arg}]: " + _value_digest(salt, "word", label)
-        content = _value_digest(salt, "content", content_id(item.path)) if item.code else None
-        files[label] = BoundFile(path=path, content=content)
+        files[label] = BoundFile(
+            path=path, content=None if content is None else _value_digest(salt, "content", content)
+        )
     return files
 
 
@@ -256,11 +314,39 @@ def depends_on_directory(config: ServerConfig, *, name: str = "", start: str | N
     return out
 
 
-def bind_all(servers: ServerSet, names: Iterable[str], *, salt: str) -> dict[str, ServerBinding]:
-    """Bindings for the configured ones of ``names`` (an unknown name is reported where it is started)."""
-    return {
-        n: bind(servers.servers[n], source=servers.source, salt=salt, name=n) for n in names if n in servers.servers
-    }
+def observe_all(servers: ServerSet, names: Iterable[str]) -> dict[str, Observed]:
+    """:func:`observe` for the configured ones of ``names``; one whose ``${VAR}`` is not set
+    is left out (starting it reports that). Blocking: call it off the trio thread."""
+    out = {}
+    for n in names:
+        config = servers.servers.get(n)
+        if config is None:
+            continue
+        try:
+            out[n] = observe(config, name=n)
+        except ServerConfigError:
+            continue
+    return out
+
+
+def bind_all(
+    servers: ServerSet, names: Iterable[str], *, salt: str, seen: Mapping[str, Observed] | None = None
+) -> dict[str, ServerBinding]:
+    """Bindings for the configured ones of ``names`` (an unknown name is reported where it is
+    started). ``seen``: what :func:`observe` found of some of them just before (for the warm
+    server a run is given), sealed as it is when it observed the same configuration."""
+    seen = seen or {}
+    out = {}
+    for n in names:
+        config = servers.servers.get(n)
+        if config is None:
+            continue
+        found = seen.get(n)
+        if found is None or found.config != config:
+            out[n] = bind(config, source=servers.source, salt=salt, name=n)
+        else:
+            out[n] = seal(found, source=servers.source, salt=salt)
+    return out
 
 
 def digest(binding: ServerBinding | None) -> str:

@@ -79,6 +79,11 @@ class RunsCore:
         self.threads = threads
         self.clock = clock
         self.owner = owner or this_process()
+        self.ends_relaxed = False
+        """A run's end, when this object drives it, commits without waiting for the disk
+        (PostgreSQL's ``synchronous_commit = off``): only for a worker, whose job's
+        completion, committed right after on the same database, waits for it in the one
+        log (``workers/engine.py``; docs/store-schema.md)."""
 
     # --- configuration -------------------------------------------------------------------
     def store(self, *, create: bool = True, readonly: bool = False) -> RunStore:

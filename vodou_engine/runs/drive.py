@@ -153,6 +153,7 @@ class DriveMixin(ViewsMixin):
             restore=restore,
             on_change=on_change,
             clock=self.clock,
+            end_relaxed=self.ends_relaxed,
         )
         if hub is not None:
             return await go(hub=hub)

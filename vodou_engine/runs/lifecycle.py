@@ -165,7 +165,9 @@ class LifecycleMixin(DriveMixin):
         }
 
         def create() -> Any:
-            bindings = bind_all(prepared.servers, servers_needed(plan), salt=run_id)  # reads files: off the trio thread
+            # reads files (off the trio thread), unless the warm servers were just looked at
+            seen = getattr(prepared.hub, "seen", None)
+            bindings = bind_all(prepared.servers, servers_needed(plan), salt=run_id, seen=seen)
             # Relaxed: lost with the database server, the run was never started; nothing
             # it does outside is claimed before an ordinary commit, which writes this too.
             with store.transaction(relaxed=True):
@@ -205,6 +207,7 @@ class LifecycleMixin(DriveMixin):
             at_once=items_at_once(self.threads),
             on_change=on_change,
             clock=self.clock,
+            end_relaxed=self.ends_relaxed,
         )
 
     @plain

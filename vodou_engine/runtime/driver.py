@@ -52,12 +52,19 @@ async def drive(
     | None = None,
     on_change: Callable[[str, str], None] | None = None,
     clock: Callable[[], float] = time.time,
+    end_relaxed: bool = False,
 ) -> RunReport:
     """Drive ``run`` (already owned by ``owner``) until it parks or ends; its report.
 
     ``threads``: blocking calls on threads at once; ``at_once``: a loop's items at once when
-    it says no ``at most`` (default: ``threads``). ``restore``: (nodes, effects, approvals, content blocks) of a run driven before, read in
-    the same thread hop that took it.
+    it says no ``at most`` (default: ``threads``).
+
+    ``end_relaxed``: the run's end commits without waiting for the disk, for a caller whose
+    next write, on the same database, does (a worker's job finished: ``Runs.ends_relaxed``).
+
+    ``restore``: (nodes, effects, approvals, content blocks) of a run driven before, read in
+    the same thread hop that took it. Without it, ``run`` was created just now for this drive:
+    it has no question yet (only the process driving a run asks one), so none is read.
     """
     ctx = RunContext(
         plan=plan,
@@ -85,7 +92,10 @@ async def drive(
         journal.restore(nodes, effects, contents)
         scheduler.restored()
         scheduler.gates.seen = approvals
+    else:
+        scheduler.gates.seen = []
     verdict: RunState | None = None
+    pending: list[ApprovalRecord] | None = None
     lost: list[str] = []
     ending = [False]
     """True while the drive writes its park, end or interruption: a renewal refused then (it
@@ -109,8 +119,8 @@ async def drive(
                 ending[0] = False
                 scheduler.wake(woken)
             ending[0] = True
-            await trio.to_thread.run_sync(
-                _finish, store, run.id, owner, verdict, scheduler, journal, limiter=journal.limiter
+            pending = await trio.to_thread.run_sync(
+                _finish, store, run.id, owner, verdict, scheduler, journal, end_relaxed, limiter=journal.limiter
             )
         except BaseException as exc:  # noqa: BLE001 - raised again below, once the run is left as it should be
             if not lost and not contains(exc, (LostRunError, SimulatedCrash)):
@@ -126,7 +136,8 @@ async def drive(
         raise LostRunError(lost[0], run=run.id)
     if error is not None:
         raise error
-    pending = await trio.to_thread.run_sync(store.pending_approvals, run.id)
+    if pending is None:  # pragma: no cover - _finish ran, or the drive raised above
+        pending = await trio.to_thread.run_sync(store.pending_approvals, run.id)
     return report(run, plan, verdict, journal, pending, getattr(hub, "started_in", None), scheduler.effects.asked_again)
 
 
@@ -183,15 +194,30 @@ def _park_or_wake(store: RunStore, run_id: str, owner: str, journal: Journal) ->
 
 
 def _finish(
-    store: RunStore, run_id: str, owner: str, verdict: RunState, scheduler: Scheduler, journal: Journal
-) -> None:
-    if verdict == RunState.PARKED:
-        return  # parked inside _park_or_wake
+    store: RunStore,
+    run_id: str,
+    owner: str,
+    verdict: RunState,
+    scheduler: Scheduler,
+    journal: Journal,
+    relaxed: bool = False,
+) -> list[ApprovalRecord]:
+    """Write the run's end (a park is written by ``_park_or_wake``); the questions still
+    pending for its report, read in the same thread hop."""
+    if verdict != RunState.PARKED:
+        _end(store, run_id, owner, verdict, journal, relaxed)
+    seen = scheduler.gates.seen
+    if seen is not None and not seen:
+        return []  # the run has no question at all: none was found, and this drive asked none since
+    return store.pending_approvals(run_id)
+
+
+def _end(store: RunStore, run_id: str, owner: str, verdict: RunState, journal: Journal, relaxed: bool) -> None:
     err = None
     if verdict == RunState.FAILED:
         err = next((f"{k}: {v}" for k, v in journal.errors.items() if journal.states[k] == NodeState.FAILED), None)
     journal.close_open(f"the run ended {verdict}")  # e.g. a branch still asking when another was rejected
-    with store.transaction():
+    with store.transaction(relaxed=relaxed):
         journal.write_unsaved()
         if store.set_run_state(run_id, verdict, expected=(RunState.RUNNING,), error=err, owner=owner):
             store.append_event(run_id, verdict)

@@ -120,7 +120,7 @@ class Effects:
         args = await self._prepare(node, payload, key)
         if args is None:
             return None
-        won = await journal.db(
+        won = await journal.claim(
             journal.store.begin_effect,
             ctx.run_id,
             node.id,
@@ -165,7 +165,7 @@ class Effects:
         args = await self._prepare(node, payload, key)
         if args is None:
             return
-        won = await journal.db(
+        won = await journal.claim(
             journal.store.begin_effect,
             ctx.run_id,
             node.id,
@@ -197,7 +197,7 @@ class Effects:
         if args is None:
             return
         journal = self.journal
-        won = await journal.db(
+        won = await journal.claim(
             journal.store.begin_unasked_effect,
             ctx.run_id,
             node.id,

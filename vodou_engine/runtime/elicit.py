@@ -178,7 +178,7 @@ class Elicitations:
         self.gates.forget()
         self.forget()
         journal = self.journal
-        await journal.db(journal.store.ask, rec, owner=journal.owner)
+        await journal.claim(journal.store.ask, rec, owner=journal.owner)
         journal.set(node.id, NodeState.WAITING)
         return rec
 

@@ -170,7 +170,7 @@ class Gates:
         )
         self.forget()
         journal = self.journal
-        await journal.db(journal.store.ask, rec, owner=journal.owner)
+        await journal.claim(journal.store.ask, rec, owner=journal.owner)
         crashpoint("parking")
         journal.set(node.id, NodeState.WAITING)
         return rec
@@ -240,7 +240,7 @@ class Gates:
         )
         self.forget()
         journal = self.journal
-        await journal.db(journal.store.ask, rec, owner=journal.owner)
+        await journal.claim(journal.store.ask, rec, owner=journal.owner)
         crashpoint("parking")
         return rec
 

@@ -7,9 +7,10 @@ most every FLUSH_EVERY_S while the run moves, so a chain of reads costs a
 transaction and a thread hop a quarter of a second instead of one every
 few steps. A crash may then repeat the reads of that last moment, which the
 contract allows (reads are at least once). Nothing a promise rests on waits
-for the batch: questions, withdrawals and an effect's claim go through
-:meth:`Journal.db`, which writes the pending node states first, in the same
-hop, and commits before the engine moves past them; an effect's outcome
+for the batch: questions and an effect's claim go through :meth:`Journal.claim`,
+which writes the pending node states in the claim's own transaction (one
+owner check, one commit), withdrawals through :meth:`Journal.db`, which writes
+them first, in the same hop; both commit before the engine moves past them; an effect's outcome
 is written with its step's state (:meth:`Journal.effect_outcome`); a park,
 an end and an interruption write the last states in the transaction that
 records them (``driver.py``).
@@ -317,6 +318,39 @@ class Journal:
             self.store.append_event(self.run_id, "progress", node_id=nid, data_json=_json.encode(doc).decode())
         return fn(*args, **kwargs) if fn is not None else None
 
+    async def claim(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """:meth:`db` for a write that checks, in its own transaction, that this drive still owns
+        the run (an effect's claim, a question): the pending node states are written in that
+        same transaction, so they commit with it (as durably), or vanish with it and stay owed.
+        One transaction and one owner check where :meth:`db` makes two."""
+        batch = self._take_dirty()
+        heard, self._progress = self._progress, {}
+        for nid in heard:
+            self._progress_written[nid] = self._progress_written.get(nid, 0) + 1
+        try:
+            return await trio.to_thread.run_sync(self._claim_sync, batch, heard, fn, args, kwargs, limiter=self.limiter)
+        except BaseException:
+            # Rolled back with the write, or never sent: the states are still owed to the store.
+            self._dirty.update(dict.fromkeys(r.node_id for r in batch))
+            raise
+
+    def _claim_sync(
+        self,
+        batch: list[NodeRecord],
+        heard: dict[str, dict[str, Any]],
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        store = self.store
+        with store.transaction():
+            if batch:
+                store.save_nodes(self.run_id, batch)  # the owner: checked by ``fn``, in this transaction
+                self._save_contents([r.node_id for r in batch if r.node_id in self._unsaved_content])
+            for nid, doc in heard.items():
+                store.append_event(self.run_id, "progress", node_id=nid, data_json=_json.encode(doc).decode())
+            return fn(*args, **kwargs)
+
     def _save_contents(self, node_ids: list[str]) -> None:
         """One ``content`` event per step (the latest one counts, should a crash repeat a read)."""
         for nid in node_ids:
@@ -367,7 +401,7 @@ class Journal:
             store.save_nodes(self.run_id, [record])
             if record.node_id in self._unsaved_content:
                 self._save_contents([record.node_id])
-            run = store.get_run(self.run_id)
+            run = store.get_run(self.run_id, plan=False)  # its state and owner: the plan is not needed
             if run.state != RunState.RUNNING or run.owner != self.owner:
                 data = {"step": record.node_id, "state": record.state, "run": run.state}
                 store.append_event(

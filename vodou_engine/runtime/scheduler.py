@@ -476,10 +476,13 @@ class Scheduler(LoopWalk):
             self.scopes[nid] = scope
             await self._step(node)
         self.scopes.pop(nid, None)
-        if scope.cancelled_caught and self.states[nid] == RUNNING:
+        if scope.cancel_called and self.states[nid] in (RUNNING, WAITING):
+            # Dropped by a quorum while it ran, or just as it asked (its question stored, the
+            # drop came before its next checkpoint): it must not stay open.
+            asked = self.states[nid] == WAITING
             self.journal.set(nid, CANCELLED, error="dropped by a quorum")
-            if isinstance(node, (ApprovalNode, QuestionNode)):
-                # Dropped while asking: its question may already be stored; it must not stay open.
+            if asked or isinstance(node, (ApprovalNode, QuestionNode)):
+                # Its question may already be stored: withdrawn.
                 self.work.start_soon(self.gates.withdraw, [nid], "its branch was dropped by a quorum")
         return self._after_in_task(nid)
 

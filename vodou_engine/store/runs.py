@@ -245,7 +245,10 @@ class RunsMixin(StoreCore):
         try:
             with self._write(relaxed=True) as cur:
                 self._check_owner(cur, run_id, owner)
-                cur.executemany(self._q(UPSERT_NODE), rows)
+                if len(rows) == 1:  # half the driver's work of a batch of one (psycopg's pipeline)
+                    cur.execute(self._q(UPSERT_NODE), rows[0])
+                else:
+                    cur.executemany(self._q(UPSERT_NODE), rows)
         except self._d.IntegrityError as exc:
             raise self._integrity(exc, run_id, "node") from exc
 

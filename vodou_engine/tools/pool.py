@@ -16,8 +16,8 @@ from typing import Any
 import msgspec
 import trio
 
-from ..binding import bind, digest
-from ..errors import NotSentError, ServerConfigError
+from ..binding import Observed, digest, observe_all, seal
+from ..errors import NotSentError
 from ..servers import STDIO, ServerSet, unknown_server_error
 
 logger = logging.getLogger(__name__)
@@ -64,21 +64,32 @@ class ServerPool:
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
 
-    async def hub(self, names: list[str], servers: ServerSet | None = None) -> PoolHub:
+    async def hub(
+        self, names: list[str], servers: ServerSet | None = None, *, seen: Mapping[str, Observed] | None = None
+    ) -> PoolHub:
         """A hub over ``names``, each warm (started now if it is not running), as ``servers``
         configures them (default: the pool's own; for a stored run, ``Runs.bound_servers``:
-        each set to start in the run's directory)."""
+        each set to start in the run's directory). ``seen``: what ``binding.observe`` found of
+        them just now, in the caller's own thread hop (else the pool looks, in one of its own).
+        The hub's ``seen`` is what its servers were keyed on: the run's bindings are sealed
+        from it (``binding.bind_all``), so a run's servers are looked at once."""
         servers = servers or self.servers
         for name in names:
             if name not in servers.servers:
                 raise unknown_server_error(name, servers.servers, source=servers.source)
-        keyed = await trio.to_thread.run_sync(_keys, {n: servers.servers[n] for n in names})
+        configs = {n: servers.servers[n] for n in names}
+        if seen is not None and all(n in seen and seen[n].config == c for n, c in configs.items()):
+            found = {n: seen[n] for n in names}  # sealing is hashing only: no thread hop
+        else:
+            found = await trio.to_thread.run_sync(observe_all, ServerSet(configs, servers.source), names)
+        keyed = _keys(configs, found)
         slots = {}
         for name in names:
             slot = (name, keyed[name][0])
             self._users[slot] = self._users.get(slot, 0) + 1  # held from now: never retired under a drive
             slots[name] = slot
         view = PoolHub({}, pool=self, slots=list(slots.values()))
+        view.seen = dict(found)
         try:
             for name in names:
                 await self._ensure(slots[name], keyed[name][1])
@@ -151,19 +162,23 @@ _POOL_SALT = "warm servers"
 """Keys of warm servers live in one process's memory only; a fixed salt lets two requests compare."""
 
 
-def _keys(configs: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
+def _keys(configs: Mapping[str, Any], found: Mapping[str, Observed]) -> dict[str, tuple[str, Any]]:
     """For each server: (what identifies the process its configuration starts now, the
-    configuration to start it with, set to start in that directory). Blocking: it reads
-    the server's files (on a worker thread)."""
+    configuration to start it with, set to start in that directory); "" for one not
+    observed (a variable that is not set: starting it reports that)."""
     out = {}
     for name, config in configs.items():
+        seen = found.get(name)
         if config.transport == STDIO:
-            config = msgspec.structs.replace(config, cwd=os.path.realpath(config.cwd or os.getcwd()))
-        try:
-            key = digest(bind(config, source="", salt=_POOL_SALT, name=name))
-        except ServerConfigError:
-            key = ""  # a variable that is not set: starting it reports that
-        out[name] = (key, config)
+            workdir = seen.workdir if seen is not None and seen.workdir else os.path.realpath(config.cwd or os.getcwd())
+            config = msgspec.structs.replace(config, cwd=workdir)
+        if seen is None:
+            out[name] = ("", config)
+            continue
+        # keyed as the configuration set to start there: the same server asked for with its
+        # directory written out (a stored run's) or not (a new run's) is one warm server
+        as_started = msgspec.structs.replace(seen, config=config)
+        out[name] = (digest(seal(as_started, source="", salt=_POOL_SALT)), config)
     return out
 
 
@@ -188,6 +203,8 @@ class PoolHub:
     ):
         self._hubs = dict(hubs)
         self.started_in: dict[str, float] = {}
+        self.seen: dict[str, Observed] = {}
+        """What its servers were keyed on (``ServerPool.hub``)."""
         self._pool = pool
         self._slots = list(slots or [])
 

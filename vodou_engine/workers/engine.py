@@ -23,6 +23,7 @@ from typing import Any
 
 import msgspec
 
+from ..binding import observe_all
 from ..errors import (
     PolicyMismatchError,
     RefusedError,
@@ -116,7 +117,11 @@ class Engine:
     def _runs(self) -> Runs:
         if self._free:
             return self._free.pop()
-        return Runs(store=self.store_url, servers=self.servers, policy=self.policy, clock=self.clock)
+        runs = Runs(store=self.store_url, servers=self.servers, policy=self.policy, clock=self.clock)
+        # A drive's job is finished, in a commit that waits for the disk, right after the run's
+        # end: that end need not wait too (one flush of the log for both).
+        runs.ends_relaxed = True
+        return runs
 
     def _give_back(self, runs: Runs, healthy: bool) -> None:
         if healthy and len(self._free) < self._keep:
@@ -153,17 +158,28 @@ class Engine:
     async def _drive(self, runs: Runs, run_id: str, spec: dict[str, Any]) -> Outcome:
         import trio
 
-        def look() -> tuple[Any, bool]:  # a new connection is opened off the loop, in the same hop
+        def look() -> tuple[Any, bool, Any]:  # a new connection is opened off the loop, in the same hop
             store = runs.store()
-            return store, bool(spec) and not store.has_run(run_id)
+            if not spec:
+                return store, False, None
+            seen = None
+            if "start" in spec:
+                # Not asked whether the run exists: its creation is refused if it does (and the
+                # job goes on with that run). Its servers are looked at now, in this hop.
+                s = spec["start"]
+                plan, _, _ = runs.load(s.get("path") or "queued.recipe", text=s["text"])
+                seen = observe_all(self.servers, servers_needed(plan))
+            elif store.has_run(run_id):
+                return store, False, None
+            return store, True, seen
 
-        store, to_start = await trio.to_thread.run_sync(look)
+        store, to_start, seen = await trio.to_thread.run_sync(look)
         if to_start:
             # Started here unless it exists already (a job run again after its first attempt
             # created the run goes on with that run). One job per run runs at a time (its
             # lock), so nothing else starts it meanwhile; the store would refuse a second.
             try:
-                report = await self._start(runs, run_id, spec)
+                report = await self._start(runs, run_id, spec, seen)
             except CannotDriveHere as exc:
                 logger.warning("run %s: this worker cannot start it, handing it back: %s", run_id, exc.reason)
                 return Outcome(run=run_id, cannot=exc.reason)
@@ -201,8 +217,10 @@ class Engine:
         store.append_event(run_id, "handed_back", actor=f"worker {describe(self.owner)}", data_json=data)
         return store.get_run(run_id)
 
-    async def _start(self, runs: Runs, run_id: str, spec: dict[str, Any]) -> Any:
-        """The report of the run started now, or None when it exists already."""
+    async def _start(self, runs: Runs, run_id: str, spec: dict[str, Any], seen: Any = None) -> Any:
+        """The report of the run started now, or None when it exists already. ``seen``: its
+        servers as ``binding.observe_all`` found them just now (the warm ones are keyed on
+        it, and the run's bindings sealed from it)."""
         import trio
 
         store = runs.store()
@@ -211,7 +229,7 @@ class Engine:
             if "start" in spec:
                 s = spec["start"]
                 plan, _, _ = runs.load(s.get("path") or "queued.recipe", text=s["text"])
-                hub = await self._hub_here(plan, servers_needed(plan))
+                hub = await self._hub_here(plan, servers_needed(plan), seen=seen)
                 return await runs.start(
                     s.get("path") or "queued.recipe", text=s["text"], inputs=s.get("inputs") or {}, actor=s.get("actor"),
                     model=s.get("model"), run_id=run_id, hub=hub, origin=s.get("origin", "person"),
@@ -242,7 +260,13 @@ class Engine:
         )
 
     async def _hub_here(
-        self, plan: Any, names: list[str], done: Any = frozenset(), servers: ServerSet | None = None
+        self,
+        plan: Any,
+        names: list[str],
+        done: Any = frozenset(),
+        servers: ServerSet | None = None,
+        *,
+        seen: Any = None,
     ) -> Any:
         """This worker's warm servers for ``names``; :class:`CannotDriveHere` when one is not
         configured here, does not start here, or does not list a tool a step of ``plan`` not
@@ -257,7 +281,7 @@ class Engine:
             return None
         hub = None
         try:
-            hub = await self.pool.hub(names, servers)
+            hub = await self.pool.hub(names, servers, seen=seen)
             await hub.wait_ready()
         except (ToolError, ServerConfigError) as exc:
             if hub is not None:
