@@ -206,12 +206,11 @@ def peak_kib(cli, *args: str) -> tuple[object, int]:
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads the peak from /proc")
 @pytest.mark.parametrize("sent", ["stdio", "http", "http-lines"])
-def test_memory_stays_far_below_what_the_server_sends(cli, tmp_path, sent):
+def test_memory_stays_far_below_what_the_server_sends(cli, tmp_path, sent, request):
     """The server sends 300 MB as one message (a line; an event), or an event of 15 MB in 1.7
     million short data lines (under the limit, but an object per line if kept line by line:
     300 MB before); the engine's own peak resident memory stays under 150 MB (the
     interpreter, the SDK and about one limit's worth)."""
-    web = None
     if sent == "stdio":
         cli.servers_file(
             {
@@ -220,15 +219,11 @@ def test_memory_stays_far_below_what_the_server_sends(cli, tmp_path, sent):
             }
         )
     else:
-        web = HttpServer(tmp_path, "web").start()
+        web = request.getfixturevalue("web")
         web.set("get_status=huge_sse:300000000" if sent == "http" else "get_status=sse_lines")
         cli.servers_file({"ops": {"url": web.url, "callTimeout": SAFETY}})
     (cli.tmp / "r.recipe").write_text('recipe "r"\nstatus: ops.get_status {}\n')
-    try:
-        proc, peak = peak_kib(cli, "run", "r.recipe")
-    finally:
-        if web is not None:
-            web.stop()
+    proc, peak = peak_kib(cli, "run", "r.recipe")
     assert proc.returncode == 1, proc.stderr
     said = proc.stdout + proc.stderr
     if sent == "http-lines":  # read whole (under the limit), and refused: not JSON-RPC (the SDK logs it)
@@ -241,8 +236,34 @@ def test_memory_stays_far_below_what_the_server_sends(cli, tmp_path, sent):
 # -- HTTP --------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def _shared_web():
+    holder: dict[str, HttpServer] = {}
+    yield holder
+    if "web" in holder:
+        holder["web"].stop()
+
+
 @pytest.fixture
-def web(tmp_path):
+def web(_shared_web, tmp_path_factory):
+    """The HTTP test server, one per test process for this module (a start imports the SDK and
+    uvicorn: about a second): started again if it is gone, and before each test its modes are
+    cleared and its log emptied, so each test reads only its own calls. A large reply it goes on
+    writing after the engine hung up is finite. The test whose server floods an event stream for
+    ever takes ``own_web``: a server of its own."""
+    server = _shared_web.get("web")
+    if server is None or not server.alive():
+        if server is not None:
+            server.stop()
+        server = _shared_web["web"] = HttpServer(tmp_path_factory.mktemp("web"), "web").start()
+    else:
+        server.set("")
+        server.log.write_text("")
+    return server
+
+
+@pytest.fixture
+def own_web(tmp_path):
     server = HttpServer(tmp_path, "web").start()
     yield server
     server.stop()
@@ -299,7 +320,8 @@ def test_an_http_effect_over_the_size_limit_is_unknown(web, tmp_path):
     assert len(web.calls("post_message")) == 1
 
 
-def test_an_http_server_that_floods_an_event_stream_still_meets_the_calls_timeout(web):
+def test_an_http_server_that_floods_an_event_stream_still_meets_the_calls_timeout(own_web):
+    web = own_web
     web.set("get_status=sse_flood")
 
     async def main():
