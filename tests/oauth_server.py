@@ -99,6 +99,9 @@ class OAuthServer:
     def events(self, event: str) -> list[dict]:
         return [r for r in self.records() if r.get("event") == event]
 
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.kill()

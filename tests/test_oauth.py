@@ -23,11 +23,29 @@ READ = 'recipe "who"\nwho: docs.whoami {}\n'
 POST = 'recipe "post"\npost: docs.post_message {"channel": "#ops", "text": "hello"}\n'
 
 
+@pytest.fixture(scope="module")
+def _shared_server():
+    holder: dict[str, OAuthServer] = {}
+    yield holder
+    if "oauth" in holder:
+        holder["oauth"].stop()
+
+
 @pytest.fixture
-def server(tmp_path):
-    srv = OAuthServer(tmp_path).start()
-    yield srv
-    srv.stop()
+def server(_shared_server, tmp_path_factory):
+    """The OAuth test server, one per test process for this module (a start imports the SDK and
+    uvicorn: about a second): started again if it is gone, and its log emptied before each test,
+    so each test reads only its own registrations, grants and calls. Every test signs in from a
+    home of its own, so its client and tokens are its own; forgetting or expiring tokens only
+    drops those of tests already over."""
+    srv = _shared_server.get("oauth")
+    if srv is None or not srv.alive():
+        if srv is not None:
+            srv.stop()
+        srv = _shared_server["oauth"] = OAuthServer(tmp_path_factory.mktemp("oauth")).start()
+    else:
+        srv.log.write_text("")
+    return srv
 
 
 @pytest.fixture
