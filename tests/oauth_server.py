@@ -39,6 +39,7 @@ Environment
     Seconds an access token is valid for (default 3600).
 """
 
+import gc
 import json
 import os
 import secrets
@@ -263,6 +264,10 @@ def build(issuer: str):
 
 
 def main() -> None:
+    # The SDK's import (and uvicorn's) builds a large graph of objects that live until exit, which
+    # the collector's passes would only find alive: it stays paused while they are made, then they
+    # are frozen out of its view (as vodou_engine/demo/app.py does; a start measured 0.48 CPU-s before, 0.44 after).
+    gc.disable()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
@@ -274,6 +279,8 @@ def main() -> None:
 
     server = build(f"http://127.0.0.1:{port}")
     config = uvicorn.Config(server.streamable_http_app(), log_level="critical", lifespan="on")
+    gc.freeze()
+    gc.enable()
     print(port, flush=True)
     anyio.run(lambda: uvicorn.Server(config).serve(sockets=[sock]))
 

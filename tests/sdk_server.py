@@ -45,6 +45,7 @@ Environment
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 from typing import Literal
@@ -62,6 +63,11 @@ def log(record: dict) -> None:
 
 
 log({"event": "start"})
+
+# The SDK's import and the tool registrations build a large graph of objects that live until
+# exit: the collector stays paused while they are made, then they are frozen out of its view
+# before serving (as vodou_engine/demo/app.py does; a start and exit measured 0.62 CPU-s before, 0.47 after).
+gc.disable()
 
 from mcp.server.elicitation import AcceptedElicitation, DeclinedElicitation  # noqa: E402
 from mcp.server.mcpserver import Context, MCPServer  # noqa: E402 - the start is logged before the SDK loads
@@ -187,4 +193,6 @@ server.add_tool(
 )
 
 if __name__ == "__main__":
+    gc.freeze()
+    gc.enable()
     server.run("stdio")

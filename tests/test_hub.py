@@ -21,7 +21,8 @@ SAFETY = 60
 
 TESTER = textwrap.dedent(
     '''
-    import os, sys
+    import gc, os, sys
+    gc.disable()  # until the SDK's objects, alive until exit, are frozen below (as the demo servers do)
     import anyio
     from mcp.server.mcpserver import MCPServer
     from mcp.shared.exceptions import MCPError
@@ -84,6 +85,8 @@ TESTER = textwrap.dedent(
         print("tester: dying on request", file=sys.stderr, flush=True)
         os._exit(7)
 
+    gc.freeze()
+    gc.enable()
     app.run()
     '''
 )
