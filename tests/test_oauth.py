@@ -3,6 +3,11 @@ against an OAuth-protected MCP server started here (tests/oauth_server.py: the S
 authorization server and ``MCPServer``). The test plays the browser: it follows the
 authorization URL ``recipe servers login`` prints, with an HTTP client, back to the
 loopback listener. Calls are counted in the server's own log.
+
+The first test signs in with ``recipe servers login --no-browser`` as a process of its own,
+reading the URL from its stderr while it waits. The others sign in with the command run in
+this process, the browser it would open being the test's HTTP client (what they prove is what
+a kept sign-in does, not how the command is started).
 """
 
 from __future__ import annotations
@@ -13,11 +18,13 @@ from pathlib import Path
 
 import httpx2
 import pytest
+import trio
 from oauth_server import OAuthServer
 
 from vodou_engine.errors import EXIT_SIGN_IN, ServerConfigError
 from vodou_engine.servers import parse_servers
 from vodou_engine.servers.signins import SignIns
+from vodou_engine.tools import oauth
 
 READ = 'recipe "who"\nwho: docs.whoami {}\n'
 POST = 'recipe "post"\npost: docs.post_message {"channel": "#ops", "text": "hello"}\n'
@@ -71,7 +78,24 @@ def tokens(cli) -> list[str]:
 
 
 def login(cli) -> tuple[str, str]:
-    """``recipe servers login docs``, the browser played by following the URL it prints."""
+    """``recipe servers login docs`` in this process; the browser it opens is an HTTP client
+    that follows the authorization URL back to the command's loopback listener."""
+    landed = []
+
+    async def browser(url: str) -> None:
+        landed.append(await trio.to_thread.run_sync(lambda: httpx2.get(url, follow_redirects=True, timeout=30)))
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(oauth, "open_browser", browser)
+        res = cli("servers", "login", "docs", "--servers", "mcp.json", expect=0, timeout=60)
+    (page,) = landed
+    assert page.status_code == 200 and "close this tab" in page.text
+    return res.out, res.err
+
+
+def login_process(cli) -> tuple[str, str]:
+    """``recipe servers login docs --no-browser`` as a process, the browser played by following
+    the URL it prints on its stderr while it waits."""
     proc = cli.popen("servers", "login", "docs", "--no-browser", "--servers", "mcp.json")
     seen = []
     try:
@@ -92,7 +116,7 @@ def login(cli) -> tuple[str, str]:
 
 
 def test_a_signed_in_run_calls_the_protected_server_and_no_token_is_shown(home, server):
-    out, err = login(home)
+    out, err = login_process(home)
     assert "signed in to docs" in out
     assert [e["event"] for e in server.records()] == ["register", "authorize", "token"]
     assert server.calls() == []  # signing in lists the tools, calls none
