@@ -123,11 +123,11 @@ def install() -> None:
 
     real_reply = wire.Wire.reply_read
 
-    def reply_read(self, request_id, *, error):
+    def reply_read(self, request_id, **how):
         if request_id is not None and self.calls.get(wire.request_key(request_id)) is not None:  # a tools/call reply
             pid = getattr(self.process, "pid", None)
             mark(f"reply read {names.get(pid, pid)}")
-        return real_reply(self, request_id, error=error)
+        return real_reply(self, request_id, **how)
 
     wire.Wire.reply_read = reply_read
 
