@@ -6,9 +6,11 @@ import subprocess
 import sys
 import threading
 
+import pytest
 import trio
 import trio.testing
 
+from vodou_engine.runtime import threads
 from vodou_engine.runtime.threads import Blocking
 
 # Only a safety net, so a broken pool fails the test instead of hanging it.
@@ -264,5 +266,62 @@ def test_a_call_queued_as_the_last_worker_leaves_is_still_taken():
         with trio.fail_after(SAFETY):
             for i in range(3000):
                 assert await pool.run(int, i) == i
+
+    trio.run(main)
+
+
+def _threads_refused_after(monkeypatch, allowed: int) -> list[int]:
+    """The system starts ``allowed`` threads, then refuses, as under a process limit."""
+    started: list[int] = []
+
+    def start(fn, deliver):
+        if len(started) >= allowed:
+            raise RuntimeError("can't start new thread")
+        started.append(1)
+        trio.lowlevel.start_thread_soon(fn, deliver)
+
+    monkeypatch.setattr(threads, "start_thread_soon", start)
+    return started
+
+
+def test_when_the_system_refuses_more_threads_the_ones_running_take_every_call(monkeypatch):
+    started = _threads_refused_after(monkeypatch, 2)
+
+    async def main():
+        pool = Blocking(50)
+        results: dict[int, int] = {}
+
+        async def one(i):
+            results[i] = await pool.run(int, i)
+
+        with trio.fail_after(SAFETY):
+            async with trio.open_nursery() as n:
+                for i in range(50):
+                    n.start_soon(one, i)
+        assert results == {i: i for i in range(50)}
+
+    trio.run(main)
+    assert len(started) == 2
+
+
+def test_when_no_thread_can_start_every_waiting_call_fails_saying_why(monkeypatch):
+    _threads_refused_after(monkeypatch, 0)
+
+    async def main():
+        pool = Blocking(8)
+        errors: list[str] = []
+
+        async def one(i):
+            with pytest.raises(RuntimeError) as failed:
+                await pool.run(int, i)
+            errors.append(str(failed.value))
+
+        with trio.fail_after(SAFETY):
+            async with trio.open_nursery() as n:
+                for i in range(5):
+                    n.start_soon(one, i)
+        assert len(errors) == 5
+        assert all("no thread could be started" in e and "VODOU_THREADS" in e for e in errors)
+        assert pool.workers == 0 and not pool.queued
 
     trio.run(main)

@@ -123,8 +123,29 @@ class Blocking:
         with self.lock:
             n = min(self.limit - self.workers, len(self.queued))
             self.workers += n
-        for _ in range(n):
-            start_thread_soon(self._work, _ignore)
+        for started in range(n):
+            try:
+                start_thread_soon(self._work, _ignore)
+            except RuntimeError as exc:  # the system would not start another thread (a process or memory limit)
+                self._short_of_threads(n - started, exc)
+                return
+
+    def _short_of_threads(self, missing: int, exc: RuntimeError) -> None:
+        """Fewer workers than counted could start: the ones running take the whole queue
+        (each takes calls until it is empty), so the run goes on with them; with none
+        running, every call waiting fails now, saying why, rather than never returning."""
+        with self.lock:
+            self.workers -= missing
+            stranded: list[Job] = []
+            if self.workers == 0:
+                stranded = list(self.queued)
+                self.queued.clear()
+        why = RuntimeError(
+            f"no thread could be started for this blocking step ({exc}): lower the run's thread limit"
+            " (`threads`, $VODOU_THREADS) or raise the system's limit on threads"
+        )
+        for job in stranded:
+            job.deliver(outcome.Error(why))
 
     def _work(self) -> None:
         """A worker thread: take calls until the queue is empty, then leave."""
