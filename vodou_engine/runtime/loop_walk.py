@@ -112,6 +112,7 @@ class LoopWalk:
         self.loop_runs[nid] = lr
         # every template inside the loop, nested loops' too: a join in the body lists a nested
         # loop's steps among its items' members, and an item's copy of the join lists the item's
+        # copies of them, so each must be renamed per item
         body = set(self.within.get(nid[: len(nid) - len(scope.suffix)] if scope.suffix else nid, node.body))
         index = self.index  # the templates, under their own ids
         templates = [index[t] for t in node.body]
@@ -123,32 +124,19 @@ class LoopWalk:
         quorum = lr.need < len(items) or nid in self.droppable
         binds, var, outer = scope.binds, node.var, scope.suffix
         exit_of, loop_of_item, exit_base = self.exit_of, self.loop_of_item, node.exit
-        if lr.resumed or any(isinstance(t, (JoinNode, LoopNode)) for t in templates):
-            for i, item in enumerate(items):
-                suffix = f"{outer}[{i}]"
-                item_scope = Scope(suffix, {**binds, var: item})
-                ids = []
-                for make in makers:
-                    copy = make(suffix)
-                    self._add_copy(copy, item_scope, quorum)
-                    ids.append(copy.id)
-                lr.items.append(item_scope)
-                lr.members.append(ids)
-                loop_of_item[suffix] = lr
-                exit_id = exit_base + suffix
-                lr.exits.append(exit_id)
-                exit_of[exit_id] = (lr, i)
-        else:
-            # The common body (steps, gates, questions; no together or loop inside) and no drive
-            # before: every item's copies at once, their successors (the same item's copies of
-            # the template's) as shared tuples, and one journal entry for all of them.
-            after = [tuple(f.id for f in templates if t.id in f.needs) for t in templates]
-            succ, scopes = self.succ, self.scope
-            new: list[str] = []
-            for i, item in enumerate(items):
-                suffix = f"{outer}[{i}]"
-                item_scope = Scope(suffix, {**binds, var: item} if binds else {var: item})
-                ids = []
+        # The common body (steps, gates, questions; no together or loop inside) and no drive
+        # before: every item's copies at once, their successors (the same item's copies of the
+        # template's) as shared tuples, and one journal entry for all of them. Otherwise each
+        # copy is added on its own (``_add_copy``: a join's tally, states restored).
+        at_once = not lr.resumed and not any(isinstance(t, (JoinNode, LoopNode)) for t in templates)
+        after = [tuple(f.id for f in templates if t.id in f.needs) for t in templates] if at_once else []
+        succ, scopes = self.succ, self.scope
+        new: list[str] = []
+        for i, item in enumerate(items):
+            suffix = f"{outer}[{i}]"
+            item_scope = Scope(suffix, {**binds, var: item} if binds else {var: item})
+            ids = []
+            if at_once:
                 for make, follow in zip(makers, after, strict=True):
                     copy = make(suffix)
                     cid = copy.id
@@ -157,12 +145,18 @@ class LoopWalk:
                     scopes[cid] = item_scope
                     ids.append(cid)
                 new.extend(ids)
-                lr.items.append(item_scope)
-                lr.members.append(ids)
-                loop_of_item[suffix] = lr
-                exit_id = exit_base + suffix
-                lr.exits.append(exit_id)
-                exit_of[exit_id] = (lr, i)
+            else:
+                for make in makers:
+                    copy = make(suffix)
+                    self._add_copy(copy, item_scope, quorum)
+                    ids.append(copy.id)
+            lr.items.append(item_scope)
+            lr.members.append(ids)
+            loop_of_item[suffix] = lr
+            exit_id = exit_base + suffix
+            lr.exits.append(exit_id)
+            exit_of[exit_id] = (lr, i)
+        if new:
             self.journal.add_many(new)
             if quorum:
                 self.droppable.update(new)
