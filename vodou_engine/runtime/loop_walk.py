@@ -27,7 +27,7 @@ from .calls import Tools
 from .context import RunContext
 from .gates import Gates
 from .journal import Journal
-from .loops import TOP, Batch, LoopRun, Scope, copier, item_of, lookup, outer_of, the_list
+from .loops import TOP, Batch, LoopRun, Scope, batch_key, copier, item_of, lookup, outer_of, the_list
 from .walk_states import (
     CANCELLED,
     DONE_BAD,
@@ -351,7 +351,7 @@ class LoopWalk:
         gid = gate.id
         scope = self.scope[gid]
         template_id = gid[: len(gid) - len(scope.suffix)]
-        key = template_id + outer_of(scope.suffix)  # one question per loop (copy): its items share it
+        key = batch_key(gid, scope.suffix)  # one question per loop (copy): its items share it
         item = item_of(scope.suffix)
         step: ToolNode | None = None
         if isinstance(gate, ApprovalNode):

@@ -91,6 +91,12 @@ def outer_of(suffix: str) -> str:
     return suffix[: suffix.rfind("[")]
 
 
+def batch_key(copy_id: str, suffix: str) -> str:
+    """The id a loop item's gate asks its batch's question under: the template gate's, with the
+    outer item's suffix in a loop inside another (``approve:send[0]`` for ``approve:send[0][2]``)."""
+    return copy_id[: len(copy_id) - len(suffix)] + outer_of(suffix)
+
+
 def item_of(suffix: str) -> int:
     """The index of the innermost item in a suffix: 2 for ``[0][2]``."""
     return int(suffix[suffix.rfind("[") + 1 : -1])

@@ -47,8 +47,8 @@ from .loops import (
     Batch,
     LoopRun,
     Scope,
+    batch_key,
     lookup,
-    outer_of,
     templates_within,
 )
 from .threads import Blocking, Job
@@ -448,7 +448,7 @@ class Scheduler(LoopWalk):
         scope = self.scope.get(nid)
         if scope is None or not isinstance(self.index[nid], (ApprovalNode, QuestionNode)):
             return nid
-        return nid[: len(nid) - len(scope.suffix)] + outer_of(scope.suffix)
+        return batch_key(nid, scope.suffix)
 
     # --- a node in a task of its own (a chain of hub reads shares one) ----------------------
     async def _run(self, node: ToolNode | WriteNode | ApprovalNode | QuestionNode) -> None:
