@@ -316,6 +316,7 @@ class RunsMixin(StoreCore):
 
 _node_key = operator.itemgetter(1)
 """A node row's node_id."""
+_PLAN_AT = RunRecord.__struct_fields__.index("plan_json")
 
 
 def _run(row: Sequence[Any]) -> RunRecord:
@@ -323,5 +324,5 @@ def _run(row: Sequence[Any]) -> RunRecord:
     from ``run_plans`` when it has one there (schema 8), else from the row (runs before)."""
     *cols, packed = row
     if packed is not None:
-        cols[4] = zlib.decompress(packed).decode("utf-8")
+        cols[_PLAN_AT] = zlib.decompress(packed).decode("utf-8")
     return RunRecord(*cols)
