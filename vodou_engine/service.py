@@ -165,8 +165,8 @@ class Service:
 
             async def go(runs: Runs) -> RunReport | None:
                 try:
-                    box["report"] = await self._resume(runs, request.run)
-                    return box["report"]
+                    report = box["report"] = await self._resume(runs, request.run)
+                    return report
                 except VodouError as exc:  # e.g. its servers resolve differently here: the caller drives it
                     logger.warning(
                         "run %s: not driven here, handed back to the approving process: %s", request.run, exc.message
@@ -354,7 +354,7 @@ class Service:
                 try:
                     async with runs.prepare(source, text=text, hub=hub) as prepared:
                         prepared.path = None
-                        box["report"] = await runs.start(
+                        report = box["report"] = await runs.start(
                             prepared,
                             inputs=inputs or {},
                             actor=actor,
@@ -364,7 +364,7 @@ class Service:
                         )
                 finally:
                     _release(hub)
-                return box["report"]
+                return report
             except Exception as exc:
                 if not box["waiting"]:
                     raise  # nobody to hand it to: the drive task logs it

@@ -85,7 +85,8 @@ def choose_model(wanted: str | None = None) -> Any:
 
 def _ask(conversation: Any, text: str, system: str, model_id: str) -> str:
     try:
-        return conversation.prompt(text, system=system).text()
+        answer: str = conversation.prompt(text, system=system).text()
+        return answer
     except Exception as exc:  # noqa: BLE001 - a refused, failed or key-less request
         raise ModelError(
             f"model {model_id!r} could not draft: {type(exc).__name__}: {exc}",

@@ -17,7 +17,8 @@ MAX_ERROR_TEXT = 2000
 
 def caret_line(exc: Any) -> str | None:
     """The line of spaces and carets that goes under ``exc.source_line``."""
-    source, column = getattr(exc, "source_line", None), getattr(exc, "column", None)
+    source: str | None = getattr(exc, "source_line", None)
+    column: int | None = getattr(exc, "column", None)
     if source is None or column is None:
         return None
     text = source.rstrip("\n").expandtabs(1)

@@ -32,7 +32,7 @@ import re
 import shlex
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..compiler import compile_recipe
 from ..errors import RefusedError, StoreMissingError, UnknownRunError, UsageError
@@ -42,6 +42,9 @@ from ..scheduler import check
 from ..states import RunState
 from .approvers import with_approvers
 from .config import AgentConfig
+
+if TYPE_CHECKING:
+    from .catalogue import Catalogue  # imports trio and the hub, which start-up does without
 
 logger = logging.getLogger(__name__)
 
@@ -62,11 +65,11 @@ class AgentServer:
 
     def __init__(self, config: AgentConfig):
         self.config = config
-        self._catalogue: Any = None
+        self._catalogue: Catalogue | None = None
         self._catalogue_lock = threading.Lock()
 
     # helpers ---------------------------------------------------------------------------
-    def runs(self) -> Any:
+    def runs(self) -> Runs:
         return Runs(store=self.config.store, servers=self.config.servers, policy=self.config.policy)
 
     def settings(self, identity: str) -> AgentConfig:
@@ -75,7 +78,7 @@ class AgentServer:
         over HTTP (``web/agents.py``), each agent's own, from the store."""
         return self.config
 
-    def catalogue(self, refresh: bool = False) -> Any:
+    def catalogue(self, refresh: bool = False) -> Catalogue:
         with self._catalogue_lock:
             cat = self._catalogue
             if refresh or cat is None or time.time() - cat.fetched_at > self.config.catalogue_ttl:

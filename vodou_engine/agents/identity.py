@@ -22,10 +22,14 @@ import hashlib
 import json
 import re
 import secrets
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from .approvers import PERSON
+
+if TYPE_CHECKING:
+    from ..store.protocol import RunStore
+    from ..store.records import AgentRecord
 
 TOKEN_PREFIX = "vodou_agent_"
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,63}")
@@ -37,10 +41,11 @@ def sha256(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
-def _store_of(runs_or_store: Any, **opening: bool) -> Any:
+def _store_of(runs_or_store: Any, **opening: bool) -> RunStore:
     """The store of a :class:`~vodou_engine.runs.Runs` (opened with ``opening``), or the store given."""
-    store = getattr(runs_or_store, "store", None)
-    return store(**opening) if callable(store) else runs_or_store
+    opener = getattr(runs_or_store, "store", None)
+    store: RunStore = opener(**opening) if callable(opener) else runs_or_store
+    return store
 
 
 def check_name(name: str) -> str:
@@ -76,7 +81,7 @@ def remove_agent(runs_or_store: Any, name: str, *, by: str) -> bool:
     return _store_of(runs_or_store, create=False).remove_agent(name, by=by)
 
 
-def agents(runs_or_store: Any) -> list[Any]:
+def agents(runs_or_store: Any) -> list[AgentRecord]:
     """Every agent (``AgentRecord``: name, sees, approvers; the token's hash, never the token)."""
     return _store_of(runs_or_store, create=False, readonly=True).agents_list()
 
@@ -92,7 +97,7 @@ def bearer(header: str | None) -> str | None:
     return token
 
 
-def identity(record: Any) -> str:
+def identity(record: AgentRecord) -> str:
     """``agent:NAME``: who the runs an agent starts are started by."""
     return IDENTITY_PREFIX + record.name
 

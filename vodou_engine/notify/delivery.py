@@ -48,4 +48,4 @@ def _scrub(text: str, *secrets: str | None) -> str:
 
 def _delay(backoff_s: float, attempt: int) -> float:
     """Before try ``attempt + 1``: backoff_s, 2×, 4× … (at most 5 minutes)."""
-    return min(backoff_s * (2 ** (attempt - 1)), 300.0)
+    return min(backoff_s * 2.0 ** (attempt - 1), 300.0)

@@ -18,7 +18,7 @@ from ..plan import encode_plan
 from ..reports import RunReport
 from ..runtime.plans import check_saved_text, check_stored_plan
 from ..scheduler import DEFAULT_CATCH_UP_S, check, decide, firing, next_after
-from ..store import FiringRecord, ScheduleRecord
+from ..store import FiringRecord, RecipeRecord, ScheduleRecord
 from .common import in_thread, plain
 from .inputs import new_run_id, refuse_agent_opt_out, resolve_inputs
 from .lifecycle import LifecycleMixin
@@ -60,7 +60,7 @@ class SavedMixin(LifecycleMixin):
             origin=origin,
         )
 
-    def saved(self, name: str, version: int | None = None) -> Any:
+    def saved(self, name: str, version: int | None = None) -> RecipeRecord:
         return self.store(create=False, readonly=True).get_recipe(name, version)
 
     def saved_recipes(self) -> list[Any]:

@@ -29,6 +29,8 @@ from .records import (
     RecipeRecord,
     RunRecord,
     ScheduleRecord,
+    WebLinkRecord,
+    WebSessionRecord,
 )
 
 Json = str | bytes
@@ -282,6 +284,31 @@ class RunStore(Protocol):
     def agents_list(self) -> list[AgentRecord]: ...
 
     def remove_agent(self, name: str, *, by: str, now: float | None = None) -> bool: ...
+
+    # the web inbox: its signing keys, one-time sign-in links and sessions (only hashes are kept)
+    def web_key(self, name: str = "session", *, now: float | None = None) -> str: ...
+
+    def add_web_link(
+        self, token_sha256: str, name: str, *, by: str, expires_at: float, now: float | None = None
+    ) -> WebLinkRecord: ...
+
+    def get_web_link(self, token_sha256: str) -> WebLinkRecord | None: ...
+
+    def web_link_usable(self, link: WebLinkRecord, *, now: float | None = None) -> str | None: ...
+
+    def use_web_link(
+        self,
+        token_sha256: str,
+        session_sha256: str,
+        *,
+        session_expires_at: float,
+        user_agent: str | None = None,
+        now: float | None = None,
+    ) -> tuple[WebSessionRecord | None, str | None]: ...
+
+    def get_web_session(self, session_sha256: str, *, now: float | None = None) -> WebSessionRecord | None: ...
+
+    def end_web_session(self, session_sha256: str, *, by: str | None, now: float | None = None) -> bool: ...
 
     # housekeeping
     def transaction(self, *, relaxed: bool = False) -> AbstractContextManager[None]: ...

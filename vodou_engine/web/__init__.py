@@ -31,10 +31,12 @@ docs/serve.md is the guide.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = ["create_app"]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name == "create_app":
         from .app import create_app
 

@@ -54,6 +54,7 @@ from urllib.parse import quote
 import trio
 from starlette.datastructures import Headers
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from ..agents.approvers import with_approvers
 from ..agents.config import APPROVERS_ENV, AgentConfig
@@ -221,7 +222,7 @@ class AgentsOverHTTP:
         except Exception:  # the first request tries again and reports it
             logger.exception("could not start the agent MCP server ahead of its first request")
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
         token = bearer(Headers(scope=scope).get("authorization"))
@@ -254,7 +255,7 @@ class AgentsOverHTTP:
             )
         await manager.handle_request({**scope, SCOPE_KEY: record}, receive, send)
 
-    async def _refused(self, scope: dict, why: str) -> None:
+    async def _refused(self, scope: Scope, why: str) -> None:
         data = {"why": why, "method": scope.get("method"), "path": scope.get("path")}
         try:
             await self.web.write(lambda runs: runs.store().audit("agent.refused", actor=None, data=data))

@@ -47,8 +47,8 @@ shapes (a page, an action), ``context.py`` what they share (:class:`Web`),
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 import trio
 from starlette.applications import Starlette
@@ -56,6 +56,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
+from ..service import Service
 from .agents import MCP_PATH, AgentsOverHTTP
 from .authoring import asset, draft_action, edit_action, editor_page, new_page
 from .config import WebConfig
@@ -87,7 +88,7 @@ async def healthz(request: Request) -> Response:
 # --- the app ---------------------------------------------------------------------------------------------
 
 
-def create_app(service: Any, config: WebConfig | None = None, *, manage_service: bool = True) -> Starlette:
+def create_app(service: Service, config: WebConfig | None = None, *, manage_service: bool = True) -> Starlette:
     """The inbox over ``service``. ``manage_service``: run the service in the app's
     lifespan (``recipe serve`` and tests do); False when the caller runs it."""
     config = config or WebConfig()
@@ -95,7 +96,7 @@ def create_app(service: Any, config: WebConfig | None = None, *, manage_service:
     agents = AgentsOverHTTP(web)
 
     @asynccontextmanager
-    async def lifespan(app: Starlette):
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
         def key() -> str:
             runs = service.runs()
             try:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.resources import files
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, quote
 
 import jinja2
@@ -33,6 +33,8 @@ from ..store import open_store
 from . import pages
 from .config import WebConfig
 from .identity import SESSION_COOKIE, Signer, sha256
+
+T = TypeVar("T")
 
 logger = logging.getLogger("vodou_engine.web")
 
@@ -120,15 +122,15 @@ class Web:
         self.writers = StorePool(location, readonly=False)
 
     # --- the store, on worker threads -------------------------------------------------------
-    async def read(self, fn: Callable[[Any], Any]) -> Any:
+    async def read(self, fn: Callable[[Runs], T]) -> T:
         """``fn(runs)`` on a worker thread, over a read-only store connection."""
         return await trio.to_thread.run_sync(self._with_runs, self.readers, fn)
 
-    async def write(self, fn: Callable[[Any], Any]) -> Any:
+    async def write(self, fn: Callable[[Runs], T]) -> T:
         """``fn(runs)`` on a worker thread, over a store connection that may write."""
         return await trio.to_thread.run_sync(self._with_runs, self.writers, fn)
 
-    def _with_runs(self, pool: StorePool, fn: Callable[[Any], Any]) -> Any:
+    def _with_runs(self, pool: StorePool, fn: Callable[[Runs], T]) -> T:
         store = pool.take()
         ok = False
         try:

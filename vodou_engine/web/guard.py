@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 from urllib.parse import urlsplit
 
 from starlette.responses import PlainTextResponse
-from starlette.types import Message
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .agents import MAX_BODY_BYTES as MCP_MAX_BYTES
 from .agents import MCP_PATH
@@ -44,13 +43,13 @@ class Guard:
     """Security headers on every response; a Host the inbox answers to (no DNS
     rebinding); unsafe methods only from this site; bounded bodies; Server-Timing."""
 
-    def __init__(self, app: Any, web: Web):
+    def __init__(self, app: ASGIApp, web: Web):
         self.app = app
         self.web = web
         self.public = urlsplit(web.cfg.url).netloc.lower() if web.cfg.url else ""
         """The host and port people reach the inbox at (a proxy may send another Host)."""
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         started = time.perf_counter()

@@ -77,7 +77,7 @@ def action(fn: Action) -> Callable[[Request], Awaitable[Response]]:
             return me, ok
 
         me, ok = await web.write(check)
-        if not ok:
+        if me is None or not ok:  # ok implies a session; said again for the type of `me`
             why = "no session" if me is None else ("no form token" if not form.get("csrf") else "wrong form token")
             await web.refused(me, request.url.path, why, path=request.url.path)
             return web.form_refused(request, me)

@@ -125,6 +125,7 @@ async def signin(request: Request) -> Response:
         )
     )
     if session is None:
+        why = why or "this sign-in link cannot be used"  # the store always says why
         return web.render(
             request,
             "error.html",
