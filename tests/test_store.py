@@ -21,6 +21,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import tracemalloc
 import zlib
 from pathlib import Path
 from typing import Any
@@ -34,11 +35,13 @@ from vodou_engine.errors import (
     AlreadyDecidedError,
     ExpiredError,
     NotAllowedError,
+    PlanError,
     RefusedError,
     StaleError,
     StoreError,
     UnknownRunError,
 )
+from vodou_engine.limits import MAX_PLAN_BYTES
 from vodou_engine.store import (
     ApprovalRecord,
     NodeRecord,
@@ -48,6 +51,7 @@ from vodou_engine.store import (
     latest_version,
     open_store,
 )
+from vodou_engine.store import runs as store_runs
 from vodou_engine.store import schema as store_schema
 from vodou_engine.store.schema import Migration, split_statements
 
@@ -888,3 +892,68 @@ def test_without_postgresql_the_postgresql_tests_fail_saying_so(monkeypatch):
     ):
         raise AssertionError("no schema can be made without the server")
     assert "VODOU_TEST_STORE=sqlite" in str(info.value)  # and how to run without it
+
+
+# a run's stored plan is inflated within a bound
+
+
+def zlib_bomb(size: int) -> bytes:
+    """Whole, valid zlib data that inflates to ``size`` zero bytes (a multiple of 1 MiB),
+    made without holding them: one full-flushed block of a MiB of zeros repeated (each
+    block starts afresh, so each is the same bytes), the final block, the checksum."""
+    packer = zlib.compressobj(9)
+    head = packer.compress(bytes(1 << 20)) + packer.flush(zlib.Z_FULL_FLUSH)
+    block = packer.compress(bytes(1 << 20)) + packer.flush(zlib.Z_FULL_FLUSH)
+    assert head[2:] == block
+    adler = (size % 65521) << 16 | 1  # zeros leave adler32's low sum at 1
+    return head[:2] + block * (size >> 20) + b"\x03\x00" + adler.to_bytes(4, "big")
+
+
+def test_a_stored_plan_that_inflates_past_the_bound_is_refused_as_corrupt(backend, store, monkeypatch):
+    monkeypatch.setattr(store_runs, "MAX_PLAN_BYTES", 1 << 20)  # the bound made small: the same code, less memory
+    make_run(store)
+    make_run(store, "r2", now=T0 + 1)
+    bomb = zlib_bomb(8 << 20)
+    assert len(zlib.decompress(bomb)) == 8 << 20  # real zlib data, 1,000 times smaller than what it inflates to
+    backend.sql("UPDATE run_plans SET plan_zlib = ? WHERE run_id = ?", (bomb, "r1"))
+    with pytest.raises(StoreError, match=r"the plan stored for run 'r1' in .* is corrupt: it expands past 1 MiB") as e:
+        store.get_run("r1")
+    assert e.value.exit_code == EXIT_STORE
+    assert "restore it from a backup" in str(e.value)
+    assert store.get_run("r1", plan=False).id == "r1"  # the run's own row still reads
+    assert store.get_run("r2").plan_json == '{"nodes":[]}'  # and the other runs' plans
+    damaged = {
+        "cut short": zlib.compress(b'{"nodes":[]}')[:-3],
+        "has bytes after its end": zlib.compress(b'{"nodes":[]}') + b"x",
+        "damaged": b"not zlib data",
+        "not UTF-8": zlib.compress(b'{"nodes":"\xff"}'),
+    }
+    for why, packed in damaged.items():
+        backend.sql("UPDATE run_plans SET plan_zlib = ? WHERE run_id = ?", (packed, "r1"))
+        with pytest.raises(StoreError, match=why):
+            store.get_run("r1")
+    # A plan past the bound is never stored, so every plan the engine stored reads back.
+    with pytest.raises(PlanError, match=r"is 1,048,577 bytes, more than a run can store \(1 MiB\); nothing was stored"):
+        store.create_run(
+            "r3", recipe_name="x", recipe_path=None, source_sha256="ab" * 32, plan_json=b" " * ((1 << 20) + 1),
+            plan_fingerprint="fp", inputs_json="{}", started_by="bo", now=T0,
+        )  # fmt: skip
+    assert not store.has_run("r3")
+
+
+def test_a_zlib_bomb_in_a_runs_plan_is_a_clear_error_at_the_bound_not_the_memory_it_asks_for(cli):
+    """At the real bound: a row of 4 MB that would inflate to 4 GiB takes at most the bound's
+    memory (256 MiB) before `recipe show` says the store is corrupt (exit 6), no traceback."""
+    with cli.open_store() as store:
+        make_run(store)
+    cli.sql("UPDATE run_plans SET plan_zlib = ? WHERE run_id = ?", (zlib_bomb(4 << 30), "r1"))
+    tracemalloc.start()
+    try:
+        res = cli("show", "r1", expect=EXIT_STORE)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "the plan stored for run 'r1'" in res.err and "is corrupt: it expands past 256 MiB" in res.err
+    assert "hint: the store was damaged or edited outside the engine" in res.err
+    assert "Traceback" not in res.err
+    assert peak < MAX_PLAN_BYTES + (64 << 20)

@@ -19,6 +19,13 @@ from itertools import accumulate
 MAX_FILE_BYTES = 16 * 1024 * 1024
 """The largest recipe, actions.json, server or policy file read (a 10,000-step recipe is about 1 MB)."""
 
+MAX_PLAN_BYTES = 16 * MAX_FILE_BYTES
+"""The largest plan a run stores (its canonical JSON, 256 MiB): sixteen times the largest
+actions.json read, and sixteen times the plan of a run of 100,000 branches (about 16 MB).
+A larger plan is refused before the run is stored, so every stored plan is within it; a
+stored plan that expands past it was not written by the engine (a damaged or hostile row,
+a zlib bomb) and is refused as corrupt, after at most this much is inflated."""
+
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 """The largest message read from an MCP server unless its ``maxMessageBytes`` says otherwise:
 a line over stdio, a server-sent event or a JSON body over HTTP. A larger one is not read

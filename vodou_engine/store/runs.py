@@ -16,6 +16,8 @@ from typing import Any
 
 import msgspec
 
+from ..errors import PlanError, StoreError
+from ..limits import MAX_PLAN_BYTES, size_words
 from .core import INSERT_AUDIT, RUN_EXISTS, StoreCore
 from .dialect import _check_states, _cols, _in, _json, _now, _states, _text, _values
 from .records import RUN_STATES, TERMINAL_RUN_STATES, EventRecord, NodeRecord, RunRecord
@@ -112,6 +114,12 @@ class RunsMixin(StoreCore):
                _text(servers_json), saved_recipe, saved_version, schedule)  # fmt: skip
         # bytes are compressed as they are; the text of the plan is made only for the record returned
         raw = plan_json if isinstance(plan_json, (bytes, bytearray)) else str(plan_json).encode()
+        if len(raw) > MAX_PLAN_BYTES:  # what is stored can always be read back (_inflate)
+            raise PlanError(
+                f"the plan of run {run_id!r} is {len(raw):,} bytes, more than a run can store "
+                f"({size_words(MAX_PLAN_BYTES)}); nothing was stored",
+                hint="split the recipe into smaller ones, or loop over a list (`for each`) instead of writing each step",
+            )
         packed = zlib.compress(raw, PLAN_LEVEL)
         del raw
         try:
@@ -134,7 +142,7 @@ class RunsMixin(StoreCore):
         row = self._one(SELECT_RUN if plan else SELECT_RUN_HEAD, (run_id,))
         if row is None:
             raise self._unknown_run(run_id)
-        return _run(row) if plan else RunRecord(*row)
+        return _run(row, self.location) if plan else RunRecord(*row)
 
     def list_runs(
         self,
@@ -162,7 +170,7 @@ class RunsMixin(StoreCore):
             where.append("started_by = ?")
             params.append(started_by)
         sql = LIST_RUNS + (" WHERE " + " AND ".join(where) if where else "") + LIST_RUNS_ORDER
-        return [_run(r) for r in self._all(sql, (*params, limit))]
+        return [_run(r, self.location) for r in self._all(sql, (*params, limit))]
 
     def set_run_state(
         self,
@@ -317,12 +325,49 @@ class RunsMixin(StoreCore):
 _node_key = operator.itemgetter(1)
 """A node row's node_id."""
 _PLAN_AT = RunRecord.__struct_fields__.index("plan_json")
+_INFLATE_STEP = 1 << 20
 
 
-def _run(row: Sequence[Any]) -> RunRecord:
+def _run(row: Sequence[Any], location: str) -> RunRecord:
     """A run as read with its plan (``_RUN_READ_COLS``): the row's own columns, the plan
     from ``run_plans`` when it has one there (schema 8), else from the row (runs before)."""
     *cols, packed = row
     if packed is not None:
-        cols[_PLAN_AT] = zlib.decompress(packed).decode("utf-8")
+        cols[_PLAN_AT] = _inflate(packed, cols[0], location)
     return RunRecord(*cols)
+
+
+def _inflate(packed: bytes, run_id: str, location: str) -> str:
+    """A stored plan's text, inflated a MiB at a time into one buffer, so a row holds at most
+    MAX_PLAN_BYTES (and a MiB) of memory before it is known to be past the bound (one call
+    with ``max_length`` would hold the output twice, its blocks and the bytes joined from
+    them). A row that would expand further, or is not whole zlib data of UTF-8 text, is
+    refused as corrupt (StoreError, exit 6)."""
+    inflater = zlib.decompressobj()
+    out = bytearray()
+    data = packed
+    why = None
+    try:
+        while not inflater.eof:
+            piece = inflater.decompress(data, _INFLATE_STEP)
+            data = inflater.unconsumed_tail
+            if not piece and not data:
+                break  # no input left and no output: the stream stops before its end
+            out += piece
+            if len(out) > MAX_PLAN_BYTES:
+                why = f"it expands past {size_words(MAX_PLAN_BYTES)}, more than any plan a run stores"
+                break
+        else:
+            if not inflater.unused_data:
+                return out.decode("utf-8")
+        why = why or "its compressed data is cut short or has bytes after its end"
+    except zlib.error as exc:
+        why = f"its compressed data is damaged ({exc})"
+    except UnicodeDecodeError:
+        why = "it is not UTF-8 text"
+    raise StoreError(
+        f"the plan stored for run {run_id!r} in {location} is corrupt: {why}; nothing was read or run",
+        hint="the store was damaged or edited outside the engine: restore it from a backup, "
+        "or start the recipe again as a new run",
+        run=run_id,
+    )
