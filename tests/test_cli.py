@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import RECIPES, Cli, demo_calls
 
+from vodou_engine.errors import PlanError
 from vodou_engine.plan import decode_plan, encode_plan, with_fingerprint
 
 MORNING = RECIPES / "morning-briefing.recipe"
@@ -239,6 +240,36 @@ def test_an_unknown_format_string_is_refused_by_name(cli):
     res = cli("plan", "--offline", path, expect=2)
     assert "unsupported format 'vodou.actions/0'" in res.err
     no_traceback(res)
+
+
+class CountingDecoder:
+    """A plan decoder that counts the documents it parses."""
+
+    def __init__(self, inner, parsed: list):
+        self.inner, self.parsed = inner, parsed
+
+    def decode(self, data):
+        self.parsed.append(self.inner)
+        return self.inner.decode(data)
+
+
+def test_a_plan_is_parsed_once_and_read_again_for_its_format_only_when_it_fails(cli, monkeypatch):
+    import vodou_engine.plan as plan_module
+
+    data = compiled(cli).read_bytes()
+    parsed: list = []
+    monkeypatch.setattr(plan_module, "_decoder", CountingDecoder(plan_module._decoder, parsed))
+    monkeypatch.setattr(plan_module, "_head_decoder", CountingDecoder(plan_module._head_decoder, parsed))
+    assert decode_plan(data).recipe.name == "morning-briefing"
+    assert len(parsed) == 1  # a stored run's plan (16 MB at 100,000 branches) is parsed once per load
+    parsed.clear()
+    future = json.dumps({"format": "vodou.actions/3", "recipe": {"name": "x", "source_sha256": ""}, "triggers": []})
+    with pytest.raises(PlanError, match=r"unsupported format 'vodou\.actions/3'"):
+        decode_plan(future)
+    assert len(parsed) == 2
+    for doc, message in (('{"format": "vodou.actions/1"}', "not a valid actions.json"), ("{", "not valid JSON")):
+        with pytest.raises(PlanError, match=message):
+            decode_plan(doc)
 
 
 def test_a_future_format_with_new_fields_is_refused_as_unsupported(cli):

@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from .errors import PlanError
+
 FORMAT = "vodou.actions/1"
 FORMAT_LOOPS = "vodou.actions/2"
 """A plan with a ``for each`` (a node of kind ``each``): an engine that knows only format 1
@@ -260,38 +262,48 @@ def encode_plan(plan: Plan) -> bytes:
 
 
 def decode_plan(data: bytes | str, *, path: str | None = None) -> Plan:
-    """Decode actions.json into a Plan, turning schema errors into PlanError."""
-    from .errors import PlanError
+    """Decode actions.json into a Plan, turning schema errors into PlanError.
 
-    try:
-        head = _head_decoder.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        head = None
-    if head is not None and head.format not in FORMATS:
-        raise PlanError(
-            f"unsupported format {head.format!r}; this engine reads {FORMAT!r} and {FORMAT_LOOPS!r}",
-            path=path,
-            hint="recompile the recipe with this version of the engine",
-        )
+    Parsed once: a stored run's plan is decoded on every approve, resume and show (16 MB
+    at 100,000 branches), and reading its format first was a second parse of the whole
+    text. Only a document that fails is read again, for its format alone, so a format
+    this engine does not read is refused as unsupported rather than as invalid."""
     try:
         plan = _decoder.decode(data)
     except msgspec.ValidationError as exc:
+        _refuse_format(data, path)
         raise PlanError(
             f"not a valid actions.json: {exc}",
             path=path,
             hint="compile the recipe again to get a new actions.json",
         ) from None
     except msgspec.DecodeError as exc:
+        _refuse_format(data, path)
         raise PlanError(
             f"not valid JSON: {exc}", path=path, hint="check the file is an actions.json written by the compiler"
         ) from None
     if plan.format not in FORMATS:
-        raise PlanError(
-            f"unsupported format {plan.format!r}; this engine reads {FORMAT!r} and {FORMAT_LOOPS!r}",
-            path=path,
-            hint="recompile the recipe with this version of the engine",
-        )
+        raise _unsupported(plan.format, path)
     return plan
+
+
+def _refuse_format(data: bytes | str, path: str | None) -> None:
+    """Raise the unsupported-format error when a document that is no plan names a format
+    this engine does not read (a future one, with fields this one has never seen)."""
+    try:
+        head = _head_decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return
+    if head.format not in FORMATS:
+        raise _unsupported(head.format, path)
+
+
+def _unsupported(found: str, path: str | None) -> PlanError:
+    return PlanError(
+        f"unsupported format {found!r}; this engine reads {FORMAT!r} and {FORMAT_LOOPS!r}",
+        path=path,
+        hint="recompile the recipe with this version of the engine",
+    )
 
 
 def format_for(nodes: list[Node]) -> str:
