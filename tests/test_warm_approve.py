@@ -159,3 +159,56 @@ def test_looking_for_a_warm_process_leaves_no_trace(tmp_path, monkeypatch):
             assert oct((run_dir / "vodou").stat().st_mode & 0o777) == "0o700"
     finally:
         shutil.rmtree(run_dir)
+
+
+def test_a_runtime_dir_too_long_for_a_socket_still_reaches_the_warm_serve(tmp_path, monkeypatch):
+    """A socket's path is at most 107 bytes (sun_path); under a longer $XDG_RUNTIME_DIR the
+    socket goes in this user's private directory under /tmp instead, and the approving
+    process, with the same environment, finds it there."""
+    long_dir = tmp_path / ("run-" + "r" * 120)
+    long_dir.mkdir(mode=0o700)
+    cli = Cli(tmp_path)
+    cli.env["XDG_RUNTIME_DIR"] = str(long_dir)
+    proj = project(tmp_path)
+    serving = Serving(tmp_path, "--servers", str(proj / "mcp.json"), env={"XDG_RUNTIME_DIR": str(long_dir)}).start()
+    try:
+        run = park(cli, proj)
+        report = json.loads(cli("approve", run, "--yes", "--json", cwd=proj, expect=0).out)
+        assert report["state"] == "succeeded"
+        assert report["driven_in"] == f"recipe serve (process {serving.proc.pid})"
+        (post,) = posts(tmp_path)
+        assert post["pid"] in serving.children()
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(long_dir))
+        path = socket_path(str(tmp_path / "runs.db"))
+        assert path is not None and len(os.fsencode(path)) < 108 and not path.startswith(str(long_dir))
+        st = os.stat(os.path.dirname(path))
+        assert (st.st_uid, oct(st.st_mode & 0o777)) == (os.getuid(), "0o700")
+        assert "will not run on this process's warm servers" not in serving.log.read_text()
+    finally:
+        serving.kill()
+
+
+def test_a_serve_with_no_private_directory_for_its_socket_says_so_once(tmp_path):
+    """A socket directory that others may enter is not used: serve says so in its log, once,
+    with what to do, and a decision made elsewhere is driven by the deciding process."""
+    run_dir = Path(tempfile.mkdtemp(prefix="xdg-"))  # short: a socket's path has a length limit
+    try:
+        (run_dir / "vodou").mkdir(mode=0o755)
+        os.chmod(run_dir / "vodou", 0o755)
+        cli = Cli(tmp_path)
+        cli.env["XDG_RUNTIME_DIR"] = str(run_dir)
+        proj = project(tmp_path)
+        serving = Serving(tmp_path, "--servers", str(proj / "mcp.json"), env={"XDG_RUNTIME_DIR": str(run_dir)})
+        serving.start()
+        try:
+            run = park(cli, proj)
+            report = json.loads(cli("approve", run, "--yes", "--json", cwd=proj, expect=0).out)
+            assert report["state"] == "succeeded" and report.get("driven_in") is None
+            log = serving.log.read_text()
+            assert log.count("will not run on this process's warm servers") == 1
+            assert f"{run_dir / 'vodou'} cannot be made, or is not this user's alone" in log
+            assert "set XDG_RUNTIME_DIR to a private directory" in log
+        finally:
+            serving.kill()
+    finally:
+        shutil.rmtree(run_dir)

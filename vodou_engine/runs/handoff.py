@@ -18,22 +18,37 @@ sure only one of them takes it. On PostgreSQL the workers already take a decisio
 drive from the queue, so this is for SQLite stores only.
 
 The socket lives in a directory only this user can enter (``$XDG_RUNTIME_DIR/vodou``,
-else ``/tmp/vodou-UID``); a directory another user owns or may write is not used.
+else ``/tmp/vodou-UID``); a directory another user owns or may write is not used. A
+socket's path has a length limit (``sun_path``: 108 bytes on Linux, 104 on macOS and the
+BSDs, with its terminating NUL); where ``$XDG_RUNTIME_DIR`` is so long that the socket's
+path would not fit, the directory under ``$TMPDIR`` (or ``/tmp``) is used instead, by the
+listener and its callers alike (the choice depends only on the lengths), so a warm serve
+is still found. A listener that has no usable directory says so once, in its log.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import socket
 import stat
+import sys
 import tempfile
 from typing import Any
 
 import msgspec
 
 from ..reports import RunReport
+
+logger = logging.getLogger(__name__)
+
+SUN_PATH = 104 if sys.platform == "darwin" or "bsd" in sys.platform else 108
+"""The size of a Unix socket address's path (``sockaddr_un.sun_path``); a path must fit with
+its terminating NUL, so at most one byte less."""
+SOCKET_NAME_CHARS = len("drive-") + 24 + len(".sock")
+"""A socket's name in its directory: ``drive-`` and 24 hex digits of the store's path digest."""
 
 REQUEST_MAX = 4096
 """A request is one short JSON line; anything longer is refused unread."""
@@ -57,15 +72,26 @@ class DriveReply(msgspec.Struct, frozen=True, omit_defaults=True):
     """Why it did not drive the run (the caller drives it itself)."""
 
 
+def _socket_base() -> str | None:
+    """The directory this user's sockets go in: ``$XDG_RUNTIME_DIR/vodou`` when a socket's
+    path there fits in ``sun_path``, else ``vodou-UID`` in the temporary directory, else in
+    ``/tmp``. Lengths alone decide, so a listener and its callers pick the same one."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    own = f"vodou-{os.getuid()}"
+    candidates = [os.path.join(runtime, "vodou")] if os.path.isabs(runtime) else []
+    candidates += [os.path.join(tempfile.gettempdir(), own), os.path.join("/tmp", own)]
+    for base in candidates:
+        if len(os.fsencode(base)) + 1 + SOCKET_NAME_CHARS < SUN_PATH:
+            return base
+    return None
+
+
 def _socket_dir(*, create: bool) -> str | None:
     """This user's private directory for sockets, or None when none is safe to use (or, when
     not ``create``, none exists yet: a caller only looking for a listener leaves no trace)."""
-    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
-    base = (
-        os.path.join(runtime, "vodou")
-        if os.path.isabs(runtime)
-        else os.path.join(tempfile.gettempdir(), f"vodou-{os.getuid()}")
-    )
+    base = _socket_base()
+    if base is None:
+        return None
     if create:
         try:
             os.mkdir(base, 0o700)
@@ -160,8 +186,18 @@ def bind_listener(store_location: str) -> tuple[socket.socket, str] | None:
     """A listening socket for this store's warm drives, or None when another live process
     already listens for it (or there is no safe place). A socket file left by a process
     that died is replaced."""
+    if "://" in store_location:
+        return None  # a PostgreSQL store: the workers take a decision's drive from the queue
     path = socket_path(store_location, create=True)
     if path is None:
+        tried = _socket_base() or "a private directory"
+        logger.warning(
+            "decisions made in other processes will not run on this process's warm servers: %s cannot be "
+            "made, or is not this user's alone (a directory of mode 0700 owned by uid %d), so no socket is "
+            "listened on; remove it, or set XDG_RUNTIME_DIR to a private directory of this user's",
+            tried,
+            os.getuid(),
+        )
         return None
     if os.path.exists(path):
         if listening(store_location):
@@ -173,7 +209,12 @@ def bind_listener(store_location: str) -> tuple[socket.socket, str] | None:
         sock.bind(path)
         os.chmod(path, 0o600)
         sock.listen(64)
-    except OSError:
+    except OSError as exc:
         sock.close()
+        logger.warning(
+            "decisions made in other processes will not run on this process's warm servers: cannot listen on %s (%s)",
+            path,
+            exc.strerror or exc,
+        )
         return None
     return sock, path
