@@ -246,13 +246,20 @@ def test_a_tool_argument_cannot_rely_on_a_loop_a_quorum_may_drop(cli):
         '  for each c in ["#daily"]:\n'
         '    got: slack.slack_get_channel {"channel": "{c}"}\n'
     )
-    for tail, column in (
-        ('done: vodou.echo {"value": "{got.count}"}\n', 30),
-        ('for each g in {got}:\n  x: vodou.echo {"value": "{g}"}\n', 16),
+    dropped = "`got` may be dropped by `need: 1 of 2` on line 2 (a branch the quorum leaves out has no value)"
+    for tail, column, use, hint in (
+        ('done: vodou.echo {"value": "{got.count}"}\n', 30, "a tool argument", "pass it through a `write` step"),
+        (
+            'for each g in {got}:\n  x: vodou.echo {"value": "{g}"}\n',
+            16,
+            "the list of a `for each`",
+            # not through a `write`: its output is text, never a list to loop over
+            "make that together need all 2 items (`need: 2 of 2`, or no `need:`), or loop in the same branch",
+        ),
     ):
         res = cli("compile", _write(cli, head + tail), expect=2)
-        assert f"branch.recipe:6:{column}: error: `got` may be dropped by a quorum" in res.err, res.err
-        assert "\n" + " " * (column + 1) + "^^^" in res.err and "hint: pass it through a `write` step" in res.err
+        assert f"branch.recipe:6:{column}: error: {dropped}, so {use} cannot rely on it" in res.err, res.err
+        assert "\n" + " " * (column + 1) + "^^^" in res.err and f"hint: {hint}" in res.err
     cli("compile", _write(cli, head + "note: write a note from {got}\n"), expect=0)
     cli(
         "compile", _write(cli, head.replace("  need: 1 of 2\n", "") + 'done: vodou.echo {"value": "{got}"}\n'), expect=0

@@ -158,7 +158,7 @@ class Lowerer(Names):
                     hint=f"K must be between 1 and {n}",
                 )
         k = need.k if need else n
-        self.quorum[uid] = k < n
+        self.quorum[uid] = need if k < n else None
         exits: list[str] = []
         members: list[list[str]] = []
         for index, item in enumerate(items):

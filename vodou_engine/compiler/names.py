@@ -39,7 +39,7 @@ class Names:
         self.source = source
         self.names: dict[str, _Name] = {}
         self.block_kind: dict[int, str] = {0: "then"}
-        self.quorum: dict[int, bool] = {}  # together uid -> may drop items
+        self.quorum: dict[int, ast.Need | None] = {}  # together uid -> its `need:` when it may drop items
         self.loop_var: dict[int, str] = {}  # loop uid -> its variable
         self.loop_line: dict[int, int] = {}  # loop uid -> the line of its `for each`
 
@@ -156,12 +156,26 @@ class Names:
         for frame in theirs[depth + 1 :]:
             if self.block_kind[frame.uid] == "each":
                 return None  # after the block: the list of its per-item outputs, one per item
-            if self.quorum.get(frame.uid):
-                return (
-                    f"`{name}` may be dropped by a quorum (`need: K of N`), so a tool argument cannot rely on it",
-                    "pass it through a `write` step (which is told what is missing), or make the join need all items",
-                )
+            need = self.quorum.get(frame.uid)
+            if need is not None:
+                return self._droppable(name, me, need)
         return None
+
+    @staticmethod
+    def _droppable(name: str, me: str, need: ast.Need) -> tuple[str, str]:
+        """Why ``me`` may not rely on ``name``, which the quorum ``need`` may drop: said for what
+        uses it (a loop's list, or a tool's arguments), with the `need:` that drops it."""
+        dropped = f"`{name}` may be dropped by `need: {need.k} of {need.n}` on line {need.pos.line} (a branch the quorum leaves out has no value)"
+        everything = f"make that together need all {need.n} items (`need: {need.n} of {need.n}`, or no `need:`)"
+        if me.startswith("each:"):  # a loop's id: its list (`for each x in {name}`, or a list naming it)
+            return (
+                f"{dropped}, so the list of a `for each` cannot rely on it",
+                f"{everything}, or loop in the same branch of the together, after `{name}` (nest the two in a `then:` there)",
+            )
+        return (
+            f"{dropped}, so a tool argument cannot rely on it",
+            f"pass it through a `write` step (which is told what is missing), or {everything}",
+        )
 
     def _check_template_refs(
         self, value: dict[str, Any], here: tuple[_Frame, ...], me: str, *, fallback: ast.Pos
