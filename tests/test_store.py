@@ -269,6 +269,13 @@ def test_create_and_get_run(store):
         saved_recipe="x", saved_version=3, schedule="daily",
     )  # fmt: skip
     assert leased == store.get_run("r2")
+    # A caller that holds the plan gets the record without it, as get_run(plan=False) reads it.
+    held = store.create_run(
+        "r3", recipe_name="x", recipe_path=None, source_sha256="ab" * 32, plan_json=b'{"nodes":[3]}',
+        plan_fingerprint="fp", inputs_json="{}", started_by="bo", now=T0, plan=False,
+    )  # fmt: skip
+    assert held == store.get_run("r3", plan=False) and held.plan_json == ""
+    assert store.get_run("r3").plan_json == '{"nodes":[3]}'
     assert store.approvals("r1") == []  # a run with none, told from no run in one statement
     with pytest.raises(UnknownRunError):
         store.approvals("r9")

@@ -60,6 +60,7 @@ class RunStore(Protocol):
         saved_recipe: str | None = None,
         saved_version: int | None = None,
         schedule: str | None = None,
+        plan: bool = True,
     ) -> RunRecord: ...
 
     def has_run(self, run_id: str) -> bool: ...
