@@ -929,6 +929,9 @@ def test_a_stored_plan_that_inflates_past_the_bound_is_refused_as_corrupt(backen
     assert "restore it from a backup" in str(e.value)
     assert store.get_run("r1", plan=False).id == "r1"  # the run's own row still reads
     assert store.get_run("r2").plan_json == '{"nodes":[]}'  # and the other runs' plans
+    with pytest.raises(StoreError, match="'r1'"):
+        store.list_runs()
+    assert [r.id for r in store.list_runs(plan=False)] == ["r2", "r1"]  # a list of runs reads no plan
     damaged = {
         "cut short": zlib.compress(b'{"nodes":[]}')[:-3],
         "has bytes after its end": zlib.compress(b'{"nodes":[]}') + b"x",
@@ -964,3 +967,5 @@ def test_a_zlib_bomb_in_a_runs_plan_is_a_clear_error_at_the_bound_not_the_memory
     assert "hint: the store was damaged or edited outside the engine" in res.err
     assert "Traceback" not in res.err
     assert peak < MAX_PLAN_BYTES + (64 << 20)
+    # `recipe runs` shows no plan, reads none, and still lists the run
+    assert [r["run"] for r in json.loads(cli("runs", "--json", expect=0).out)] == ["r1"]

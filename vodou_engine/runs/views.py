@@ -218,6 +218,7 @@ class ViewsMixin(RunsCore):
             recipe=recipe,
             since=since,
             started_by=started_by,
+            plan=False,  # a summary shows no plan
         )
         out = []
         for r in rows:

@@ -75,6 +75,7 @@ class RunStore(Protocol):
         recipe: str | None = None,
         since: float | None = None,
         started_by: str | None = None,
+        plan: bool = True,
     ) -> list[RunRecord]: ...
 
     def set_run_state(
