@@ -352,13 +352,15 @@ def _run(row: Sequence[Any], location: str) -> RunRecord:
 
 
 def _inflate(packed: bytes, run_id: str, location: str) -> str:
-    """A stored plan's text, inflated a MiB at a time into one buffer, so a row holds at most
-    MAX_PLAN_BYTES (and a MiB) of memory before it is known to be past the bound (one call
-    with ``max_length`` would hold the output twice, its blocks and the bytes joined from
-    them). A row that would expand further, or is not whole zlib data of UTF-8 text, is
-    refused as corrupt (StoreError, exit 6)."""
+    """A stored plan's text, inflated a MiB at a time, so a row holds at most MAX_PLAN_BYTES
+    (and a MiB) of memory before it is known to be past the bound (one call with
+    ``max_length`` would fill the whole bound first, then copy it into one bytes). The
+    pieces are joined only once it is whole: as fast as one ``zlib.decompress`` and as
+    much memory. A row that would expand further, or is not whole zlib data of UTF-8
+    text, is refused as corrupt (StoreError, exit 6)."""
     inflater = zlib.decompressobj()
-    out = bytearray()
+    pieces: list[bytes] = []
+    size = 0
     data = packed
     why = None
     try:
@@ -367,18 +369,20 @@ def _inflate(packed: bytes, run_id: str, location: str) -> str:
             data = inflater.unconsumed_tail
             if not piece and not data:
                 break  # no input left and no output: the stream stops before its end
-            out += piece
-            if len(out) > MAX_PLAN_BYTES:
+            pieces.append(piece)
+            size += len(piece)
+            if size > MAX_PLAN_BYTES:
                 why = f"it expands past {size_words(MAX_PLAN_BYTES)}, more than any plan a run stores"
                 break
         else:
             if not inflater.unused_data:
-                return out.decode("utf-8")
+                return b"".join(pieces).decode("utf-8")
         why = why or "its compressed data is cut short or has bytes after its end"
     except zlib.error as exc:
         why = f"its compressed data is damaged ({exc})"
     except UnicodeDecodeError:
         why = "it is not UTF-8 text"
+    del pieces
     raise StoreError(
         f"the plan stored for run {run_id!r} in {location} is corrupt: {why}; nothing was read or run",
         hint="the store was damaged or edited outside the engine: restore it from a backup, "
