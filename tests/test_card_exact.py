@@ -5,13 +5,25 @@ each effect counted in the server's own log.
 
 * A payload that sets the idempotency field itself is sent with the value its card showed,
   not with the run's key put in its place after the approval.
+* A tool its server now declares riskier than the plan says is never called on the plan's
+  lower risk, after an approval or on a resume.
+* The plan card prints no control or bidirectional character from a recipe's name, a server
+  file's command line or a server's tool names: each is marked, never obeyed.
+* On the decision page a text that reads like another value (`"false"`, `"3"`, `""`) is shown
+  in quotes, so it never looks like the boolean, number or nothing it is not.
 """
 
 from __future__ import annotations
 
+import html
+import re
+import sys
 from pathlib import Path
 
-from conftest import rogue_calls, rogue_server
+from conftest import ROGUE, rogue_calls, rogue_server
+from test_cards import run_page_for
+
+from vodou_engine.text_safety import is_hidden
 
 
 def _posts(cli) -> list[dict]:
@@ -39,3 +51,84 @@ def test_a_payload_that_sets_its_own_idempotency_key_is_sent_with_the_key_its_ca
     assert _posts(cli) == [{"channel": "#billing", "text": "invoice 42 sent", "idempotency_key": "invoice-42"}]
     (effect,) = cli("show", run, "--json", expect=0).json()["effects"]
     assert effect["payload"]["idempotency_key"] == "invoice-42"
+
+
+def test_a_tool_its_server_now_declares_destructive_is_never_called_on_the_plans_lower_risk(cli):
+    """Parked at `post`, with `status` (a read when the run started) after it. Before the
+    approval, the server, its binding unchanged, annotates get_status destructive: the
+    approval is on record, nothing is called, the run is left interrupted and every later
+    drive is refused the same way until the server says what it said; then it goes on."""
+    said = cli.tmp / "annotations"
+    cli.servers_file({"ops": rogue_server(cli.tmp / "rogue.log", ROGUE_ANNOTATIONS_FILE=str(said))})
+    parked = _park(
+        cli,
+        'recipe "post then status"\n'
+        'post: ops.post_message {"channel": "#daily", "text": "hi"}\n'
+        'status: ops.get_status {"after": "{post.ts}"}\n',
+    )
+    run = parked["run"]
+    assert [p["step"] for p in parked["pending"]] == ["post"]
+    said.write_text("get_status=destructive")
+    res = cli("approve", run, "post", "--yes")
+    assert res.code == 5, res.err
+    assert "step `status`: ops.get_status is critical now" in res.err and "planned" in res.err
+    assert rogue_calls(cli.tmp / "rogue.log") == []
+    assert cli("resume", run).code == 5
+    assert rogue_calls(cli.tmp / "rogue.log") == []
+    (shown,) = [r for r in cli("runs", "--json", expect=0).json() if r["run"] == run]
+    assert shown["state"] == "interrupted"
+    # the card read `write`; its server now says the effect itself is destructive: refused too
+    said.write_text("post_message=destructive")
+    res = cli("resume", run)
+    assert res.code == 5 and "step `post`: ops.post_message is critical now" in res.err
+    assert rogue_calls(cli.tmp / "rogue.log") == []
+    said.write_text("")
+    cli("resume", run, expect=0)
+    assert [c["tool"] for c in rogue_calls(cli.tmp / "rogue.log")] == ["post_message", "get_status"]
+
+
+def _fields(page: str) -> dict[str, str]:
+    """The decision view's table of a run page, as a browser reads it: name -> value."""
+    rows = re.findall(r'<th scope="row"><code>(.*?)</code></th><td class="value">(.*?)</td>', page, re.S)
+    return {html.unescape(k): html.unescape(v) for k, v in rows}
+
+
+def test_a_text_that_reads_like_another_value_is_quoted_on_the_decision_page_and_is_what_is_sent(cli):
+    cli.servers_file({"ops": rogue_server(cli.tmp / "rogue.log")})
+    post = 'post: ops.post_message {"channel": "#daily", "text": "hi", "notify_all": %s, "count": %s, "cc": %s}\n'
+    typed = _park(cli, 'recipe "typed"\n' + post % ("false", "3", "null"))["run"]
+    texts = _park(cli, 'recipe "texts"\n' + post % ('"false"', '"3"', '""'))["run"]
+    with run_page_for(cli) as (me, _svc):
+        typed_fields = _fields(me.get(f"/runs/{typed}").text)
+        text_fields = _fields(me.get(f"/runs/{texts}").text)
+    assert {k: typed_fields[k] for k in ("notify_all", "count", "cc")} == {
+        "notify_all": "false",
+        "count": "3",
+        "cc": "null",
+    }
+    assert {k: text_fields[k] for k in ("notify_all", "count", "cc")} == {
+        "notify_all": '"false"',
+        "count": '"3"',
+        "cc": '""',
+    }
+    assert text_fields["channel"] == "#daily"  # plain text is shown as itself
+    cli("approve", texts, "post", "--yes", expect=0)
+    (sent,) = _posts(cli)
+    assert (sent["notify_all"], sent["count"], sent["cc"]) == ("false", "3", "")
+
+
+def test_the_plan_card_marks_escapes_and_bidi_controls_from_the_recipe_the_server_file_and_the_server(cli):
+    clear, rlo = "\x1b[2J\x1b[H", "\u202e"
+    entry = rogue_server(cli.tmp / "rogue.log", ROGUE_TOOLS=f"post_message{clear}ok,get_status")
+    entry["args"] = ["-I", "-S", ROGUE, f"{clear}{rlo}lab"]  # an extra argument the server ignores
+    assert entry["command"] == sys.executable
+    cli.servers_file({"ops": entry})
+    (cli.tmp / "r.recipe").write_text(
+        f'recipe "weekly{rlo}note"\npost: ops.post_mesage {{"channel": "#daily", "text": "hi"}}\n', encoding="utf-8"
+    )
+    res = cli("plan", "r.recipe", expect=2)  # post_mesage does not exist: the closest name is the server's
+    hidden = sorted({f"U+{ord(c):04X}" for c in res.out if c != "\n" and is_hidden(c)})
+    assert hidden == [], hidden
+    assert "weekly⟨U+202E⟩note" in res.out  # the recipe's name
+    assert "'⟨U+001B⟩[2J⟨U+001B⟩[H⟨U+202E⟩lab'" in res.out  # the server file's command line
+    assert 'closest: ops."post_message⟨U+001B⟩[2J⟨U+001B⟩[Hok"' in res.out  # the server's tool name

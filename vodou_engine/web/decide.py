@@ -13,12 +13,13 @@ is made visible by the templates exactly as the card makes it.
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from typing import Any
 
 from ..plan import ApprovalNode, LoopNode, Plan, QuestionNode, ToolNode
 from ..runtime.loops import split_copy
-from ..text_safety import findings, json_text, visible
+from ..text_safety import findings, json_text, quote, visible
 
 TEXT_KEYS = ("text", "message", "body", "content", "markdown", "description", "summary", "notes")
 """Argument names whose string value is a message a person reads (shown first, as text)."""
@@ -84,6 +85,22 @@ def text_fields(payload: Any) -> list[tuple[str, str]]:
     return [(visible(k), as_text(payload[k])) for k in text_keys(payload)]
 
 
+def field_text(value: Any) -> str:
+    """A payload value in the table: a string as itself, unless as itself it would read as
+    another value (``false``, ``3``, ``null``, ``[1]``, an empty or blank text, one with
+    spaces at either end): then in quotes, as JSON writes it, so ``"false"`` never reads
+    like ``false`` (a server may take the text for true); anything else as JSON."""
+    if not isinstance(value, str):
+        return json_text(value)
+    if value.strip() != value or not value:
+        return quote(value)
+    try:
+        json.loads(value)
+    except ValueError:
+        return visible(value)
+    return quote(value)
+
+
 def payload_view(payload: Any) -> dict[str, Any]:
     """The payload shown once: ``texts`` (name, text) as text blocks, ``fields`` (name, value)
     as a small table (a string as itself, anything else as compact JSON), ``raw`` the JSON as
@@ -95,7 +112,7 @@ def payload_view(payload: Any) -> dict[str, Any]:
         for k, v in payload.items():
             if k in keys:
                 continue
-            fields.append((visible(k), visible(v) if isinstance(v, str) else json_text(v)))
+            fields.append((visible(k), field_text(v)))
     elif payload is not None:
         fields.append(("value", json_text(payload)))
     return {"texts": texts, "fields": fields, "raw": json_text(payload)}
@@ -117,12 +134,14 @@ def _lines(value: Any, indent: str = "") -> list[str]:
             if isinstance(v, dict):
                 out.append(f"{indent}{k}:")
                 out.extend(_lines(v, indent + "  "))
+            elif isinstance(v, str) and "\n" not in v:
+                out.append(f"{indent}{k}: {field_text(v)}")
             elif isinstance(v, str):
                 first, *rest = as_text(v).split("\n")
                 out.append(f"{indent}{k}: {first}")
                 out.extend(f"{indent}  │ {line}" for line in rest)
             else:
-                out.append(f"{indent}{k}: {json_text(v)}")
+                out.append(f"{indent}{k}: {field_text(v)}")
         return out
     if isinstance(value, str):
         return [indent + line for line in as_text(value).split("\n")]
