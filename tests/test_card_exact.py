@@ -9,6 +9,8 @@ each effect counted in the server's own log.
   lower risk, after an approval or on a resume.
 * The plan card prints no control or bidirectional character from a recipe's name, a server
   file's command line or a server's tool names: each is marked, never obeyed.
+* A whole number past ±2^53 is sent exactly, and every card says that a server in JavaScript
+  reads it as another number, naming that number.
 * On the decision page a text that reads like another value (`"false"`, `"3"`, `""`) is shown
   in quotes, so it never looks like the boolean, number or nothing it is not.
 """
@@ -132,3 +134,22 @@ def test_the_plan_card_marks_escapes_and_bidi_controls_from_the_recipe_the_serve
     assert "weekly⟨U+202E⟩note" in res.out  # the recipe's name
     assert "'⟨U+001B⟩[2J⟨U+001B⟩[H⟨U+202E⟩lab'" in res.out  # the server file's command line
     assert 'closest: ops."post_message⟨U+001B⟩[2J⟨U+001B⟩[Hok"' in res.out  # the server's tool name
+
+
+def test_a_number_a_javascript_server_reads_as_another_is_said_on_every_card_and_sent_exactly(cli):
+    cli.servers_file({"ops": rogue_server(cli.tmp / "rogue.log")})
+    big = 12345678901234567890  # a JavaScript server reads 12345678901234567168: another message
+    run = _park(
+        cli, f'recipe "drop"\npost: ops.post_message {{"channel": "#daily", "text": "x", "message_id": {big}}}\n'
+    )["run"]
+    warning = f"{big} reads there as 12345678901234567168"
+    assert warning in cli("show", run, expect=0).out
+    (approval,) = cli("show", run, "--json", expect=0).json()["approvals"]
+    assert warning in approval["card"]
+    with run_page_for(cli) as (me, _svc):
+        page = html.unescape(me.get(f"/runs/{run}").text)
+    warnings = re.search(r'<ul class="problem warnings">(.*?)</ul>', page, re.S)
+    assert warnings is not None and warning in warnings.group(1)  # above Approve, not only in the card
+    cli("approve", run, "post", "--yes", expect=0)
+    (sent,) = _posts(cli)
+    assert sent["message_id"] == big and type(sent["message_id"]) is int
