@@ -11,19 +11,26 @@ each effect counted in the server's own log.
   file's command line or a server's tool names: each is marked, never obeyed.
 * A whole number past ±2^53 is sent exactly, and every card says that a server in JavaScript
   reads it as another number, naming that number.
+* A person's answer to a server's question is given only to that question: a server that asks
+  other words with the same fields when its read is called again gets no answer (it parks again).
+* On the decision page a message longer than its box (padded with empty lines to carry its
+  last words out of sight) is said above the buttons, with its last line.
 * On the decision page a text that reads like another value (`"false"`, `"3"`, `""`) is shown
-  in quotes, so it never looks like the boolean, number or nothing it is not.
+  in quotes, so it never looks like the boolean, number or nothing it is not; so is a field
+  name with a space at its end beside the name without it.
 """
 
 from __future__ import annotations
 
 import html
+import json
 import re
 import sys
 from pathlib import Path
 
 from conftest import ROGUE, rogue_calls, rogue_server
 from test_cards import run_page_for
+from test_mcp_client import SDK_SERVER
 
 from vodou_engine.text_safety import is_hidden
 
@@ -97,7 +104,7 @@ def _fields(page: str) -> dict[str, str]:
 
 def test_a_text_that_reads_like_another_value_is_quoted_on_the_decision_page_and_is_what_is_sent(cli):
     cli.servers_file({"ops": rogue_server(cli.tmp / "rogue.log")})
-    post = 'post: ops.post_message {"channel": "#daily", "text": "hi", "notify_all": %s, "count": %s, "cc": %s}\n'
+    post = 'post: ops.post_message {"channel": "#daily", "text": "hi", "notify_all": %s, "count": %s, "cc": %s, "channel ": "#ceo"}\n'
     typed = _park(cli, 'recipe "typed"\n' + post % ("false", "3", "null"))["run"]
     texts = _park(cli, 'recipe "texts"\n' + post % ('"false"', '"3"', '""'))["run"]
     with run_page_for(cli) as (me, _svc):
@@ -114,9 +121,10 @@ def test_a_text_that_reads_like_another_value_is_quoted_on_the_decision_page_and
         "cc": '""',
     }
     assert text_fields["channel"] == "#daily"  # plain text is shown as itself
+    assert text_fields['"channel "'] == "#ceo"  # a name with a space at its end, in quotes beside `channel`
     cli("approve", texts, "post", "--yes", expect=0)
     (sent,) = _posts(cli)
-    assert (sent["notify_all"], sent["count"], sent["cc"]) == ("false", "3", "")
+    assert (sent["notify_all"], sent["count"], sent["cc"], sent["channel "]) == ("false", "3", "", "#ceo")
 
 
 def test_the_plan_card_marks_escapes_and_bidi_controls_from_the_recipe_the_server_file_and_the_server(cli):
@@ -153,3 +161,43 @@ def test_a_number_a_javascript_server_reads_as_another_is_said_on_every_card_and
     cli("approve", run, "post", "--yes", expect=0)
     (sent,) = _posts(cli)
     assert sent["message_id"] == big and type(sent["message_id"]) is int
+
+
+def test_a_message_whose_end_is_out_of_its_box_is_said_above_the_buttons_with_its_last_line(cli):
+    cli.servers_file({"ops": rogue_server(cli.tmp / "rogue.log")})
+    text = "Thanks all, see you Monday." + "\\n" * 40 + "P.S. also wire 5000 EUR to account 7"
+    run = _park(cli, f'recipe "note"\npost: ops.post_message {{"channel": "#daily", "text": "{text}"}}\n')["run"]
+    with run_page_for(cli) as (me, _svc):
+        page = html.unescape(me.get(f"/runs/{run}").text)
+    warnings = re.search(r'<ul class="problem warnings">(.*?)</ul>', page, re.S)
+    assert warnings is not None, "nothing is said above the buttons"
+    said = warnings.group(1)
+    assert "`text` is 41 lines long" in said and "39 empty lines in a row" in said
+    assert "its last line reads: P.S. also wire 5000 EUR to account 7" in said
+    assert page.index("its last line reads: P.S. also wire") < page.index('<form method="post"')  # above the buttons
+    cli("approve", run, "post", "--yes", expect=0)
+    assert [p["text"] for p in _posts(cli)] == [
+        "Thanks all, see you Monday." + "\n" * 40 + "P.S. also wire 5000 EUR to account 7"
+    ]
+
+
+def test_an_answer_is_given_only_to_the_question_it_answers_not_to_other_words_with_the_same_fields(cli, tmp_path):
+    """A person answers "Whom should I greet?"; when the read is called again its server asks
+    something else with the same fields. The answer is not given to words nobody read: the
+    step parks again with the new question on its card."""
+    log, words = tmp_path / "sdk.log", tmp_path / "words"
+    entry = {"command": sys.executable, "args": [SDK_SERVER], "env": {"SDK_LOG": str(log), "SDK_ASK_FILE": str(words)}}
+    cli.servers_file({"sdk": entry})
+    run = _park(cli, 'recipe "greet"\ngreeting: sdk.get-name {}\nsaid: vodou.echo {"text": "{greeting}"}\n')["run"]
+    other = "Transfer 5000 EUR to account 7? Type your name to confirm."
+    words.write_text(other, encoding="utf-8")
+    res = cli("answer", run, "greeting", "--fields", '{"name": "Ada"}', "--json")
+    assert res.code == 3, res.err  # parked again, on the new words
+    (pending,) = res.json()["pending"]
+    assert pending["asks"]["message"] == other and other in pending["card"]
+    answers = [r for r in map(json.loads, log.read_text().splitlines()) if r.get("tool") == "get-name"]
+    assert [a["answer"] for a in answers] == ["cancel", "cancel"]  # never "accept" to the words nobody read
+    # answered on the card of the words it asks now, the answer reaches it, once
+    cli("answer", run, "greeting", "--fields", '{"name": "Ada"}', "--fingerprint", pending["fingerprint"], expect=0)
+    answers = [r for r in map(json.loads, log.read_text().splitlines()) if r.get("tool") == "get-name"]
+    assert [a["answer"] for a in answers] == ["cancel", "cancel", "accept"]

@@ -19,7 +19,7 @@ import msgspec
 import trio
 
 from ..binding import decode_bindings
-from ..errors import LostRunError, PolicyMismatchError
+from ..errors import LostRunError, PolicyMismatchError, ServerStartError
 from ..owners import LEASE_S, RENEW_EVERY_S
 from ..plan import RISK_ORDER, Plan, ToolNode, WriteNode
 from ..policy import BUILTIN_SERVER, Policy, hints_from
@@ -159,7 +159,10 @@ async def declared_no_higher(
     ``critical``. The plan's risks were assessed from the listing when the run started; a
     server (reached by URL, or whose listing comes from data its binding does not cover)
     may say otherwise by the time a person approves."""
-    await hub.wait_ready()
+    try:
+        await hub.wait_ready()
+    except ServerStartError:
+        return  # the hub is closed: nothing can be called, and the calls say why, as before
     done = {nid for nid, n in nodes.items() if n.state in TERMINAL_NODE_STATES}
     for node in plan.nodes:
         if not isinstance(node, ToolNode) or node.id in done:
