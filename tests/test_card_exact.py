@@ -13,6 +13,9 @@ each effect counted in the server's own log.
   reads it as another number, naming that number.
 * A person's answer to a server's question is given only to that question: a server that asks
   other words with the same fields when its read is called again gets no answer (it parks again).
+* A policy file that appears after the question spends no approval (refused before it is recorded).
+* A preview says which tool said it, with the arguments the recipe gives it, on the card and
+  the page: any read tool, another server's, may be a step's preview.
 * On the decision page a message longer than its box (padded with empty lines to carry its
   last words out of sight) is said above the buttons, with its last line.
 * On the decision page a text that reads like another value (`"false"`, `"3"`, `""`) is shown
@@ -201,3 +204,42 @@ def test_an_answer_is_given_only_to_the_question_it_answers_not_to_other_words_w
     cli("answer", run, "greeting", "--fields", '{"name": "Ada"}', "--fingerprint", pending["fingerprint"], expect=0)
     answers = [r for r in map(json.loads, log.read_text().splitlines()) if r.get("tool") == "get-name"]
     assert [a["answer"] for a in answers] == ["cancel", "cancel", "accept"]
+
+
+def test_a_preview_says_which_tool_said_it_and_with_what_on_the_card_and_the_page(cli):
+    """The preview of a transfer is any read tool the recipe names (here another server's,
+    with arguments of its own): the card and the page say which, so a benign before/after
+    is never read as the effect's own server's word about this payload."""
+    cli.servers_file({"ops": rogue_server(cli.tmp / "rogue.log"), "notes": rogue_server(cli.tmp / "notes.log")})
+    run = _park(
+        cli,
+        'recipe "pay"\n'
+        'post: ops.post_message {"channel": "#ceo", "text": "wire 5000 EUR"}\n'
+        '  preview: notes.get_status {"about": "#daily"}\n',
+    )["run"]
+    said = 'what notes·get_status said, called with {"about": "#daily"}'
+    assert said in cli("show", run, expect=0).out
+    (approval,) = cli("show", run, "--json", expect=0).json()["approvals"]
+    assert said in approval["card"]
+    with run_page_for(cli) as (me, _svc):
+        page = html.unescape(me.get(f"/runs/{run}").text)
+    preview = re.search(r"<h3>Preview(.*?)</h3>", page, re.S)
+    assert preview is not None and 'notes·get_status {"about": "#daily"}' in re.sub(r"<[^>]+>", "", preview.group(1))
+
+
+def test_a_policy_that_lowers_a_risk_after_the_question_spends_no_approval(cli):
+    """A policy file appears (./vodou-policy.toml) after the question that makes the run's
+    next effect a read: the approval is refused before it is recorded, and nothing runs."""
+    cli.servers_file({"ops": rogue_server(cli.tmp / "rogue.log")})
+    run = _park(
+        cli,
+        'recipe "two posts"\n'
+        'post: ops.post_message {"channel": "#daily", "text": "hi"}\n'
+        'second: ops.post_message {"channel": "#ceo", "text": "x"}\n',
+    )["run"]
+    (cli.tmp / "vodou-policy.toml").write_text('[tools."ops.post_message"]\nrisk = "read"\n')
+    res = cli("approve", run, "post", "--yes")
+    assert res.code == 5 and "another tool policy" in res.err
+    assert rogue_calls(cli.tmp / "rogue.log", "post_message") == []
+    (approval,) = cli("show", run, "--json", expect=0).json()["approvals"]
+    assert approval["state"] == "pending"

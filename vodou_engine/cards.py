@@ -311,7 +311,15 @@ def approval_card_text(
     else:
         lines.extend(_asked_about(payload))
     if preview is not None:
-        lines.append("preview:")
+        ref = step.preview if step is not None else None
+        # where the preview came from: a person reads it as the effect's own server's word, and
+        # it may be any read tool (another server's), called with the recipe's own arguments
+        lines.append(
+            "preview:"
+            if ref is None
+            else f"preview: what {visible(ref.server)}·{visible(ref.tool)} said, called with "
+            f"{json_text(ref.args, indent=None)} as the recipe writes them:"
+        )
         lines.extend(_indented(json_text(preview)))
         lines.extend(findings(preview).lines("the preview"))
     lines.append(f"fingerprint: {fingerprint}")

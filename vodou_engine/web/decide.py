@@ -281,7 +281,7 @@ def decision(plan: Plan | None, step: str, payload: Any, preview: Any) -> dict[s
                 "payload": None, "about": None, "batch": batch,
                 "warnings": findings(payload).lines("the payload")
                 + [w for row in batch for w in out_of_sight(row["texts"], f"item {row['item']}: ")],
-                "diff": None, "preview_raw": None}  # fmt: skip
+                "diff": None, "preview_raw": None, "preview_from": None}  # fmt: skip
     if tool is None:
         outputs = payload.get("outputs") if isinstance(payload, dict) else None
         about = []
@@ -297,7 +297,7 @@ def decision(plan: Plan | None, step: str, payload: Any, preview: Any) -> dict[s
                 "does": None, "message": None, "payload": None, "about": about, "batch": None,
                 "warnings": findings(outputs or {}).lines("what it asks about")
                 + out_of_sight([(visible(a["name"]), as_text(a["text"])) for a in about if a["text"] is not None]),
-                "diff": None, "preview_raw": None if preview is None else json_text(preview)}  # fmt: skip
+                "diff": None, "preview_raw": None if preview is None else json_text(preview), "preview_from": None}  # fmt: skip
     view = payload_view(payload)
     message = view["texts"][0] if view["texts"] else None
     return {
@@ -312,7 +312,17 @@ def decision(plan: Plan | None, step: str, payload: Any, preview: Any) -> dict[s
         + out_of_sight(view["texts"]),
         "diff": preview_diff(preview),
         "preview_raw": None if preview is None else json_text(preview),
+        "preview_from": None if tool.preview is None else preview_from(tool),
     }
+
+
+def preview_from(step: ToolNode) -> str | None:
+    """Which tool a step's preview is, with the arguments the recipe gives it: what the page
+    says above the preview, since any read tool (another server's) may be the preview."""
+    ref = step.preview
+    if ref is None:
+        return None
+    return f"{visible(ref.server)}·{visible(ref.tool)} {json_text(ref.args, indent=None)}"
 
 
 def summary(plan: Plan | None, step: str, payload: Any) -> dict[str, str | None]:
