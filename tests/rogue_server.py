@@ -50,10 +50,15 @@ Environment
     How each tool misbehaves, e.g. ``post_message=exit1,get_status=hang``;
     a tool not named is ``ok``. Keyed by the name a tool is listed under
     (see ``ROGUE_TOOLS``), or by its base name.
-``ROGUE_MODES_FILE``, ``ROGUE_TOOLS_FILE``, ``ROGUE_RPC_CODE_FILE``
+``ROGUE_MODES_FILE``, ``ROGUE_TOOLS_FILE``, ``ROGUE_RPC_CODE_FILE``, ``ROGUE_ANNOTATIONS_FILE``
     A file whose content, when it exists, is used instead of ``ROGUE_MODES`` /
     ``ROGUE_TOOLS`` / ``ROGUE_RPC_CODE``: what the server does can change between two starts while
     its configuration (and a run's binding to it) stays the same.
+``ROGUE_ANNOTATIONS``
+    Optional comma list of ``tool=destructive`` (annotated ``readOnlyHint: false,
+    destructiveHint: true``) or ``tool=readonly`` (``readOnlyHint: true``): the tool is
+    listed with those annotations instead of its own. With ``ROGUE_ANNOTATIONS_FILE`` a
+    test changes what a server declares between two starts, its binding unchanged.
 ``ROGUE_READS_TO_THE_END``
     When set, SIGTERM is ignored: the server reads its input until it ends and exits then, so
     every line the client wrote before closing its end (a ``notifications/cancelled`` among them)
@@ -511,8 +516,14 @@ def main() -> None:
         elif method == "tools/list":
             log({"event": "tools/list", "pid": PID})
             listing = []
+            declared = dict(pair.split("=", 1) for pair in setting("ROGUE_ANNOTATIONS").split(",") if "=" in pair)
             for name, base in tools.items():
                 tool = {"name": name, **TOOLS[base]}
+                said = declared.get(name) or declared.get(base)
+                if said == "destructive":
+                    tool["annotations"] = {"readOnlyHint": False, "destructiveHint": True}
+                elif said == "readonly":
+                    tool["annotations"] = {"readOnlyHint": True}
                 if (modes.get(name) or modes.get(base) or "").partition(":")[0] in UNSCHEMED:
                     tool.pop("outputSchema")
                 listing.append(tool)

@@ -41,6 +41,9 @@ Environment
 ``SDK_NOTES``
     The file ``notes.add`` appends to and ``notes.list`` reads (default: none,
     the notes live in memory).
+``SDK_ASK_FILE``
+    A file whose text, when it exists, ``get-name`` asks instead of "Whom should I greet?"
+    (the same fields): a test changes the server's words between two calls.
 """
 
 from __future__ import annotations
@@ -135,9 +138,18 @@ class Greeting(BaseModel):
     excited: bool = False
 
 
+def _asked() -> str:
+    """What ``get-name`` asks: ``SDK_ASK_FILE``'s text when it exists."""
+    words = os.environ.get("SDK_ASK_FILE", "")
+    if words and os.path.isfile(words):
+        with open(words, encoding="utf-8") as f:
+            return f.read()
+    return "Whom should I greet?"
+
+
 async def ask_name(ctx: Context) -> str:
     """Ask the user whom to greet, and greet them."""
-    answer = await ctx.elicit("Whom should I greet?", Greeting)
+    answer = await ctx.elicit(_asked(), Greeting)
     if isinstance(answer, AcceptedElicitation):
         log({"tool": "get-name", "answer": "accept", "content": answer.data.model_dump()})
         return f"hello {answer.data.name}" + ("!" if answer.data.excited else "")

@@ -25,7 +25,7 @@ from .errors import TamperedError
 from .plan import ApprovalNode, JoinNode, LoopNode, Plan, QuestionNode, ToolNode, WriteNode
 from .runtime.freeze import expiry_s, gives_its_fingerprint
 from .runtime.loops import split_copy
-from .text_safety import Findings, findings, json_text, visible
+from .text_safety import Findings, findings, json_text, shown, visible
 
 RISK_STYLE = {"read": "green", "write": "yellow", "critical": "bold red"}
 
@@ -194,10 +194,16 @@ def plan_card(
     from rich.console import Group
     from rich.text import Text
 
-    title = Text.assemble(("Here is how this would run: ", "bold"), (plan.recipe.name, "bold cyan"))
+    # Every piece goes through `shown`: a recipe's name, a server file's command line and a
+    # server's tool names are printed as they are, but never a control, bidirectional or
+    # other hidden character in them (an escape sequence, U+202E), which would drive the
+    # terminal or reorder the card instead of being read.
+    title = Text.assemble(("Here is how this would run: ", "bold"), (shown(plan.recipe.name), "bold cyan"))
     if source:
-        title.append(f"  ({source})", style="dim")
-    rows = plan_rows(plan, status, writer)
+        title.append(f"  ({shown(source)})", style="dim")
+    rows: list[tuple[Any, ...]] = [
+        (row[0], *(shown(v) if isinstance(v, str) else v for v in row[1:])) for row in plan_rows(plan, status, writer)
+    ]
     cells = [
         ("  " * i + ("⚠ " if gated else "  ") + step, addr)
         for i, label, step, addr, risk, why, gated in rows
@@ -230,13 +236,15 @@ def plan_card(
         notes.append(
             Text.assemble(
                 ("⚠ ", "bold yellow"),
-                (f"{step.server}·{step.tool}", "bold"),
+                (shown(f"{step.server}·{step.tool}"), "bold"),
                 f" {'cannot be undone' if step.risk == 'critical' else 'changes something outside vodou'}, so the run will stop and ask before `{step.id}` runs"
                 + (" (once, in one card listing every item's payload). " if step.id in looped else ". "),
                 (
                     "Write `without asking` under the step to opt out."
                     if step.risk != "critical"
-                    else f'Only the policy file can let it run without asking: [tools."{step.server}.{step.tool}"] allow_without_asking = true.',
+                    else shown(
+                        f'Only the policy file can let it run without asking: [tools."{step.server}.{step.tool}"] allow_without_asking = true.'
+                    ),
                     "dim",
                 ),
             )
@@ -245,13 +253,14 @@ def plan_card(
         if isinstance(node, ToolNode) and node.without_asking:
             notes.append(
                 Text(
-                    f"✗ `{node.id}` ({node.server}·{node.tool}, {node.risk}) will run WITHOUT ASKING.", style="bold red"
+                    shown(f"✗ `{node.id}` ({node.server}·{node.tool}, {node.risk}) will run WITHOUT ASKING."),
+                    style="bold red",
                 )
             )
     for name, command in (servers or {}).items():
-        notes.append(Text.assemble(("server ", "dim"), (name, "cyan"), (f" = {command}", "dim")))
+        notes.append(Text.assemble(("server ", "dim"), (shown(name), "cyan"), (f" = {shown(command)}", "dim")))
     if servers_note:
-        notes.append(Text(servers_note, style="dim"))
+        notes.append(Text(shown(servers_note), style="dim"))
     notes.append(Text(f"plan {plan.fingerprint[:19]}…", style="dim"))
     return Group(title, *lines, Text(""), *notes)
 
@@ -302,7 +311,15 @@ def approval_card_text(
     else:
         lines.extend(_asked_about(payload))
     if preview is not None:
-        lines.append("preview:")
+        ref = step.preview if step is not None else None
+        # where the preview came from: a person reads it as the effect's own server's word, and
+        # it may be any read tool (another server's), called with the recipe's own arguments
+        lines.append(
+            "preview:"
+            if ref is None
+            else f"preview: what {visible(ref.server)}·{visible(ref.tool)} said, called with "
+            f"{json_text(ref.args, indent=None)} as the recipe writes them:"
+        )
         lines.extend(_indented(json_text(preview)))
         lines.extend(findings(preview).lines("the preview"))
     lines.append(f"fingerprint: {fingerprint}")

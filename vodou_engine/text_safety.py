@@ -276,9 +276,12 @@ class Findings:
         self.mixed_direction = 0
         """Strings that hold right-to-left letters next to digits or Latin letters: a screen
         that lays out bidirectional text may show their parts in another order than sent."""
+        self.inexact: list[int] = []
+        """Whole numbers beyond ±2^53 (:data:`EXACT_INT`): sent exactly, but a server in
+        JavaScript (most published MCP servers) reads each as the nearest double, another number."""
 
     def __bool__(self) -> bool:
-        return bool(self.hidden or self.alike or self.respelled or self.mixed_direction)
+        return bool(self.hidden or self.alike or self.respelled or self.mixed_direction or self.inexact)
 
     def add(self, text: str, newlines: bool = True) -> None:
         """``newlines``: whether a newline or tab in this text counts (inside a JSON string it
@@ -335,6 +338,15 @@ class Findings:
                 f"⚠ {what} mixes right-to-left letters with numbers or Latin text in {n} string{'s' if n != 1 else ''}: "
                 "a screen that lays such text out right to left may show its parts in another order than they are sent; "
                 "the inbox shows them in the order they are sent, left to right"
+            )
+        if self.inexact:
+            n = len(self.inexact)
+            first = self.inexact[0]
+            out.append(
+                f"⚠ {what} holds {n} whole number{'s' if n != 1 else ''} beyond ±2^53, past what a server written in "
+                f"JavaScript reads exactly: {first} reads there as {as_double(first)}"
+                + (f" (and {n - 1} more)" if n > 1 else "")
+                + "; an id that large is safe only as text"
             )
         if self.respelled:
             n = sum(self.respelled.values())
@@ -394,7 +406,33 @@ def findings(value: Any, into: Findings | None = None, *, json: bool = True) -> 
     found = into if into is not None else Findings()
     for text in _strings(value):
         found.add(text, newlines=not json)
+    found.inexact.extend(_inexact_ints(value))
     return found
+
+
+EXACT_INT = 2**53
+"""Past this, whole numbers are no longer all exact as IEEE doubles, JavaScript's only numbers."""
+
+
+def as_double(n: int) -> str:
+    """The whole number a server in JavaScript reads for ``n``: the nearest double, exactly."""
+    try:
+        return str(int(float(n)))
+    except OverflowError:
+        return "Infinity" if n > 0 else "-Infinity"
+
+
+def _inexact_ints(value: Any) -> Iterable[int]:
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, int) and not isinstance(v, bool):
+            if abs(v) > EXACT_INT and as_double(v) != str(v):
+                yield v
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
 
 
 def _strings(value: Any) -> Iterable[str]:

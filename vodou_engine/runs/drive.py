@@ -154,6 +154,7 @@ class DriveMixin(ViewsMixin):
             on_change=on_change,
             clock=self.clock,
             end_relaxed=self.ends_relaxed,
+            policy=policy,
         )
         if hub is not None:
             return await go(hub=hub)

@@ -113,7 +113,9 @@ class Tools:
         Waits for the server to be up, then looks the tool up; raises
         NotSentError (nothing claimed, nothing called) when either fails.
         The idempotency key goes in when the tool's input schema has a place
-        for it (docs/safety.md).
+        for it and the payload left it empty (docs/safety.md): a payload that
+        sets the field itself showed that value on its card, so that value is
+        what is sent, never replaced by the run's key behind the card.
         """
         args = dict(payload) if isinstance(payload, dict) else payload
         if server == BUILTIN_SERVER:
@@ -123,7 +125,7 @@ class Tools:
         await self.hub.wait_ready()
         info = self.hub.tool(server, tool)  # UnknownToolError (a NotSentError) if renamed since the question
         field = key_field(info.input_schema)
-        if isinstance(args, dict) and field is not None:
+        if isinstance(args, dict) and field is not None and field not in args:
             args[field] = key
         return args
 

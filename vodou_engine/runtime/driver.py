@@ -12,18 +12,19 @@ says another process took the run, this one stops writing at once.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 import trio
 
 from ..binding import decode_bindings
-from ..errors import LostRunError
+from ..errors import LostRunError, PolicyMismatchError, ServerStartError
 from ..owners import LEASE_S, RENEW_EVERY_S
-from ..plan import Plan, WriteNode
+from ..plan import RISK_ORDER, Plan, ToolNode, WriteNode
+from ..policy import BUILTIN_SERVER, Policy, hints_from
 from ..reports import PendingApproval, RunReport, ServerStart, together_stats
-from ..states import ApprovalState, NodeState, RunState
+from ..states import TERMINAL_NODE_STATES, ApprovalState, NodeState, RunState
 from ..store import ApprovalRecord, EffectRecord, NodeRecord, RunRecord, RunStore
 from ..store.approvals import batch_indexes
 from .context import RunContext
@@ -53,8 +54,13 @@ async def drive(
     on_change: Callable[[str, str], None] | None = None,
     clock: Callable[[], float] = time.time,
     end_relaxed: bool = False,
+    policy: Policy | None = None,
 ) -> RunReport:
     """Drive ``run`` (already owned by ``owner``) until it parks or ends; its report.
+
+    ``policy``: for a stored run driven again, the policy it was started under: before
+    anything is called, every step still to run is assessed from what its server lists
+    now (:func:`declared_no_higher`).
 
     ``threads``: blocking calls on threads at once; ``at_once``: a loop's items at once when
     it says no ``at most`` (default: ``threads``).
@@ -106,6 +112,8 @@ async def drive(
             _keep_lease, store, run.id, owner, lost, lease_keeper.cancel_scope, journal.limiter, ending
         )
         try:
+            if restore and policy is not None and hub is not None:
+                await declared_no_higher(plan, restore[0], hub, policy, run.id)
             while True:
                 verdict = await scheduler.drive()
                 if verdict != RunState.PARKED:
@@ -139,6 +147,47 @@ async def drive(
     if pending is None:  # pragma: no cover - _finish ran, or the drive raised above
         pending = await trio.to_thread.run_sync(store.pending_approvals, run.id)
     return report(run, plan, verdict, journal, pending, getattr(hub, "started_in", None), scheduler.effects.asked_again)
+
+
+async def declared_no_higher(
+    plan: Plan, nodes: Mapping[str, NodeRecord], hub: Hub, policy: Policy, run_id: str
+) -> None:
+    """Refuse (PolicyMismatchError; the run is left interrupted, nothing called) a stored run
+    with a step still to run (or its ``preview:``/``check:``) whose server now declares its
+    tool riskier than the plan says: a read now annotated destructive would otherwise run
+    with no approval before it, and an approved ``write`` card would be spent on what is now
+    ``critical``. The plan's risks were assessed from the listing when the run started; a
+    server (reached by URL, or whose listing comes from data its binding does not cover)
+    may say otherwise by the time a person approves."""
+    try:
+        await hub.wait_ready()
+    except ServerStartError:
+        return  # the hub is closed: nothing can be called, and the calls say why, as before
+    done = {nid for nid, n in nodes.items() if n.state in TERMINAL_NODE_STATES}
+    for node in plan.nodes:
+        if not isinstance(node, ToolNode) or node.id in done:
+            continue
+        for what, server, tool, risk in (
+            ("", node.server, node.tool, node.risk),
+            *((f"'s {kind}", ref.server, ref.tool, ref.risk) for kind, ref in (("preview", node.preview), ("check", node.check)) if ref is not None),
+        ):  # fmt: skip
+            if server == BUILTIN_SERVER:
+                continue
+            listed = hub.tools(server).get(tool)
+            if listed is None:  # renamed since: its call fails as never sent
+                continue
+            now, why = policy.assess(server, tool, hints_from(listed))
+            if RISK_ORDER[now] > RISK_ORDER[risk]:
+                raise PolicyMismatchError(
+                    f"step `{node.id}`{what}: {server}.{tool} is {now} now ({why}), but the run was planned, and its "
+                    f"cards shown, with it as {risk}; nothing more was called",
+                    hint=f"cancel the run (recipe cancel {run_id}) and start a new one, which asks before it",
+                    run=run_id,
+                    step=node.id,
+                    tool=f"{server}.{tool}",
+                    risk=now,
+                    planned=risk,
+                )
 
 
 async def _keep_lease(

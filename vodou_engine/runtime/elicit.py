@@ -3,9 +3,11 @@
 A run has nobody at its elbow, and a call cannot stay open while a run waits days for an
 answer, so a question never waits inside the call. When a read's server asks:
 
-1. if a person already answered this step's question (the same server, tool and requested
-   schema), that answer is given, once per drive, and the supplying is logged
-   (``elicitation.supplied``);
+1. if a person already answered this step's question (the same server, tool, words and
+   requested schema: the question on the card they answered), that answer is given, once
+   per drive, and the supplying is logged (``elicitation.supplied``); a server that asks
+   other words with the same fields is asked about again, never given an answer to words
+   nobody read;
 2. else the server is told ``cancel``, the call's own answer is set aside (it is not the
    step's value), and the step parks with the question on a card: the server's words and
    the fields it wants (``cards.elicitation_card_text``), fingerprinted like any question.
@@ -92,11 +94,7 @@ class Elicitations:
         ]
         for a in sorted(answered, key=lambda a: a.asked_at, reverse=True):
             asked = msgspec.json.decode(a.payload_json).get(ELICITATION) or {}
-            if (asked.get("server"), asked.get("tool"), asked.get("schema")) != (
-                wanted["server"],
-                wanted["tool"],
-                wanted["schema"],
-            ):
+            if asked != wanted:  # its words too: an answer is given only to the question a person read
                 continue
             answer = msgspec.json.decode(a.reason)
             self.supplied.add(a.id)

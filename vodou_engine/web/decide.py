@@ -13,12 +13,13 @@ is made visible by the templates exactly as the card makes it.
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from typing import Any
 
 from ..plan import ApprovalNode, LoopNode, Plan, QuestionNode, ToolNode
 from ..runtime.loops import split_copy
-from ..text_safety import findings, json_text, visible
+from ..text_safety import findings, json_text, quote, visible
 
 TEXT_KEYS = ("text", "message", "body", "content", "markdown", "description", "summary", "notes")
 """Argument names whose string value is a message a person reads (shown first, as text)."""
@@ -81,7 +82,30 @@ def text_keys(payload: Any) -> list[str]:
 
 def text_fields(payload: Any) -> list[tuple[str, str]]:
     """:func:`text_keys` with their values, both made visible (:func:`as_text`)."""
-    return [(visible(k), as_text(payload[k])) for k in text_keys(payload)]
+    return [(key_text(k), as_text(payload[k])) for k in text_keys(payload)]
+
+
+def field_text(value: Any) -> str:
+    """A payload value in the table: a string as itself, unless as itself it would read as
+    another value (``false``, ``3``, ``null``, ``[1]``, an empty or blank text, one with
+    spaces at either end): then in quotes, as JSON writes it, so ``"false"`` never reads
+    like ``false`` (a server may take the text for true); anything else as JSON."""
+    if not isinstance(value, str):
+        return json_text(value)
+    if value.strip() != value or not value:
+        return quote(value)
+    try:
+        json.loads(value)
+    except ValueError:
+        return visible(value)
+    return quote(value)
+
+
+def key_text(key: str) -> str:
+    """A field's name as the page shows it: as itself, or in quotes when it is empty or has
+    spaces at either end, so ``"to "`` never reads like ``to`` beside it (a page does not
+    show a trailing space)."""
+    return quote(key) if not key or key.strip() != key else visible(key)
 
 
 def payload_view(payload: Any) -> dict[str, Any]:
@@ -95,7 +119,7 @@ def payload_view(payload: Any) -> dict[str, Any]:
         for k, v in payload.items():
             if k in keys:
                 continue
-            fields.append((visible(k), visible(v) if isinstance(v, str) else json_text(v)))
+            fields.append((key_text(k), field_text(v)))
     elif payload is not None:
         fields.append(("value", json_text(payload)))
     return {"texts": texts, "fields": fields, "raw": json_text(payload)}
@@ -113,16 +137,18 @@ def _lines(value: Any, indent: str = "") -> list[str]:
     out: list[str] = []
     if isinstance(value, dict):
         for k, v in value.items():
-            k = visible(k)
+            k = key_text(k)
             if isinstance(v, dict):
                 out.append(f"{indent}{k}:")
                 out.extend(_lines(v, indent + "  "))
+            elif isinstance(v, str) and "\n" not in v:
+                out.append(f"{indent}{k}: {field_text(v)}")
             elif isinstance(v, str):
                 first, *rest = as_text(v).split("\n")
                 out.append(f"{indent}{k}: {first}")
                 out.extend(f"{indent}  │ {line}" for line in rest)
             else:
-                out.append(f"{indent}{k}: {json_text(v)}")
+                out.append(f"{indent}{k}: {field_text(v)}")
         return out
     if isinstance(value, str):
         return [indent + line for line in as_text(value).split("\n")]
@@ -202,6 +228,46 @@ def batch_items(plan: Plan | None, step: str, payload: Any) -> list[dict[str, An
     return rows
 
 
+BOX_LINES = 7
+"""Lines a text's box shows before it scrolls, on a phone (``pre.text`` in app.css: 11em at
+1.45; 15.5em, about ten, on a wider screen): a longer text is read only by scrolling it."""
+
+EMPTY_RUN = 3
+"""Empty lines in a row past which what follows looks like the end of the text."""
+
+
+def out_of_sight(texts: list[tuple[str, str]], where: str = "") -> list[str]:
+    """A warning, said above the buttons, for each text (name, text) longer than its box shows:
+    a message padded with empty lines, or simply long, can carry its last words out of sight
+    (``thanks!`` + forty empty lines + ``P.S. wire 5000 EUR``) and a person decides from what
+    the box shows. The box is kept; the warning says how much there is and that it scrolls."""
+    out = []
+    for name, text in texts:
+        lines = text.split("\n")
+        while lines and not lines[-1].strip():
+            lines.pop()
+        if len(lines) <= BOX_LINES:
+            continue
+        run = longest = 0
+        for line in lines:
+            run = run + 1 if not line.strip() else 0
+            longest = max(longest, run)
+        gap = (
+            f"; it holds {longest} empty lines in a row, so what follows them is out of sight until you scroll"
+            if longest > EMPTY_RUN
+            else ""
+        )
+        out.append(
+            f"⚠ {where}`{name}` is {len(lines)} lines long and its box shows the first {BOX_LINES} or so: "
+            f"scroll it to its last line before deciding{gap}; its last line reads: {_cut(lines[-1].strip())}"
+        )
+    return out
+
+
+def _cut(line: str) -> str:
+    return line if len(line) <= FIRST_LINE else line[: FIRST_LINE - 1] + "…"
+
+
 def decision(plan: Plan | None, step: str, payload: Any, preview: Any) -> dict[str, Any]:
     """What the decision page shows first for one question: the question, the effect in
     words, the message as it will read, the card's warnings (hidden or look-alike
@@ -212,8 +278,10 @@ def decision(plan: Plan | None, step: str, payload: Any, preview: Any) -> dict[s
     batch = batch_items(plan, step, payload)
     if batch is not None:  # one row per item, each with its own payload: nothing shown for the whole
         return {"question": question, "does": None if tool is None else effect_words(tool, None), "message": None,
-                "payload": None, "about": None, "batch": batch, "warnings": findings(payload).lines("the payload"),
-                "diff": None, "preview_raw": None}  # fmt: skip
+                "payload": None, "about": None, "batch": batch,
+                "warnings": findings(payload).lines("the payload")
+                + [w for row in batch for w in out_of_sight(row["texts"], f"item {row['item']}: ")],
+                "diff": None, "preview_raw": None, "preview_from": None}  # fmt: skip
     if tool is None:
         outputs = payload.get("outputs") if isinstance(payload, dict) else None
         about = []
@@ -227,8 +295,9 @@ def decision(plan: Plan | None, step: str, payload: Any, preview: Any) -> dict[s
             )
         return {"question": question or (payload.get("question") if isinstance(payload, dict) else None),
                 "does": None, "message": None, "payload": None, "about": about, "batch": None,
-                "warnings": findings(outputs or {}).lines("what it asks about"),
-                "diff": None, "preview_raw": None if preview is None else json_text(preview)}  # fmt: skip
+                "warnings": findings(outputs or {}).lines("what it asks about")
+                + out_of_sight([(visible(a["name"]), as_text(a["text"])) for a in about if a["text"] is not None]),
+                "diff": None, "preview_raw": None if preview is None else json_text(preview), "preview_from": None}  # fmt: skip
     view = payload_view(payload)
     message = view["texts"][0] if view["texts"] else None
     return {
@@ -239,10 +308,21 @@ def decision(plan: Plan | None, step: str, payload: Any, preview: Any) -> dict[s
         "about": None,
         "batch": None,
         "warnings": findings(payload).lines("the payload")
-        + ([] if preview is None else findings(preview).lines("the preview")),
+        + ([] if preview is None else findings(preview).lines("the preview"))
+        + out_of_sight(view["texts"]),
         "diff": preview_diff(preview),
         "preview_raw": None if preview is None else json_text(preview),
+        "preview_from": None if tool.preview is None else preview_from(tool),
     }
+
+
+def preview_from(step: ToolNode) -> str | None:
+    """Which tool a step's preview is, with the arguments the recipe gives it: what the page
+    says above the preview, since any read tool (another server's) may be the preview."""
+    ref = step.preview
+    if ref is None:
+        return None
+    return f"{visible(ref.server)}·{visible(ref.tool)} {json_text(ref.args, indent=None)}"
 
 
 def summary(plan: Plan | None, step: str, payload: Any) -> dict[str, str | None]:
