@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import ctypes.util
 import logging
 import sys
 import threading
@@ -226,7 +225,7 @@ def _name_os_thread(name: str) -> None:
     if not sys.platform.startswith("linux"):
         return
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc = ctypes.CDLL(None)  # the process's own symbols, libc's among them (no ldconfig run)
         libc.prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME: 15 bytes and a NUL at most
     except (OSError, AttributeError):
         pass
