@@ -8,7 +8,9 @@ benchmarks/results/workers.json by default, prints a table on stderr), or
 ``--parts throughput`` (or boundary, approve, store) runs only those parts;
 ``python -m benchmarks.workers_bench profile-worker [N] [cpu]`` gives one warm
 worker, then the same-work floor's, N jobs at once and prints where their
-time goes: CPU per job by thread from /proc, and py-spy's samples when
+time goes: CPU per job by thread from /proc (a worker's engine thread is
+``vodou-engine``, its asyncio thread ``python``, the store's ``Trio thread N``),
+and py-spy's samples when
 ``py-spy`` is installed, else cProfile on every thread of the child timed by
 that thread's CPU clock (``profiled``; inflates CPU about 4×, read shares
 only); with ``cpu``, no profiler at all. ``--workers 1`` and ``--pairs N``

@@ -375,6 +375,21 @@ def test_save_nodes_upserts(store):
     assert nodes["b"].state == "pending"
 
 
+@pytest.mark.parametrize("size", [2, 3, 16, 17, 40])
+def test_a_batch_of_node_states_keeps_the_last_state_of_a_node_listed_twice(store, size):
+    """A small batch is one statement (store/runs.py), a large one a statement a row: both
+    leave each node in the last state the batch gives it, and write every other node."""
+    make_run(store)
+    store.save_nodes("r1", [NodeRecord("n00", "pending")])
+    batch = [NodeRecord(f"n{i:02d}", "running", None, None, T0 + i) for i in range(size - 1)]
+    batch.append(NodeRecord("n00", "succeeded", b'{"ok":true}', None, T0, T0 + 1, 1))
+    store.save_nodes("r1", batch)
+    nodes = store.get_nodes("r1")
+    assert set(nodes) == {f"n{i:02d}" for i in range(size - 1)}
+    assert nodes["n00"] == NodeRecord("n00", "succeeded", '{"ok":true}', None, T0, T0 + 1, 1)
+    assert all(nodes[f"n{i:02d}"] == NodeRecord(f"n{i:02d}", "running", None, None, T0 + i) for i in range(1, size - 1))
+
+
 def test_transaction_groups_writes(store):
     make_run(store)
     with store.transaction():
