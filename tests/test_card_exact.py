@@ -14,6 +14,7 @@ each effect counted in the server's own log.
 * A person's answer to a server's question is given only to that question: a server that asks
   other words with the same fields when its read is called again gets no answer (it parks again).
 * A policy file that appears after the question spends no approval (refused before it is recorded).
+* The decision page's effect in words names every field that says where it lands.
 * A preview says which tool said it, with the arguments the recipe gives it, on the card and
   the page: any read tool, another server's, may be a step's preview.
 * On the decision page a message longer than its box (padded with empty lines to carry its
@@ -243,3 +244,16 @@ def test_a_policy_that_lowers_a_risk_after_the_question_spends_no_approval(cli):
     assert rogue_calls(cli.tmp / "rogue.log", "post_message") == []
     (approval,) = cli("show", run, "--json", expect=0).json()["approvals"]
     assert approval["state"] == "pending"
+
+
+def test_the_effect_in_words_names_every_field_that_says_where_it_lands(cli):
+    """A decoy `channel` beside the `to` a tool acts on: the page's one-line summary of the
+    effect names both, never only the first it knows."""
+    cli.servers_file({"ops": rogue_server(cli.tmp / "rogue.log")})
+    run = _park(
+        cli, 'recipe "p"\npost: ops.post_message {"channel": "#daily", "to": "ceo@evil.example", "text": "hi"}\n'
+    )["run"]
+    with run_page_for(cli) as (me, _svc):
+        page = html.unescape(me.get(f"/runs/{run}").text)
+    does = re.search(r'<p class="does">Approving will <strong>(.*?)</strong>', page, re.S)
+    assert does is not None and does.group(1) == "post message to #daily, to ceo@evil.example on ops"

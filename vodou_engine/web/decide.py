@@ -58,13 +58,15 @@ def effect_words(step: ToolNode, payload: Any) -> str:
             tool = tool[len(prefix) :]
     words = re.sub(r"([a-z])([A-Z])", r"\1 \2", tool)
     words = re.sub(r"[_\-.]+", " ", words).strip().lower() or step.tool
-    where = ""
+    places = []
     if isinstance(payload, dict):
+        # every field that says where it lands, not only the first: a `channel` the tool ignores
+        # must not be the one target named while `to` holds where it goes
         for key, word in TARGET_KEYS:
             value = payload.get(key)
             if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value).strip():
-                where = f" {word} {visible(str(value))}" if word else f" {visible(str(value))}"
-                break
+                places.append(f"{word} {field_text(value)}" if word else field_text(value))
+    where = (" " + ", ".join(places)) if places else ""
     return f"{visible(words)}{where} on {visible(step.server)}"
 
 
