@@ -36,6 +36,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+import demo_zygote
 import pytest
 
 # Bytecode: the suite starts hundreds of interpreters (CLI processes, workers, racing store
@@ -70,6 +71,11 @@ def pytest_configure(config) -> None:
     )
     config.addinivalue_line(
         "markers",
+        "real_server_processes: start demo servers as their own interpreters, not forks of the test zygote"
+        " (a test that reads a server's /proc environment or process tree)",
+    )
+    config.addinivalue_line(
+        "markers",
         "postgres: needs PostgreSQL at $VODOU_TEST_PG; left out (deselected) when VODOU_TEST_STORE leaves postgres out",
     )
 
@@ -95,6 +101,34 @@ def pytest_collection_modifyitems(config, items) -> None:
     if left_out:
         config.hook.pytest_deselected(items=left_out)
         items[:] = [item for item in items if not item.get_closest_marker("postgres")]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def demo_zygote_for_this_process():
+    """Demo servers forked from one zygote per test process (tests/demo_zygote.py says why)."""
+    from vodou_engine.tools import process, stdio
+
+    zygote, sock = demo_zygote.start()
+    before = {k: os.environ.get(k) for k in (demo_zygote.ENV, "PYTHONPATH")}
+    os.environ[demo_zygote.ENV] = sock
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (demo_zygote.SITE, before["PYTHONPATH"]) if p)
+    demo_zygote.patch(process)
+    stdio.start = process.start
+    yield
+    for key, value in before.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    assert zygote.stdin is not None
+    zygote.stdin.close()
+    zygote.wait(timeout=30)
+
+
+@pytest.fixture(autouse=True)
+def _real_server_processes(request, monkeypatch):
+    if request.node.get_closest_marker("real_server_processes"):
+        monkeypatch.delenv(demo_zygote.ENV, raising=False)
 
 
 def pytest_generate_tests(metafunc) -> None:

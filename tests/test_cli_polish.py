@@ -445,6 +445,7 @@ def server_processes(demo_db: Path) -> list[int]:
     return found
 
 
+@pytest.mark.real_server_processes
 def test_ctrl_c_during_a_step_exits_130_leaves_it_resumable_and_no_server(cli):
     path = cli.tmp / "slow.recipe"
     path.write_text('recipe "slow"\na: board.query {"ms": 30000, "label": "slow"}\nb: vodou.echo {"value": 1}\n')

@@ -120,6 +120,7 @@ def approvals(cli, run: str) -> list[dict]:
 
 
 # --- 1, 4: preview on the card; a changed world makes the approval stale -------------
+@pytest.mark.real_server_processes
 def test_preview_is_on_the_card_and_a_changed_check_asks_again(cli, tmp_path):
     # the demo chat server: its preview and check read a channel the test then changes
     (cli.tmp / "mcp.json").unlink()

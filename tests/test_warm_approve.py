@@ -19,11 +19,16 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
 import trio
 from conftest import Cli, demo_calls
 from web_helpers import Serving
 
 from vodou_engine.runs.handoff import bind_listener, drive_warm, listening, socket_path
+
+# Which process posted (a server `recipe serve` started, or one the approving process did) is
+# read from the server's pid: the servers here are their own interpreters, not zygote forks.
+pytestmark = pytest.mark.real_server_processes
 
 
 def project(tmp: Path) -> Path:
