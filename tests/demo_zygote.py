@@ -11,7 +11,8 @@ and its calls are recorded in the demo world with its own pid.
 
 What the engine starts is rewritten in one place, ``tools.process.start``
 (:func:`patch`): ``python -m vodou_engine.demo.X ARGS`` becomes ``python -S
-demo_launch.py SOCKET vodou_engine.demo.X ARGS``. The server's configuration,
+demo_launch.py SOCKET vodou_engine.demo.X ARGS``, and ``python tests/sdk_server.py``
+likewise. The server's configuration,
 binding and card are untouched. In this process :func:`patch` is applied by
 conftest; processes the tests start get it through ``tests/zygote_site`` on
 ``PYTHONPATH`` (a server, started with the minimal environment, never does).
@@ -40,23 +41,25 @@ ENV = "DEMO_ZYGOTE"
 LAUNCH = str(Path(__file__).with_name("demo_launch.py"))
 SITE = str(Path(__file__).with_name("zygote_site"))
 DEMO_PREFIX = "vodou_engine.demo."
+SDK_SERVER = str(Path(__file__).with_name("sdk_server.py"))
+"""The suite's server on the SDK's own ``MCPServer``: forked too (its start is the same import)."""
 
 
 def rewrite(config):
     """``config`` started through the zygote when it is a demo server of this interpreter and one runs."""
     sock = os.environ.get(ENV)
     args = list(config.args)
-    if (
-        not sock
-        or config.command != sys.executable
-        or len(args) < 2
-        or args[0] != "-m"
-        or not args[1].startswith(DEMO_PREFIX)
-    ):
+    if not sock or config.command != sys.executable or not args:
+        return config
+    if len(args) >= 2 and args[0] == "-m" and args[1].startswith(DEMO_PREFIX):
+        target = args[1:]  # a module, run as ``python -m`` runs it
+    elif os.path.abspath(args[0]) == SDK_SERVER:
+        target = [SDK_SERVER, *args[1:]]  # a script, run as ``python SCRIPT`` runs it
+    else:
         return config
     import msgspec
 
-    return msgspec.structs.replace(config, args=["-S", LAUNCH, sock, *args[1:]])
+    return msgspec.structs.replace(config, args=["-S", LAUNCH, sock, *target])
 
 
 def patch(process_module) -> None:
@@ -99,10 +102,15 @@ def _child(request: dict, fds: list[int]) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
-        sys.argv = [request["module"], *request["args"]]
-        sys.path[0] = os.getcwd()
+        target = request["module"]
+        sys.argv = [target, *request["args"]]
         random.seed()
-        runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+        if target.endswith(".py"):
+            sys.path[0] = os.path.dirname(target)
+            runpy.run_path(target, run_name="__main__")
+        else:
+            sys.path[0] = os.getcwd()
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
     except SystemExit as exc:
         code = exc.code
     except BaseException:  # noqa: BLE001 - a fork must never return into the zygote's loop
