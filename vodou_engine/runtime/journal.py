@@ -397,16 +397,18 @@ class Journal:
 
     def _record(self, nid: str) -> NodeRecord:
         st = self.states[nid]
-        ready, started, ended = self.times[nid]
+        times = self.times  # ``times[nid]`` read in place: once per node per write, no tuple
+        i = times.slot[nid]
+        ready, started, ended = times.ready[i], times.started[i], times.ended[i]
         output = _json.encode(self.outputs[nid]) if st == _SUCCEEDED and nid in self.outputs else None
         return NodeRecord(
             node_id=nid,
             state=st,
             output_json=output,
             error=self.errors.get(nid),
-            started_at=started,
-            ended_at=ended,
-            ready_at=ready,
+            started_at=None if started != started else started,  # NaN: not known
+            ended_at=None if ended != ended else ended,
+            ready_at=None if ready != ready else ready,
         )
 
     async def effect_outcome(self, nid: str, finish: Callable[[], bool]) -> bool:
