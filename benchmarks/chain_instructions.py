@@ -15,9 +15,10 @@ processes of their own and not counted. Two runs of a layer agree within about 1
 Under valgrind the client runs some fifty times slower, so the run's timed writes of
 node states (every 0.25 s, ``runtime/journal.py``) come far more often, each with fewer
 nodes, than in a real run: their fixed cost per write weighs more here than it does.
-How often they come also follows the machine's load (a slower run, more writes): the
-``run`` figure of one tree moved from 1.60 M to 1.68 M instructions per call between a
-quiet machine and a load of 20. ``--no-flush`` leaves the timed writes out (the run's
+How often they come also follows the machine's load (a slower run, more writes), so
+the ``run`` figure moves with it by several percent (a tree whose step path counts 2 %
+fewer came out 5 % higher at a load of 20 than the tree before on a quiet machine).
+``--no-flush`` leaves the timed writes out (the run's
 states are still written, all at its end): that figure repeats within 0.1 % whatever the
 load, and it is the one to compare two trees' step path by.
 Needs ``valgrind`` (with ``callgrind_control``) on the PATH.
