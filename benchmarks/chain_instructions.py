@@ -15,12 +15,19 @@ processes of their own and not counted. Two runs of a layer agree within about 1
 Under valgrind the client runs some fifty times slower, so the run's timed writes of
 node states (every 0.25 s, ``runtime/journal.py``) come far more often, each with fewer
 nodes, than in a real run: their fixed cost per write weighs more here than it does.
+How often they come also follows the machine's load (a slower run, more writes), so
+the ``run`` figure moves with it by several percent (a tree whose step path counts 2 %
+fewer came out 5 % higher at a load of 20 than the tree before on a quiet machine).
+``--no-flush`` leaves the timed writes out (the run's
+states are still written, all at its end): that figure repeats within 0.1 % whatever the
+load, and it is the one to compare two trees' step path by.
 Needs ``valgrind`` (with ``callgrind_control``) on the PATH.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import shutil
@@ -45,8 +52,12 @@ def _counting(on: bool) -> None:
     )
 
 
-def child(layer: str, calls: int) -> int:
+def child(layer: str, calls: int, no_flush: bool = False) -> int:
     """Under callgrind: warm ``layer`` up, then count one chain of ``calls``."""
+    if no_flush:
+        from vodou_engine.runtime import journal
+
+        journal.FLUSH_EVERY_S = math.inf  # the flusher waits for ever; the drive's end writes all
     with tempfile.TemporaryDirectory(prefix="vodou-chain-instr-") as tmp_name:
         tmp = Path(tmp_name)
         store = open_bench_store(tmp / "runs.db")
@@ -79,7 +90,7 @@ def child(layer: str, calls: int) -> int:
     return 0
 
 
-def count(layer: str, calls: int) -> int:
+def count(layer: str, calls: int, no_flush: bool = False) -> int:
     """Instructions of one chain of ``calls`` on ``layer``, in a child process under callgrind."""
     with tempfile.TemporaryDirectory(prefix="vodou-chain-cg-") as tmp:
         proc = subprocess.run(
@@ -95,6 +106,7 @@ def count(layer: str, calls: int) -> int:
                 layer,
                 "--calls",
                 str(calls),
+                *(["--no-flush"] if no_flush else []),
             ],
             cwd=ROOT,
             capture_output=True,
@@ -110,10 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.chain_instructions", description=__doc__.splitlines()[0])
     p.add_argument("--calls", type=int, default=200)
     p.add_argument("--layers", default="sdk,hub.call,run", help=f"comma-separated, of: {', '.join(LAYERS)}")
+    p.add_argument("--no-flush", action="store_true", help="no timed writes of node states during a run")
     p.add_argument("--child", choices=LAYERS, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
-        return child(args.child, args.calls)
+        return child(args.child, args.calls, args.no_flush)
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         p.error("needs valgrind and callgrind_control on the PATH")
     layers = [x.strip() for x in args.layers.split(",")]
@@ -122,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown layer(s) {unknown}; known: {', '.join(LAYERS)}")
     per_call = {}
     for layer in layers:
-        per_call[layer] = count(layer, args.calls) / args.calls
+        per_call[layer] = count(layer, args.calls, args.no_flush) / args.calls
         base = per_call.get("sdk")
         ratio = f"{per_call[layer] / base:6.3f}× the SDK" if base else ""
         print(f"{layer:<16} {per_call[layer]:>12,.0f} instructions per call  {ratio}", flush=True)

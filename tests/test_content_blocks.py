@@ -85,6 +85,19 @@ def test_a_plain_text_answer_is_kept_once_and_structured_content_keeps_its_block
     assert quoted.value == "hi" and quoted.content == [{"type": "text", "text": '"hi"'}]
 
 
+def test_a_block_is_kept_as_the_sdk_dumps_it_whether_or_not_it_is_bare_text():
+    """A bare text block is written out without pydantic's dump (results._block_doc): the same
+    document, and a text block with annotations or ``_meta`` still keeps them."""
+    blocks = [
+        TextContent(type="text", text="plain"),
+        TextContent(type="text", text="meta", _meta={"k": 1}),
+        *_mixed().content,
+    ]
+    r = to_result(CallToolResult(content=blocks), 0.0)
+    assert r.content == [b.model_dump(mode="json", by_alias=True, exclude_none=True) for b in blocks]
+    assert r.content[1] == {"type": "text", "text": "meta", "_meta": {"k": 1}}
+
+
 def test_each_block_in_a_line_and_on_the_page():
     lines = [describe_block(b) for b in to_result(_mixed(), 0.0).content]
     assert lines == [

@@ -164,7 +164,8 @@ def lookup(ref: Ref, resolve: Callable[[str], Any], content: Callable[[str], Any
     (``content(name)``) when its value is not an object with a ``content`` field of its own:
     a recipe that reads such a field today keeps reading it."""
     value = resolve(ref.name)
-    if content is not None and ref.path[:1] == (CONTENT,) and not (isinstance(value, dict) and CONTENT in value):
+    path = ref.path
+    if content is not None and path and path[0] == CONTENT and not (isinstance(value, dict) and CONTENT in value):
         blocks = content(ref.name)
         if blocks is not None:
             return lookup_path(blocks, Ref(ref.name, ref.path[1:], ref.start, ref.end), (CONTENT,))
@@ -180,7 +181,7 @@ def render(value: Any, resolve: Callable[[str], Any], content: Callable[[str], A
     None when it has none (see :func:`lookup`).
     """
     if isinstance(value, str):
-        parts = parts_of(value)
+        parts = _parsed(value) if len(value) <= _CACHED_CHARS else parse(value)  # parts_of, one call less
         if len(parts) == 1 and isinstance(parts[0], Ref):
             return lookup(parts[0], resolve, content)
         out = []

@@ -11,6 +11,7 @@ store, and :meth:`Tools.effect` hands back the hub's answer untouched for
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -25,6 +26,7 @@ from .threads import Blocking
 if TYPE_CHECKING:
     from ..tools.hooks import CallHooks
     from ..tools.hub import Hub
+    from ..tools.results import ToolResult
 
 
 class Tools:
@@ -71,9 +73,27 @@ class Tools:
                 tool=tool,
                 timeout=timeout,
             )
+        return self.read_value(server, tool, await self.hub_call(server, tool, args, timeout=timeout, hooks=hooks))
+
+    def hub_call(
+        self,
+        server: str,
+        tool: str,
+        args: dict[str, Any],
+        *,
+        timeout: float | None = None,
+        hooks: CallHooks | None = None,
+    ) -> Coroutine[Any, Any, ToolResult]:
+        """``Hub.call`` for a read, not yet awaited: the caller awaits the hub's own coroutine, so
+        no frame of this class is passed through each time the call waits (a chain's step)."""
         if self.hub is None:
             raise NotSentError(f"no server session for {server}", server=server)
-        result = await self.hub.call(server, tool, args, timeout=timeout, hooks=hooks)
+        return self.hub.call(server, tool, args, timeout=timeout, hooks=hooks)
+
+    @staticmethod
+    def read_value(server: str, tool: str, result: ToolResult) -> tuple[Any, list[Any] | None]:
+        """A read's value and content blocks, from the hub's answer; ToolError (the step fails)
+        when it is an error."""
         if result.is_error:
             code = f" (JSON-RPC error {result.error_code})" if result.error_code is not None else ""
             raise ToolError(

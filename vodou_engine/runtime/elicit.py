@@ -55,6 +55,9 @@ class Elicitations:
         self.supplied: set[str] = set()
         """Answers (approval ids) given to a server in this drive: each is given once."""
         self._seen: list[ApprovalRecord] | None = None
+        self._indexed: list[ApprovalRecord] | None = None
+        self._asked_of: frozenset[str] = frozenset()
+        """The steps ``_indexed`` (the approvals last looked at) holds a question of any kind for."""
 
     def forget(self) -> None:
         """Decisions arrived (a wake-up), or a question was stored: read the run's questions again."""
@@ -125,6 +128,19 @@ class Elicitations:
             data_json=_json.encode(data).decode(),
         )
         return Answer("cancel")
+
+    def none_asked(self, nid: str) -> bool:
+        """Known without a wait: the run's questions as read this drive hold none for this step,
+        so :meth:`still_waiting` would find nothing. One set lookup per read, where looking
+        through every question of the run would be one pass per read; False when they are
+        still to be read (then :meth:`still_waiting` reads them)."""
+        seen = self.gates.seen if self.gates.seen is not None else self._seen
+        if seen is None:
+            return False
+        if seen is not self._indexed:  # read again since (a wake-up, a question stored)
+            self._indexed = seen
+            self._asked_of = frozenset(a.node_id for a in seen)
+        return nid not in self._asked_of
 
     async def still_waiting(self, node: ToolNode) -> bool:
         """The step's question is on a card nobody has answered (and it has not expired): the

@@ -179,6 +179,8 @@ class Journal:
         """Per node, the latest progress not yet written as a ``progress`` event."""
         self._progress_written: dict[str, int] = {}
         self._flush_wanted = trio.Event()
+        self._flush_asked = False
+        """Whether ``_flush_wanted`` is set already: a change then costs no call to set it again."""
         self.limiter = trio.CapacityLimiter(1)
         """The one thread at a time this drive uses the store from (the store is not thread-safe):
         every store call of the drive, the lease keeper's too, goes through it."""
@@ -224,9 +226,29 @@ class Journal:
         if error is not None:
             self.errors[nid] = error
         self._dirty[nid] = None
-        self._flush_wanted.set()
+        if not self._flush_asked:
+            self._flush_asked = True
+            self._flush_wanted.set()
         if self.on_change is not None:
             self.on_change(nid, state)
+
+    def begin(self, nid: str) -> None:
+        """``set(nid, RUNNING)``: the step's work starts now. Written out for the step a task
+        takes (a chain's read, once per step), where the general case's choices would be
+        made for nothing."""
+        states = self.states
+        prev = states[nid]
+        states[nid] = _RUNNING
+        if prev != _RUNNING and nid in self.watched:
+            self.watch(nid, prev, _RUNNING)
+        times = self.times
+        times.started[times.slot[nid]] = self.clock()
+        self._dirty[nid] = None
+        if not self._flush_asked:
+            self._flush_asked = True
+            self._flush_wanted.set()
+        if self.on_change is not None:
+            self.on_change(nid, _RUNNING)
 
     def mark(self, nid: str, state: str) -> None:
         """An in-memory step not worth a write (a node about to start, a gate about to ask again)."""
@@ -246,7 +268,9 @@ class Journal:
             doc["message"] = message[:PROGRESS_MESSAGE_CHARS]
         if self._progress_written.get(nid, 0) < PROGRESS_EVENTS_PER_NODE:
             self._progress[nid] = doc
-            self._flush_wanted.set()
+            if not self._flush_asked:
+                self._flush_asked = True
+                self._flush_wanted.set()
         if self.on_progress is not None:
             self.on_progress(nid, doc)
 
@@ -278,7 +302,13 @@ class Journal:
             )
 
     def ready(self, nid: str) -> None:
-        """The node could start now (it may still wait for a thread)."""
+        """The node could start now (it may still wait for a thread): ``running`` in memory, not
+        worth a write (that comes when its work starts), and its ready time is now."""
+        states = self.states
+        prev = states[nid]
+        states[nid] = _RUNNING
+        if prev != _RUNNING and nid in self.watched:
+            self.watch(nid, prev, _RUNNING)
         times = self.times
         times.ready[times.slot[nid]] = self.clock()
 
@@ -367,16 +397,18 @@ class Journal:
 
     def _record(self, nid: str) -> NodeRecord:
         st = self.states[nid]
-        ready, started, ended = self.times[nid]
+        times = self.times  # ``times[nid]`` read in place: once per node per write, no tuple
+        i = times.slot[nid]
+        ready, started, ended = times.ready[i], times.started[i], times.ended[i]
         output = _json.encode(self.outputs[nid]) if st == _SUCCEEDED and nid in self.outputs else None
         return NodeRecord(
             node_id=nid,
             state=st,
             output_json=output,
             error=self.errors.get(nid),
-            started_at=started,
-            ended_at=ended,
-            ready_at=ready,
+            started_at=None if started != started else started,  # NaN: not known
+            ended_at=None if ended != ended else ended,
+            ready_at=None if ready != ready else ready,
         )
 
     async def effect_outcome(self, nid: str, finish: Callable[[], bool]) -> bool:
@@ -431,6 +463,7 @@ class Journal:
             await self._flush_wanted.wait()
             await trio.sleep(FLUSH_EVERY_S)
             self._flush_wanted = trio.Event()
+            self._flush_asked = False
             if self._dirty or self._progress:
                 await self.db(None)
 

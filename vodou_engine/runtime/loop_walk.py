@@ -80,6 +80,7 @@ class LoopWalk:
         def _after(self, nid: str) -> None: ...
         def _drop_members(self, items: list[list[str]], why: str) -> list[str]: ...
         def _resolve(self, name: str) -> Any: ...
+        def _content(self, name: str) -> list[Any] | None: ...
         def render(self, args: dict[str, Any]) -> Any: ...
 
     # --- loops ---------------------------------------------------------------------------
@@ -497,7 +498,9 @@ class LoopWalk:
         if not args:
             return {}  # what rendering no arguments gives, without the walk
         scope = self.scope.get(nid)
-        return self.render(args) if scope is None else self._render_in(scope, args)
+        if scope is None:  # what ``render`` does, one call less (every read step comes here)
+            return template.render(args, self._resolve, self._content)
+        return self._render_in(scope, args)
 
 
 class _Everything(dict[str, Any]):

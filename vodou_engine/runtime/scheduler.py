@@ -240,8 +240,7 @@ class Scheduler(LoopWalk):
         if isinstance(node, LoopNode):
             self._open_loop(node)
             return
-        self.journal.mark(nid, RUNNING)
-        self.journal.ready(nid)
+        self.journal.ready(nid)  # running in memory: it cannot start twice
         if isinstance(node, ToolNode) and (blocks := _builtin_read(node)) is not None:
             if blocks:
                 self._submit(node)
@@ -454,10 +453,26 @@ class Scheduler(LoopWalk):
     async def _run(self, node: ToolNode | WriteNode | ApprovalNode | QuestionNode) -> None:
         """A node's task. A chain of hub reads goes on in it, one read after another: a step
         costs no task of its own (spawn, first pass of the run loop, exit), and each read
-        still waits for its reply, so the other tasks get their turn as before."""
+        still waits for its reply, so the other tasks get their turn as before.
+
+        A hub read no quorum can drop (the whole of a chain) runs right here, what
+        :meth:`_run_one` and :meth:`_step` do for it written out: each frame between this
+        task and the call is passed through again every time the call waits (its write,
+        its reply), so the chain's step keeps to one (:meth:`_hub_or_builtin_read`)."""
         next_node: ToolNode | WriteNode | ApprovalNode | QuestionNode | None = node
         while next_node is not None:
-            next_node = await self._run_one(next_node)
+            nid = next_node.id
+            if nid in self.droppable or nid in self.absorbed or not _hub_read(next_node):
+                next_node = await self._run_one(next_node)
+                continue
+            self.journal.begin(nid)
+            try:
+                await self._hub_or_builtin_read(next_node)
+            except LostRunError:
+                raise  # not this step's failure: the whole drive must stop
+            except STEP_ERRORS as exc:
+                self.journal.set(nid, FAILED, error=str(exc))
+            next_node = self._after_in_task(nid)
 
     async def _run_one(self, node: ToolNode | WriteNode | ApprovalNode | QuestionNode) -> ToolNode | None:
         """Run one node, in a cancel scope of its own when a quorum may drop it; the read
@@ -515,44 +530,53 @@ class Scheduler(LoopWalk):
             journal.set(node.id, FAILED, error=str(exc))
 
     async def _hub_or_builtin_read(self, node: ToolNode) -> None:
-        """A read step; one whose server asked a question nobody has answered yet parks with it
-        (``runtime/elicit.py``), whatever the call then answered."""
+        """A read step: its own timeout, and its retries with a pause that doubles (an
+        effect never comes here: it is never tried again by itself). One whose server asked
+        a question nobody has answered yet parks with it (``runtime/elicit.py``), whatever
+        the call then answered."""
         elicit = self.elicit
-        if node.server != BUILTIN_SERVER and await elicit.still_waiting(node):
+        nid = node.id
+        hub = node.server != BUILTIN_SERVER
+        if hub and not elicit.none_asked(nid) and await elicit.still_waiting(node):
             return
         try:
-            out, content = await self._read(node)
+            args = self._render_for(nid, node.args)
+            pause = RETRY_PAUSE_S
+            attempt = 0
+            while True:
+                try:
+                    if hub:  # the hub's call awaited here: no frame of ``Tools`` in between
+                        out, content = self.tools.read_value(
+                            node.server,
+                            node.tool,
+                            await self.tools.hub_call(
+                                node.server, node.tool, args, timeout=node.timeout_s, hooks=elicit.hooks(node)
+                            ),
+                        )
+                    else:
+                        out, content = await self.tools.read_whole(node.server, node.tool, args, timeout=node.timeout_s)
+                    break
+                except ToolError as exc:
+                    if attempt == node.retries or nid in elicit.asked:
+                        if node.retries:
+                            exc.message = f"{exc.message} (tried {node.retries + 1} times)"
+                        raise
+                    await trio.sleep(pause)
+                    pause = min(pause * 2, RETRY_PAUSE_MAX_S)
+                    attempt += 1
         except STEP_ERRORS:
-            question = elicit.asked.pop(node.id, None)
+            question = elicit.asked.pop(nid, None)
             if question is None:
                 raise
             await elicit.park(node, question)
             return
-        question = elicit.asked.pop(node.id, None)
-        if question is not None:
-            await elicit.park(node, question)
-            return
+        if elicit.asked:
+            question = elicit.asked.pop(nid, None)
+            if question is not None:
+                await elicit.park(node, question)
+                return
         crashpoint("reads")
-        self.journal.set(node.id, SUCCEEDED, output=out, content=content)
-
-    async def _read(self, node: ToolNode) -> tuple[Any, list[Any] | None]:
-        """A read step: its own timeout, and its retries with a pause that doubles (an
-        effect never comes here: it is never tried again by itself)."""
-        args = self._render_for(node.id, node.args)
-        pause = RETRY_PAUSE_S
-        for attempt in range(node.retries + 1):
-            try:
-                return await self.tools.read_whole(
-                    node.server, node.tool, args, timeout=node.timeout_s, hooks=self.elicit.hooks(node)
-                )
-            except ToolError as exc:
-                if attempt == node.retries or node.id in self.elicit.asked:
-                    if node.retries:
-                        exc.message = f"{exc.message} (tried {node.retries + 1} times)"
-                    raise
-                await trio.sleep(pause)
-                pause = min(pause * 2, RETRY_PAUSE_MAX_S)
-        raise AssertionError("unreachable")  # pragma: no cover
+        self.journal.set(nid, SUCCEEDED, output=out, content=content)
 
     def _resolve(self, name: str) -> Any:
         outputs = self.journal.outputs
