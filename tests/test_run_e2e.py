@@ -99,14 +99,47 @@ def test_twenty_concurrent_approvals_execute_once(cli):
     assert post["mode"] == "ok" and post["arguments"]["text"] == "once"
 
 
-def test_post_fanout_branches_overlap_on_the_servers(cli):
+def test_post_fanout_runs_each_branch_once_on_its_own_server(cli):
     res = cli("run", RECIPES / "post-fanout.recipe", "--json", expect=0)
     assert res.json()["state"] == "succeeded"
     calls = [c for c in demo_calls(cli.demo_db, tool="query") if c["server"] in ("board", "recall", "proc")]
     assert sorted(c["server"] for c in calls) == ["board", "proc", "recall"]
-    # every pair of branches was in flight at the same moment on the server side
-    assert max(c["started"] for c in calls) < min(c["ended"] for c in calls)
-    assert {c["arguments"]["ms"] for c in calls} == {412, 268, 83}
+    assert {c["server"]: c["arguments"]["ms"] for c in calls} == {"board": 412, "recall": 268, "proc": 83}
+
+
+def test_branches_on_three_servers_are_in_flight_at_once(cli, tmp_path):
+    """Without a clock: each call can only end once the next server's call has arrived.
+
+    ``board`` returns when a call arrives at ``recall`` (fifo ``one``); ``recall``'s
+    arrival is written into ``one`` and it then returns when a call arrives at ``proc``
+    (fifo ``two``); ``proc`` arrives by writing into ``two``. A fifo's write waits for
+    its reader, so if the engine ran any of the three only after another had ended the
+    run would never end (the cli's timeout fails the test): all three were in flight
+    at the same moment, on three server processes."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    os.mkfifo(one)
+    os.mkfifo(two)
+
+    def lab(name: str, arrivals: Path | None) -> dict:
+        env = {"VODOU_DEMO_DB": str(cli.demo_db), "VODOU_DEMO_NAME": name}
+        if arrivals is not None:
+            env["VODOU_DEMO_ARRIVALS"] = str(arrivals)
+        return {"command": sys.executable, "args": ["-m", "vodou_engine.demo.lab_server"], "env": env}
+
+    servers = cli.servers_file({"board": lab("board", None), "recall": lab("recall", one), "proc": lab("proc", two)})
+    recipe = tmp_path / "rendezvous.recipe"
+    recipe.write_text(
+        "together:\n"
+        f'  board: board.get_arrival {{"fifo": "{one}"}}\n'
+        f'  recall: recall.get_arrival {{"fifo": "{two}"}}\n'
+        '  proc: proc.query {"ms": 0, "label": "proc"}\n'
+        "then:\n"
+        "  note: write what arrived from {board, recall, proc}\n"
+    )
+    res = cli("run", recipe, "--servers", servers, "--json", expect=0)
+    assert res.json()["state"] == "succeeded"
+    outputs = {n["node"]: n.get("output") for n in cli("show", res.json()["run"], "--json", expect=0).json()["nodes"]}
+    assert "recall.get_arrival" in json.dumps(outputs["board"]) and "proc.query" in json.dumps(outputs["recall"])
 
 
 def test_blocking_builtin_branches_run_on_real_threads(cli, tmp_path):
