@@ -351,3 +351,41 @@ def test_when_no_thread_can_start_every_waiting_call_fails_saying_why(monkeypatc
         assert pool.workers == 0 and not pool.queued
 
     trio.run(main)
+
+
+def test_a_wide_fan_out_writes_the_states_of_its_ended_calls_while_it_waits_for_the_rest(tmp_path, monkeypatch):
+    """While a drive has nothing to do but wait for its threads, the states of the calls
+    that ended are written then, not all at the run's end (which waits for the last call
+    anyway): the end has only the last calls' states left to write."""
+    from vodou_engine.compiler import compile_recipe
+    from vodou_engine.runs import Runs
+    from vodou_engine.runtime import builtin, journal
+    from vodou_engine.store.runs import RunsMixin
+
+    monkeypatch.setattr(journal, "FLUSH_EVERY_S", 3600.0)  # no write on the clock during the run
+    written_meanwhile = threading.Event()
+    batches: list[int] = []
+    save_nodes, sleep = RunsMixin.save_nodes, builtin.sleep
+
+    def watched_save(self, run_id, records, **kwargs):
+        records = list(records)
+        batches.append(len(records))
+        if len(records) >= 64:
+            written_meanwhile.set()
+        return save_nodes(self, run_id, records, **kwargs)
+
+    def held_sleep(args):
+        if args.get("label") == "last":
+            written_meanwhile.wait(SAFETY)  # the run goes on after SAFETY without the write, and fails below
+        return sleep(args)
+
+    monkeypatch.setattr(RunsMixin, "save_nodes", watched_save)
+    monkeypatch.setitem(builtin.TOOLS, "sleep", (held_sleep, True))
+    branches = "".join(f'  b{i}: vodou.sleep {{"ms": 0}}\n' for i in range(100))
+    plan = compile_recipe(f'recipe "wide"\ntogether all:\n{branches}  last: vodou.sleep {{"ms": 0, "label": "last"}}\n')
+    runs = Runs(store=tmp_path / "runs.db", servers={})
+    report = trio.run(lambda: runs.start(plan, actor="t"))
+    runs.close()
+    assert report.state == "succeeded"
+    assert written_meanwhile.is_set(), batches
+    assert batches[-1] < 64  # the end wrote what was left: the last call, the join
