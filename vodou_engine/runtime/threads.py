@@ -12,9 +12,10 @@ up: waking a thread is what a wide fan-out waits for most (each one needs its
 turn at the GIL), and a thousand of them woken one after another take longer
 than setting up a thousand branches, so the first ones work while the rest
 are still being set up, as a ``ThreadPoolExecutor`` hands out its first calls
-while later ones are still being submitted. (Started in one batch after the
-set-up, 1,000 branches of 10 ms took about 1.3 times a warm pool's wall; as
-they are queued, about 1.15: benchmarks case d.)
+while later ones are still being submitted. (1,000 branches of 10 ms against a
+warm pool, benchmarks case d, alternated in one process on a shared 2-core
+machine: the engine's wall fell by about a tenth against starting the threads
+in one batch once every branch was set up.)
 
 The threads come from trio's own thread cache (``start_thread_soon``): shared
 by every run in the process, kept warm between runs, and daemon threads, so an
