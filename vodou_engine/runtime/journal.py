@@ -3,8 +3,7 @@
 The scheduler, the gates and the effects all change node states through
 :meth:`Journal.set`; nothing else writes them. Node states are batched:
 written ahead of the next store call, in its thread hop, and otherwise at
-most every FLUSH_EVERY_S while the run moves (sooner when the drive only waits
-for its threads: :meth:`Journal.write_soon`), so a chain of reads costs a
+most every FLUSH_EVERY_S while the run moves, so a chain of reads costs a
 transaction and a thread hop a quarter of a second instead of one every
 few steps. A crash may then repeat the reads of that last moment, which the
 contract allows (reads are at least once). Nothing a promise rests on waits
@@ -180,7 +179,6 @@ class Journal:
         """Per node, the latest progress not yet written as a ``progress`` event."""
         self._progress_written: dict[str, int] = {}
         self._flush_wanted = trio.Event()
-        self._flush_now = trio.Event()
         self.limiter = trio.CapacityLimiter(1)
         """The one thread at a time this drive uses the store from (the store is not thread-safe):
         every store call of the drive, the lease keeper's too, goes through it."""
@@ -427,24 +425,11 @@ class Journal:
         self.store.save_nodes(self.run_id, batch, owner=self.owner)
         self._save_contents([r.node_id for r in batch if r.node_id in self._unsaved_content])
 
-    @property
-    def unsaved(self) -> int:
-        """How many node states wait for a write."""
-        return len(self._dirty)
-
-    def write_soon(self) -> None:
-        """Write the states waiting now without waiting out FLUSH_EVERY_S (once the flusher
-        gets its turn): for a drive with nothing else to do until its threads answer, so
-        that its end, which waits for the last of them anyway, has fewer left to write."""
-        self._flush_now.set()
-
     async def flusher(self) -> None:
         """Writes node states in batches while the run moves; cancel it when the drive ends."""
         while True:
             await self._flush_wanted.wait()
-            with trio.move_on_after(FLUSH_EVERY_S):
-                await self._flush_now.wait()
-            self._flush_now = trio.Event()
+            await trio.sleep(FLUSH_EVERY_S)
             self._flush_wanted = trio.Event()
             if self._dirty or self._progress:
                 await self.db(None)

@@ -73,10 +73,6 @@ if TYPE_CHECKING:
 # Steps that cannot wait (non-blocking built-ins) run in one shared task, at
 # most this many in a row before it lets the other tasks in.
 INLINE_BUDGET = 256
-WRITE_WHILE_WAITING = 64
-"""Node states waiting for a write that the drive writes at once, rather than within
-journal.FLUSH_EVERY_S, when it waits for blocking calls with nothing else to do: a wide
-fan-out's end then has only the last calls' states left to write."""
 RETRY_PAUSE_S = 0.5
 """The first pause before a read step is tried again; it doubles each time, up to RETRY_PAUSE_MAX_S."""
 RETRY_PAUSE_MAX_S = 30.0
@@ -317,15 +313,9 @@ class Scheduler(LoopWalk):
             self.work.start_soon(self._collect)
 
     async def _collect(self) -> None:
-        journal = self.journal
-        threads = self.threads
         try:
             while self.jobs:
-                if not threads.finished and journal.unsaved >= WRITE_WHILE_WAITING:
-                    # Nothing to do until a thread answers: the states of the calls that
-                    # ended so far are written meanwhile, not all at the run's end.
-                    journal.write_soon()
-                for job in await threads.collect():
+                for job in await self.threads.collect():
                     nid = job.tag
                     if self.jobs.pop(nid, None) is None:
                         continue  # dropped by a quorum decided earlier in this batch
