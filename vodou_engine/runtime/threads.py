@@ -7,15 +7,9 @@ traffic it causes cost several times the calls themselves. Here a finished
 call only queues itself, and the first of a burst asks trio to drain the
 queue: one wake-up reschedules every task whose call ended meanwhile.
 
-A worker is started as its call is queued, not once the whole wave is set
-up: waking a thread is what a wide fan-out waits for most (each one needs its
-turn at the GIL), and a thousand of them woken one after another take longer
-than setting up a thousand branches, so the first ones work while the rest
-are still being set up, as a ``ThreadPoolExecutor`` hands out its first calls
-while later ones are still being submitted. (1,000 branches of 10 ms against a
-warm pool, benchmarks case d, alternated in one process on a shared 2-core
-machine: the engine's wall fell by about a tenth against starting the threads
-in one batch once every branch was set up.)
+Threads are started in batches too, once the tasks that are ready have all
+had their turn: a worker woken early would only take the GIL from the trio
+thread while it is still setting up, or finishing, the other branches.
 
 The threads come from trio's own thread cache (``start_thread_soon``): shared
 by every run in the process, kept warm between runs, and daemon threads, so an
@@ -63,6 +57,7 @@ class Blocking:
         self.lock = threading.Lock()  # a worker's take-or-exit against a caller's cancel
         self.queued: deque[Job] = deque()  # waiting for a worker
         self.done: deque[Job] = deque()  # appended to by workers
+        self.start_asked = False
         self.drain_asked = False
         self.token: trio.lowlevel.TrioToken | None = None
         self.finished: list[Job] = []  # ended submitted calls, for collect()
@@ -115,14 +110,25 @@ class Blocking:
         with self.lock:
             self.queued.append(job)
             short = self.workers < self.limit
-            if short:
-                self.workers += 1
-        if short:
+        if short and not self.start_asked:
+            # Workers start in a later pass of the run loop: after every task that
+            # is ready now (more callers, or the callers of calls just drained)
+            # has had its turn.
+            self.start_asked = True
+            self.token.run_sync_soon(self._start)
+        return job
+
+    def _start(self) -> None:
+        self.start_asked = False
+        with self.lock:
+            n = min(self.limit - self.workers, len(self.queued))
+            self.workers += n
+        for started in range(n):
             try:
                 start_thread_soon(self._work, _ignore)
             except RuntimeError as exc:  # the system would not start another thread (a process or memory limit)
-                self._short_of_threads(1, exc)
-        return job
+                self._short_of_threads(n - started, exc)
+                return
 
     def _short_of_threads(self, missing: int, exc: RuntimeError) -> None:
         """Fewer workers than counted could start: the ones running take the whole queue
