@@ -192,10 +192,10 @@ def render(value: Any, resolve: Callable[[str], Any], content: Callable[[str], A
             else:
                 out.append(p)
         return "".join(out)
+    # a number, true/false or null holds no reference: kept without a call (a loop's list
+    # written in place may hold thousands; a thousand branches' `{"ms": 10}` a call each)
     if isinstance(value, dict):
-        return {k: render(v, resolve, content) for k, v in value.items()}
+        return {k: v if type(v) in _PLAIN else render(v, resolve, content) for k, v in value.items()}
     if isinstance(value, list):
-        # a number, true/false or null holds no reference: kept without a call (a loop's list
-        # written in place may hold thousands)
         return [v if type(v) in _PLAIN else render(v, resolve, content) for v in value]
     return value
