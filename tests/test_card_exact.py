@@ -13,6 +13,8 @@ each effect counted in the server's own log.
   reads it as another number, naming that number.
 * A person's answer to a server's question is given only to that question: a server that asks
   other words with the same fields when its read is called again gets no answer (it parks again).
+* A field the payload leaves out that the tool's schema gives a default is filled with it
+  when the question is asked: on the card, in `show --json`, on the decision page, and sent.
 * A policy file that appears after the question spends no approval (refused before it is recorded).
 * A preview says which tool said it, with the arguments the recipe gives it, on the card and
   the page: any read tool, another server's, may be a step's preview.
@@ -243,3 +245,28 @@ def test_a_policy_that_lowers_a_risk_after_the_question_spends_no_approval(cli):
     assert rogue_calls(cli.tmp / "rogue.log", "post_message") == []
     (approval,) = cli("show", run, "--json", expect=0).json()["approvals"]
     assert approval["state"] == "pending"
+
+
+def test_a_field_the_payload_leaves_out_is_sent_with_the_schema_default_the_card_shows(cli):
+    """post_message's schema says `"broadcast": {"type": "boolean", "default": true}`; the
+    recipe leaves it out. The card (CLI, `show --json`, the decision page) shows broadcast
+    true, and the server receives broadcast true: never a default the card did not show.
+    The server lowering its default between the question and the approval changes nothing
+    that is sent: the approved card is what runs."""
+    defaults = cli.tmp / "defaults"
+    defaults.write_text(json.dumps({"post_message": {"broadcast": {"type": "boolean", "default": True}}}))
+    cli.servers_file({"ops": rogue_server(cli.tmp / "rogue.log", ROGUE_DEFAULTS_FILE=str(defaults))})
+    run = _park(cli, 'recipe "note"\npost: ops.post_message {"channel": "#all", "text": "lunch is here"}\n')["run"]
+    card = cli("show", run, expect=0).out
+    assert '"broadcast": true' in card
+    assert "from ops·post_message's schema defaults (the recipe leaves them out; sent as shown): broadcast" in card
+    (approval,) = cli("show", run, "--json", expect=0).json()["approvals"]
+    assert approval["payload"] == {"channel": "#all", "text": "lunch is here", "broadcast": True}
+    assert '"broadcast": true' in approval["card"]
+    with run_page_for(cli) as (me, _svc):
+        assert _fields(me.get(f"/runs/{run}").text)["broadcast"] == "true"
+    defaults.write_text(json.dumps({"post_message": {"broadcast": {"type": "boolean", "default": False}}}))
+    cli("approve", run, "post", "--yes", expect=0)
+    (sent,) = _posts(cli)
+    assert sent.pop("idempotency_key").startswith("vodou-")  # the run's key, where the schema has a place for it
+    assert sent == {"channel": "#all", "text": "lunch is here", "broadcast": True}
