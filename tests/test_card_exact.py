@@ -6,7 +6,8 @@ each effect counted in the server's own log.
 * A payload that sets the idempotency field itself is sent with the value its card showed,
   not with the run's key put in its place after the approval.
 * A tool its server now declares riskier than the plan says is never called on the plan's
-  lower risk, after an approval or on a resume.
+  lower risk, after an approval or on a resume; `recipe approve` refuses before it records
+  the decision, on the one server start it makes.
 * The plan card prints no control or bidirectional character from a recipe's name, a server
   file's command line or a server's tool names: each is marked, never obeyed.
 * A whole number past ±2^53 is sent exactly, and every card says that a server in JavaScript
@@ -44,6 +45,12 @@ def _posts(cli) -> list[dict]:
     return [c["arguments"] for c in rogue_calls(cli.tmp / "rogue.log", "post_message") if c["mode"] == "ok"]
 
 
+def _starts(cli) -> list[dict]:
+    log = cli.tmp / "rogue.log"
+    lines = [json.loads(x) for x in log.read_text().splitlines() if x.strip()] if log.exists() else []
+    return [r for r in lines if r.get("event") == "start"]
+
+
 def _park(cli, text: str) -> dict:
     (cli.tmp / "r.recipe").write_text(text, encoding="utf-8")
     res = cli("run", "r.recipe", "--json")
@@ -70,8 +77,9 @@ def test_a_payload_that_sets_its_own_idempotency_key_is_sent_with_the_key_its_ca
 def test_a_tool_its_server_now_declares_destructive_is_never_called_on_the_plans_lower_risk(cli):
     """Parked at `post`, with `status` (a read when the run started) after it. Before the
     approval, the server, its binding unchanged, annotates get_status destructive: the
-    approval is on record, nothing is called, the run is left interrupted and every later
-    drive is refused the same way until the server says what it said; then it goes on."""
+    approval is refused before it is recorded (on the one server start the approval makes),
+    nothing is called; a resume leaves the run interrupted and every later drive is refused
+    the same way until the server says what it said; then it is approved and goes on."""
     said = cli.tmp / "annotations"
     cli.servers_file({"ops": rogue_server(cli.tmp / "rogue.log", ROGUE_ANNOTATIONS_FILE=str(said))})
     parked = _park(
@@ -83,10 +91,16 @@ def test_a_tool_its_server_now_declares_destructive_is_never_called_on_the_plans
     run = parked["run"]
     assert [p["step"] for p in parked["pending"]] == ["post"]
     said.write_text("get_status=destructive")
+    starts = len(_starts(cli))
     res = cli("approve", run, "post", "--yes")
     assert res.code == 5, res.err
     assert "step `status`: ops.get_status is critical now" in res.err and "planned" in res.err
     assert rogue_calls(cli.tmp / "rogue.log") == []
+    # refused before the decision is recorded, on the one server start the approval makes
+    assert "the approval was not recorded" in res.err
+    (approval,) = cli("show", run, "--json", expect=0).json()["approvals"]
+    assert approval["state"] == "pending"
+    assert len(_starts(cli)) == starts + 1
     assert cli("resume", run).code == 5
     assert rogue_calls(cli.tmp / "rogue.log") == []
     (shown,) = [r for r in cli("runs", "--json", expect=0).json() if r["run"] == run]
@@ -97,7 +111,7 @@ def test_a_tool_its_server_now_declares_destructive_is_never_called_on_the_plans
     assert res.code == 5 and "step `post`: ops.post_message is critical now" in res.err
     assert rogue_calls(cli.tmp / "rogue.log") == []
     said.write_text("")
-    cli("resume", run, expect=0)
+    cli("approve", run, "post", "--yes", expect=0)
     assert [c["tool"] for c in rogue_calls(cli.tmp / "rogue.log")] == ["post_message", "get_status"]
 
 

@@ -89,13 +89,21 @@ class DecisionsMixin(DriveMixin):
         queue = drive and self.workers
         reason = None if _answer is None else msgspec.json.encode(_answer).decode()
 
-        def check_and_decide() -> tuple[Any, Plan, ServerSet, Policy]:
+        def check() -> tuple[Any, Any, Plan, ServerSet, Policy]:
             run, approval = _find_approval(store, run_id, step)
             if fingerprint and fingerprint != approval.fingerprint:
                 raise _stale_fingerprint(store, run_id, approval, fingerprint)
             check_answer_fits(run_id, approval, _answer)
             plan, servers, policy = self._ready_to_drive(store, run)
             _check_card(run, approval)
+            return run, approval, plan, servers, policy
+
+        def checked_nodes() -> tuple[Plan, ServerSet, Policy, dict[str, NodeRecord]]:
+            _, _, plan, servers, policy = check()
+            return plan, servers, policy, store.get_nodes(run_id)
+
+        def check_and_decide() -> tuple[Any, Plan, ServerSet, Policy]:
+            run, approval, plan, servers, policy = check()
             if hub is not None and drive and not queue:  # warm servers handed in: started where the run's start?
                 started_where(run_id, servers, hub)
             if not queue:
@@ -114,6 +122,21 @@ class DecisionsMixin(DriveMixin):
                 raise refusal
             return run, plan, servers, policy
 
+        if drive and not queue and hub is None and getattr(prespawned, "any_waiting", False):
+            # The servers were started early for this approval (`recipe approve`): their listing
+            # is read before the decision is recorded, on the same processes the drive then uses
+            # (one start), so a step its server now declares riskier spends no approval.
+            plan, servers, policy, nodes = await in_thread(checked_nodes)
+            async with self._run_servers(servers, plan, nodes, prespawned) as early:
+                if early is not None:
+                    from ..runtime.driver import declared_no_higher  # here: imports trio
+
+                    await declared_no_higher(plan, nodes, early, policy, run_id, deciding=True)
+                _run, _plan, servers, policy = await in_thread(check_and_decide)
+                return await self._take_and_drive(
+                    run_id, servers, policy, model=model, on_change=on_change, prespawned=prespawned, busy_ok=True,
+                    hub=early,
+                )  # fmt: skip
         _run, _plan, servers, policy = await in_thread(check_and_decide)
         if queue:
             return await in_thread(self._report, run_id, queued=True)
