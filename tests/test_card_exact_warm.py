@@ -4,8 +4,8 @@
 tools when the server started. A server that annotates a tool destructive after that (its
 binding, and so the warm process, unchanged) must not have it run on the risk of the old
 listing: an approval driven by `recipe serve` is refused before anything is called (the
-effect counted in the server's own log, tests/rogue_server.py), and a new run started there
-asks before the tool, as its new listing says.
+effect counted in the server's own log, tests/rogue_server.py); the same on a worker's
+warm servers (PostgreSQL), whose run is handed back.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import json
 import sys
 from pathlib import Path
 
+import trio
 from conftest import ROGUE, Cli, rogue_calls
 from web_helpers import Serving
 
@@ -65,3 +66,48 @@ def test_a_warm_server_that_now_declares_a_tool_destructive_is_not_driven_on_its
         assert set(_listings(tmp_path)) & warm and len([p for p in _listings(tmp_path) if p in warm]) >= 2
     finally:
         serving.kill()
+
+
+def test_a_workers_warm_server_that_now_declares_a_tool_destructive_is_not_driven_on_its_old_listing(tmp_path):
+    """The same on a worker (PostgreSQL): one engine, its pool keeps the server warm between
+    two approved runs; the server annotates get_status destructive between them. The second
+    run is handed back, nothing of it called; the first ran as approved."""
+    from workers_helpers import fresh_schema
+
+    from vodou_engine.policy import Policy
+    from vodou_engine.runs import Runs
+    from vodou_engine.servers import load_servers
+    from vodou_engine.workers.engine import Engine
+
+    said, log = tmp_path / "annotations", tmp_path / "rogue.log"
+    servers = tmp_path / "mcp.json"
+    entry = {"command": sys.executable, "args": ["-I", "-S", ROGUE], "env": {"ROGUE_LOG": str(log), "ROGUE_ANNOTATIONS_FILE": str(said)}}  # fmt: skip
+    servers.write_text(json.dumps({"mcpServers": {"ops": entry}}))
+    recipe = tmp_path / "r.recipe"
+    recipe.write_text(POST_THEN_STATUS)
+    with fresh_schema() as url:
+        runs = Runs(store=url, servers=servers, workers=False)
+        first, second = (trio.run(lambda: runs.start(recipe, actor="ana")).run for _ in range(2))
+        for run_id in (first, second):
+            trio.run(lambda run_id=run_id: runs.approve(run_id, "post", actor="ana", drive=False))
+        engine = Engine(url, load_servers(str(servers)), Policy())
+
+        async def both() -> tuple:
+            async with trio.open_nursery() as nursery:
+                close = await engine.setup(nursery)
+                try:
+                    done = await engine.drive(first)
+                    said.write_text("get_status=destructive")  # the warm process declares it now
+                    return done, await engine.drive(second)
+                finally:
+                    close()
+                    nursery.cancel_scope.cancel()
+
+        done, refused = trio.run(both)
+        assert done.state == "succeeded"
+        assert refused.cannot is not None and "ops.get_status is critical now" in refused.cannot
+        ran = rogue_calls(log)
+        assert [c["tool"] for c in ran] == ["post_message", "get_status"]
+        (warm,) = {c["pid"] for c in ran}
+        assert _listings(tmp_path).count(warm) == 2  # at its start, and again for the second run
+        runs.close()
