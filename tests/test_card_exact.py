@@ -284,3 +284,25 @@ def test_a_field_the_payload_leaves_out_is_sent_with_the_schema_default_the_card
     (sent,) = _posts(cli)
     assert sent.pop("idempotency_key").startswith("vodou-")  # the run's key, where the schema has a place for it
     assert sent == {"channel": "#all", "text": "lunch is here", "broadcast": True}
+
+
+def test_a_default_the_schema_gives_after_the_question_asks_again_instead_of_running_unseen(cli):
+    """At the question post_message has no `broadcast`; before the approval its server adds
+    `"broadcast": {"default": true}` (its binding unchanged). Sent as approved, the server
+    would broadcast out of sight of the card: nothing is sent, and the step asks again with
+    broadcast on its card; approved, that is what runs."""
+    defaults = cli.tmp / "defaults"
+    cli.servers_file({"ops": rogue_server(cli.tmp / "rogue.log", ROGUE_DEFAULTS_FILE=str(defaults))})
+    run = _park(cli, 'recipe "note"\npost: ops.post_message {"channel": "#all", "text": "lunch is here"}\n')["run"]
+    assert "broadcast" not in cli("show", run, expect=0).out
+    defaults.write_text(json.dumps({"post_message": {"broadcast": {"type": "boolean", "default": True}}}))
+    res = cli("approve", run, "post", "--yes", "--json")
+    assert res.code == 3, res.err
+    assert _posts(cli) == []
+    again = res.json()
+    assert again["asked_again"]["post"]["fields"] == ["broadcast"]
+    (pending,) = again["pending"]
+    assert '"broadcast": true' in pending["card"]
+    cli("approve", run, "post", "--yes", "--fingerprint", pending["fingerprint"], expect=0)
+    (sent,) = _posts(cli)
+    assert sent["broadcast"] is True and sent["text"] == "lunch is here"
