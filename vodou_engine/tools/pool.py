@@ -34,6 +34,10 @@ class ServerPool:
     edited since its server started gets a new one (the old one is stopped once no
     drive holds it), so a run never drives a process that is not what it is bound to.
 
+    A server already warm lists its tools again for each drive it is handed to
+    (``_relist``): what it declares may have changed since it started, and a run is
+    planned, and a stored run's risks re-checked, on what it declares now.
+
     A server that dies is started again the next time a run needs it (its
     stderr tail goes to the log). Each server lives in its own hub, owned by
     one task of the pool, so one server's failure never touches another's
