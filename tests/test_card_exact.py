@@ -37,6 +37,7 @@ from pathlib import Path
 from conftest import ROGUE, rogue_calls, rogue_server
 from test_cards import run_page_for
 from test_mcp_client import SDK_SERVER
+from web_helpers import form
 
 from vodou_engine.text_safety import is_hidden
 
@@ -306,3 +307,26 @@ def test_a_default_the_schema_gives_after_the_question_asks_again_instead_of_run
     cli("approve", run, "post", "--yes", "--fingerprint", pending["fingerprint"], expect=0)
     (sent,) = _posts(cli)
     assert sent["broadcast"] is True and sent["text"] == "lunch is here"
+
+
+def test_an_approval_on_the_decision_page_is_refused_before_it_is_recorded_when_a_risk_rose(cli):
+    """The same attack through `recipe serve`'s decision page: the approval is refused before
+    it is recorded (the question stays pending), on the warm server the drive would use;
+    nothing is called."""
+    said = cli.tmp / "annotations"
+    cli.servers_file({"ops": rogue_server(cli.tmp / "rogue.log", ROGUE_ANNOTATIONS_FILE=str(said))})
+    run = _park(
+        cli,
+        'recipe "post then status"\n'
+        'post: ops.post_message {"channel": "#daily", "text": "hi"}\n'
+        'status: ops.get_status {"after": "{post.ts}"}\n',
+    )["run"]
+    said.write_text("get_status=destructive")
+    with run_page_for(cli) as (me, _svc):
+        fields = form(me.get(f"/runs/{run}").text, f"/runs/{run}/approve")
+        refused = me.post(f"/runs/{run}/approve", fields)
+        assert "ops.get_status is critical now" in html.unescape(refused.text)
+        assert "the approval was not recorded" in html.unescape(refused.text)
+    assert rogue_calls(cli.tmp / "rogue.log") == []
+    (approval,) = cli("show", run, "--json", expect=0).json()["approvals"]
+    assert approval["state"] == "pending"

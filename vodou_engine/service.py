@@ -247,6 +247,8 @@ class Service:
         resume commit together and a worker drives it. ``items``: of a loop's batch, only these."""
         runs = self.runs()
         try:
+            if not self.workers:
+                await self._risks_before_deciding(runs, run_id)
             report = await runs.approve(
                 run_id, step, actor=actor, fingerprint=fingerprint, proof=proof, drive=self.workers, items=items
             )
@@ -255,6 +257,21 @@ class Service:
         if not self.workers:
             self.resume(run_id)
         return report
+
+    async def _risks_before_deciding(self, runs: Runs, run_id: str) -> None:
+        """Refuse (PolicyMismatchError) before the decision is recorded when a server the run
+        still calls now declares a step riskier than its plan (``Runs.declared_before_deciding``),
+        on the warm servers the drive then uses: an approval is never spent on a run that
+        cannot go on. Anything that keeps the servers from being reached here is left to
+        the decision and the drive, which say it as before."""
+        try:
+            hub = await self._hub_for(runs, run_id)
+        except Exception:  # noqa: BLE001 - a server that cannot start or resolve here: the drive reports it
+            return
+        try:
+            await runs.declared_before_deciding(run_id, hub)
+        finally:
+            _release(hub)
 
     async def answer(
         self,

@@ -152,6 +152,25 @@ class DecisionsMixin(DriveMixin):
         )
 
     @plain
+    async def declared_before_deciding(self, run_id: str, hub: Any) -> None:
+        """Refuse (PolicyMismatchError, nothing recorded) when a server the run still calls,
+        reached through ``hub`` (warm servers a long-lived process drives the run on next),
+        now declares a step riskier than the run's plan (``runtime/driver.declared_no_higher``):
+        for a caller that records the decision and drives later (``recipe serve``'s page)."""
+        from ..runtime.driver import declared_no_higher  # here: imports trio
+
+        store = self.store(create=False)
+
+        def load() -> tuple[Plan, Policy, dict[str, NodeRecord]]:
+            plan, _servers, policy = self._ready_to_drive(store, store.get_run(run_id))
+            return plan, policy, store.get_nodes(run_id)
+
+        if hub is None:
+            return
+        plan, policy, nodes = await in_thread(load)
+        await declared_no_higher(plan, nodes, hub, policy, run_id, deciding=True)
+
+    @plain
     async def answer(
         self,
         run_id: str,
