@@ -330,3 +330,22 @@ def test_an_approval_on_the_decision_page_is_refused_before_it_is_recorded_when_
     assert rogue_calls(cli.tmp / "rogue.log") == []
     (approval,) = cli("show", run, "--json", expect=0).json()["approvals"]
     assert approval["state"] == "pending"
+
+
+def test_a_loops_items_are_sent_with_the_schema_default_their_batch_card_shows(cli):
+    """The same default in a loop: each item's frozen payload on the batch card holds
+    broadcast true, and each is sent with it, once."""
+    defaults = cli.tmp / "defaults"
+    defaults.write_text(json.dumps({"post_message": {"broadcast": {"type": "boolean", "default": True}}}))
+    cli.servers_file({"ops": rogue_server(cli.tmp / "rogue.log", ROGUE_DEFAULTS_FILE=str(defaults))})
+    run = _park(
+        cli,
+        'recipe "notes"\nfor each c in ["#daily", "#general"]:\n  post: ops.post_message {"channel": "{c}", "text": "hi"}\n',
+    )["run"]
+    (approval,) = cli("show", run, "--json", expect=0).json()["approvals"]
+    assert [e["payload"] for e in approval["payload"]["items"]] == [
+        {"channel": c, "text": "hi", "broadcast": True} for c in ("#daily", "#general")
+    ]
+    cli("approve", run, "post", "--yes", expect=0)
+    sent = sorted(_posts(cli), key=lambda p: p["channel"])
+    assert [(p["channel"], p["broadcast"]) for p in sent] == [("#daily", True), ("#general", True)]
