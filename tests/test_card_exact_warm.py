@@ -3,8 +3,8 @@
 `recipe serve` keeps each MCP server warm for every run it drives; it listed the server's
 tools when the server started. A server that annotates a tool destructive after that (its
 binding, and so the warm process, unchanged) must not have it run on the risk of the old
-listing: an approval driven by `recipe serve` is refused before anything is called (the
-effect counted in the server's own log, tests/rogue_server.py); the same on a worker's
+listing: an approval driven by `recipe serve` is refused before anything is called, and
+before it is recorded (the effect counted in the server's own log, tests/rogue_server.py); the same on a worker's
 warm servers (PostgreSQL), whose run is handed back.
 """
 
@@ -62,6 +62,10 @@ def test_a_warm_server_that_now_declares_a_tool_destructive_is_not_driven_on_its
         res = cli("approve", second, "post", "--yes", "--json", cwd=proj)
         assert res.code == 5, (res.code, res.out, res.err)
         assert "ops.get_status is critical now" in res.out + res.err
+        # `recipe serve` looked on its warm server before the decision was recorded: none spent
+        assert "the approval was not recorded" in res.out + res.err
+        (approval,) = json.loads(cli("show", second, "--json", cwd=proj, expect=0).out)["approvals"]
+        assert approval["state"] == "pending"
         assert [c["tool"] for c in rogue_calls(tmp_path / "rogue.log")] == ["post_message", "get_status"]
         assert set(_listings(tmp_path)) & warm and len([p for p in _listings(tmp_path) if p in warm]) >= 2
     finally:

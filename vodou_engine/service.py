@@ -36,7 +36,7 @@ from typing import Any
 import msgspec
 import trio
 
-from .errors import RefusedError, ToolError, VodouError
+from .errors import PolicyMismatchError, RefusedError, ToolError, VodouError
 from .owners import describe, this_process
 from .policy import Policy
 from .reports import RunReport
@@ -160,6 +160,9 @@ class Service:
             request = await read_request(stream)
             if request is None:
                 return
+            if request.check:
+                await self._warm_check(stream, request.run)
+                return
             done = trio.Event()
             box: dict[str, Any] = {}
 
@@ -190,6 +193,22 @@ class Service:
             )
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
                 await stream.send_all(msgspec.json.encode(reply) + b"\n")
+
+    async def _warm_check(self, stream: trio.SocketStream, run_id: str) -> None:
+        """A ``check`` request: before a decision made elsewhere is recorded, whether the run
+        could go on here (``_risks_before_deciding``, on the warm servers its drive will use)."""
+        reply = DriveReply(by=f"recipe serve ({describe(this_process())})")
+        runs = self.runs()
+        try:
+            await self._risks_before_deciding(runs, run_id)
+        except PolicyMismatchError as exc:
+            reply = msgspec.structs.replace(reply, mismatch=exc.message, mismatch_hint=exc.hint)
+        except VodouError:
+            pass  # anything else is the decision's and the drive's to say, as before
+        finally:
+            runs.close()
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await stream.send_all(msgspec.json.encode(reply) + b"\n")
 
     def _spawn(self, run_id: str | None, fn: Callable[[Runs], Awaitable[Any]]) -> None:
         if not self.accepting or self._nursery is None:

@@ -17,7 +17,7 @@ import msgspec
 from ..binding import decode_bindings, started_where
 from ..bounds import check_plan
 from ..cards import check_untampered
-from ..errors import AlreadyDecidedError, ExpiredError, RefusedError, StaleError, UsageError
+from ..errors import AlreadyDecidedError, ExpiredError, PolicyMismatchError, RefusedError, StaleError, UsageError
 from ..jobs import defer_drive_in, store_queue
 from ..owners import LEASE_S
 from ..plan import Plan
@@ -31,7 +31,7 @@ from ..store.base import describe_decision
 from .answers import answer_doc, check_answer_fits
 from .common import effective_state, in_thread, plain, takeable
 from .drive import DriveMixin
-from .handoff import drive_warm
+from .handoff import check_warm, drive_warm
 from .lifecycle import close_nodes
 from .views import effect_view
 
@@ -137,6 +137,12 @@ class DecisionsMixin(DriveMixin):
                     run_id, servers, policy, model=model, on_change=on_change, prespawned=prespawned, busy_ok=True,
                     hub=early,
                 )  # fmt: skip
+        if drive and not queue and hub is None and hand_off:
+            # a live `recipe serve` on this store will drive it: it looks, on the warm servers
+            # it will drive on, before the decision is recorded (nothing is started here)
+            checked = await check_warm(self._location(), run_id)
+            if checked is not None and checked.mismatch:
+                raise PolicyMismatchError(checked.mismatch, hint=checked.mismatch_hint, run=run_id)
         _run, _plan, servers, policy = await in_thread(check_and_decide)
         if queue:
             return await in_thread(self._report, run_id, queued=True)
