@@ -6,13 +6,16 @@ each effect counted in the server's own log.
 * A payload that sets the idempotency field itself is sent with the value its card showed,
   not with the run's key put in its place after the approval.
 * A tool its server now declares riskier than the plan says is never called on the plan's
-  lower risk, after an approval or on a resume.
+  lower risk, after an approval or on a resume; `recipe approve` refuses before it records
+  the decision, on the one server start it makes.
 * The plan card prints no control or bidirectional character from a recipe's name, a server
   file's command line or a server's tool names: each is marked, never obeyed.
 * A whole number past ±2^53 is sent exactly, and every card says that a server in JavaScript
   reads it as another number, naming that number.
 * A person's answer to a server's question is given only to that question: a server that asks
   other words with the same fields when its read is called again gets no answer (it parks again).
+* A field the payload leaves out that the tool's schema gives a default is filled with it
+  when the question is asked: on the card, in `show --json`, on the decision page, and sent.
 * A policy file that appears after the question spends no approval (refused before it is recorded).
 * The decision page's effect in words names every field that says where it lands.
 * A preview says which tool said it, with the arguments the recipe gives it, on the card and
@@ -35,12 +38,19 @@ from pathlib import Path
 from conftest import ROGUE, rogue_calls, rogue_server
 from test_cards import run_page_for
 from test_mcp_client import SDK_SERVER
+from web_helpers import form
 
 from vodou_engine.text_safety import is_hidden
 
 
 def _posts(cli) -> list[dict]:
     return [c["arguments"] for c in rogue_calls(cli.tmp / "rogue.log", "post_message") if c["mode"] == "ok"]
+
+
+def _starts(cli) -> list[dict]:
+    log = cli.tmp / "rogue.log"
+    lines = [json.loads(x) for x in log.read_text().splitlines() if x.strip()] if log.exists() else []
+    return [r for r in lines if r.get("event") == "start"]
 
 
 def _park(cli, text: str) -> dict:
@@ -69,8 +79,9 @@ def test_a_payload_that_sets_its_own_idempotency_key_is_sent_with_the_key_its_ca
 def test_a_tool_its_server_now_declares_destructive_is_never_called_on_the_plans_lower_risk(cli):
     """Parked at `post`, with `status` (a read when the run started) after it. Before the
     approval, the server, its binding unchanged, annotates get_status destructive: the
-    approval is on record, nothing is called, the run is left interrupted and every later
-    drive is refused the same way until the server says what it said; then it goes on."""
+    approval is refused before it is recorded (on the one server start the approval makes),
+    nothing is called; a resume leaves the run interrupted and every later drive is refused
+    the same way until the server says what it said; then it is approved and goes on."""
     said = cli.tmp / "annotations"
     cli.servers_file({"ops": rogue_server(cli.tmp / "rogue.log", ROGUE_ANNOTATIONS_FILE=str(said))})
     parked = _park(
@@ -82,10 +93,16 @@ def test_a_tool_its_server_now_declares_destructive_is_never_called_on_the_plans
     run = parked["run"]
     assert [p["step"] for p in parked["pending"]] == ["post"]
     said.write_text("get_status=destructive")
+    starts = len(_starts(cli))
     res = cli("approve", run, "post", "--yes")
     assert res.code == 5, res.err
     assert "step `status`: ops.get_status is critical now" in res.err and "planned" in res.err
     assert rogue_calls(cli.tmp / "rogue.log") == []
+    # refused before the decision is recorded, on the one server start the approval makes
+    assert "the approval was not recorded" in res.err
+    (approval,) = cli("show", run, "--json", expect=0).json()["approvals"]
+    assert approval["state"] == "pending"
+    assert len(_starts(cli)) == starts + 1
     assert cli("resume", run).code == 5
     assert rogue_calls(cli.tmp / "rogue.log") == []
     (shown,) = [r for r in cli("runs", "--json", expect=0).json() if r["run"] == run]
@@ -96,7 +113,7 @@ def test_a_tool_its_server_now_declares_destructive_is_never_called_on_the_plans
     assert res.code == 5 and "step `post`: ops.post_message is critical now" in res.err
     assert rogue_calls(cli.tmp / "rogue.log") == []
     said.write_text("")
-    cli("resume", run, expect=0)
+    cli("approve", run, "post", "--yes", expect=0)
     assert [c["tool"] for c in rogue_calls(cli.tmp / "rogue.log")] == ["post_message", "get_status"]
 
 
@@ -257,3 +274,92 @@ def test_the_effect_in_words_names_every_field_that_says_where_it_lands(cli):
         page = html.unescape(me.get(f"/runs/{run}").text)
     does = re.search(r'<p class="does">Approving will <strong>(.*?)</strong>', page, re.S)
     assert does is not None and does.group(1) == "post message to #daily, to ceo@evil.example on ops"
+
+
+def test_a_field_the_payload_leaves_out_is_sent_with_the_schema_default_the_card_shows(cli):
+    """post_message's schema says `"broadcast": {"type": "boolean", "default": true}`; the
+    recipe leaves it out. The card (CLI, `show --json`, the decision page) shows broadcast
+    true, and the server receives broadcast true: never a default the card did not show.
+    The server lowering its default between the question and the approval changes nothing
+    that is sent: the approved card is what runs."""
+    defaults = cli.tmp / "defaults"
+    defaults.write_text(json.dumps({"post_message": {"broadcast": {"type": "boolean", "default": True}}}))
+    cli.servers_file({"ops": rogue_server(cli.tmp / "rogue.log", ROGUE_DEFAULTS_FILE=str(defaults))})
+    run = _park(cli, 'recipe "note"\npost: ops.post_message {"channel": "#all", "text": "lunch is here"}\n')["run"]
+    card = cli("show", run, expect=0).out
+    assert '"broadcast": true' in card
+    assert "from ops·post_message's schema defaults (the recipe leaves them out; sent as shown): broadcast" in card
+    (approval,) = cli("show", run, "--json", expect=0).json()["approvals"]
+    assert approval["payload"] == {"channel": "#all", "text": "lunch is here", "broadcast": True}
+    assert '"broadcast": true' in approval["card"]
+    with run_page_for(cli) as (me, _svc):
+        assert _fields(me.get(f"/runs/{run}").text)["broadcast"] == "true"
+    defaults.write_text(json.dumps({"post_message": {"broadcast": {"type": "boolean", "default": False}}}))
+    cli("approve", run, "post", "--yes", expect=0)
+    (sent,) = _posts(cli)
+    assert sent.pop("idempotency_key").startswith("vodou-")  # the run's key, where the schema has a place for it
+    assert sent == {"channel": "#all", "text": "lunch is here", "broadcast": True}
+
+
+def test_a_default_the_schema_gives_after_the_question_asks_again_instead_of_running_unseen(cli):
+    """At the question post_message has no `broadcast`; before the approval its server adds
+    `"broadcast": {"default": true}` (its binding unchanged). Sent as approved, the server
+    would broadcast out of sight of the card: nothing is sent, and the step asks again with
+    broadcast on its card; approved, that is what runs."""
+    defaults = cli.tmp / "defaults"
+    cli.servers_file({"ops": rogue_server(cli.tmp / "rogue.log", ROGUE_DEFAULTS_FILE=str(defaults))})
+    run = _park(cli, 'recipe "note"\npost: ops.post_message {"channel": "#all", "text": "lunch is here"}\n')["run"]
+    assert "broadcast" not in cli("show", run, expect=0).out
+    defaults.write_text(json.dumps({"post_message": {"broadcast": {"type": "boolean", "default": True}}}))
+    res = cli("approve", run, "post", "--yes", "--json")
+    assert res.code == 3, res.err
+    assert _posts(cli) == []
+    again = res.json()
+    assert again["asked_again"]["post"]["fields"] == ["broadcast"]
+    (pending,) = again["pending"]
+    assert '"broadcast": true' in pending["card"]
+    cli("approve", run, "post", "--yes", "--fingerprint", pending["fingerprint"], expect=0)
+    (sent,) = _posts(cli)
+    assert sent["broadcast"] is True and sent["text"] == "lunch is here"
+
+
+def test_an_approval_on_the_decision_page_is_refused_before_it_is_recorded_when_a_risk_rose(cli):
+    """The same attack through `recipe serve`'s decision page: the approval is refused before
+    it is recorded (the question stays pending), on the warm server the drive would use;
+    nothing is called."""
+    said = cli.tmp / "annotations"
+    cli.servers_file({"ops": rogue_server(cli.tmp / "rogue.log", ROGUE_ANNOTATIONS_FILE=str(said))})
+    run = _park(
+        cli,
+        'recipe "post then status"\n'
+        'post: ops.post_message {"channel": "#daily", "text": "hi"}\n'
+        'status: ops.get_status {"after": "{post.ts}"}\n',
+    )["run"]
+    said.write_text("get_status=destructive")
+    with run_page_for(cli) as (me, _svc):
+        fields = form(me.get(f"/runs/{run}").text, f"/runs/{run}/approve")
+        refused = me.post(f"/runs/{run}/approve", fields)
+        assert "ops.get_status is critical now" in html.unescape(refused.text)
+        assert "the approval was not recorded" in html.unescape(refused.text)
+    assert rogue_calls(cli.tmp / "rogue.log") == []
+    (approval,) = cli("show", run, "--json", expect=0).json()["approvals"]
+    assert approval["state"] == "pending"
+
+
+def test_a_loops_items_are_sent_with_the_schema_default_their_batch_card_shows(cli):
+    """The same default in a loop: each item's frozen payload on the batch card holds
+    broadcast true, and each is sent with it, once."""
+    defaults = cli.tmp / "defaults"
+    defaults.write_text(json.dumps({"post_message": {"broadcast": {"type": "boolean", "default": True}}}))
+    cli.servers_file({"ops": rogue_server(cli.tmp / "rogue.log", ROGUE_DEFAULTS_FILE=str(defaults))})
+    run = _park(
+        cli,
+        'recipe "notes"\nfor each c in ["#daily", "#general"]:\n  post: ops.post_message {"channel": "{c}", "text": "hi"}\n',
+    )["run"]
+    (approval,) = cli("show", run, "--json", expect=0).json()["approvals"]
+    assert [e["payload"] for e in approval["payload"]["items"]] == [
+        {"channel": c, "text": "hi", "broadcast": True} for c in ("#daily", "#general")
+    ]
+    cli("approve", run, "post", "--yes", expect=0)
+    sent = sorted(_posts(cli), key=lambda p: p["channel"])
+    assert [(p["channel"], p["broadcast"]) for p in sent] == [("#daily", True), ("#general", True)]

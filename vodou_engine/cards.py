@@ -308,6 +308,7 @@ def approval_card_text(
         lines.append("payload (frozen; exactly this runs if approved):")
         lines.extend(_indented(json_text(payload)))
         lines.extend(findings(payload).lines("the payload"))
+        lines.extend(_defaults_filled(step, payload))
     else:
         lines.extend(_asked_about(payload))
     if preview is not None:
@@ -329,6 +330,23 @@ def approval_card_text(
         lines.append("approvers: " + ", ".join(visible(a) for a in approvers))
     lines.append(f"run: {visible(run_id)}")
     return "\n".join(lines)
+
+
+def _defaults_filled(step: ToolNode, payload: Any) -> list[str]:
+    """Says which fields of the payload the recipe leaves out and the tool's input schema
+    filled with its ``default`` (``runtime/calls.with_schema_defaults``): sent as shown, and
+    not the recipe's own words. A loop's batch payload (``{"items": [...]}``) lists items."""
+    if not isinstance(payload, dict) or not isinstance(step.args, dict):
+        return []
+    if "items" in payload and "items" not in step.args:
+        return []
+    filled = [k for k in payload if k not in step.args]
+    if not filled:
+        return []
+    names = ", ".join(visible(k) for k in filled)
+    return [
+        f"from {visible(step.server)}·{visible(step.tool)}'s schema defaults (the recipe leaves them out; sent as shown): {names}"
+    ]
 
 
 ELICITATION = "elicitation"

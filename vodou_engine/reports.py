@@ -90,7 +90,9 @@ class RunReport(Doc, frozen=True):
     text: str | None = None
     """The text of a run that ends in a ``write`` step."""
     asked_again: dict[str, dict] = {}
-    """Steps whose ``check:`` read changed after the approval: what it was, what it is now."""
+    """Steps asked again after their approval: whose ``check:`` read changed (what it was,
+    what it is now), or (``"why": "defaults"``) whose tool's schema now gives a default to a
+    field the card did not show (``was``/``now``: the payload without and with it; ``fields``)."""
     driven_by: str | None = None
     """Set when another live process drives the run: it will pick up what was decided."""
     queued: bool = False

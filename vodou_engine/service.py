@@ -36,7 +36,7 @@ from typing import Any
 import msgspec
 import trio
 
-from .errors import RefusedError, ToolError, VodouError
+from .errors import PolicyMismatchError, RefusedError, ToolError, VodouError
 from .owners import describe, this_process
 from .policy import Policy
 from .reports import RunReport
@@ -160,6 +160,9 @@ class Service:
             request = await read_request(stream)
             if request is None:
                 return
+            if request.check:
+                await self._warm_check(stream, request.run)
+                return
             done = trio.Event()
             box: dict[str, Any] = {}
 
@@ -190,6 +193,22 @@ class Service:
             )
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
                 await stream.send_all(msgspec.json.encode(reply) + b"\n")
+
+    async def _warm_check(self, stream: trio.SocketStream, run_id: str) -> None:
+        """A ``check`` request: before a decision made elsewhere is recorded, whether the run
+        could go on here (``_risks_before_deciding``, on the warm servers its drive will use)."""
+        reply = DriveReply(by=f"recipe serve ({describe(this_process())})")
+        runs = self.runs()
+        try:
+            await self._risks_before_deciding(runs, run_id)
+        except PolicyMismatchError as exc:
+            reply = msgspec.structs.replace(reply, mismatch=exc.message, mismatch_hint=exc.hint)
+        except VodouError:
+            pass  # anything else is the decision's and the drive's to say, as before
+        finally:
+            runs.close()
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await stream.send_all(msgspec.json.encode(reply) + b"\n")
 
     def _spawn(self, run_id: str | None, fn: Callable[[Runs], Awaitable[Any]]) -> None:
         if not self.accepting or self._nursery is None:
@@ -247,6 +266,8 @@ class Service:
         resume commit together and a worker drives it. ``items``: of a loop's batch, only these."""
         runs = self.runs()
         try:
+            if not self.workers:
+                await self._risks_before_deciding(runs, run_id)
             report = await runs.approve(
                 run_id, step, actor=actor, fingerprint=fingerprint, proof=proof, drive=self.workers, items=items
             )
@@ -255,6 +276,21 @@ class Service:
         if not self.workers:
             self.resume(run_id)
         return report
+
+    async def _risks_before_deciding(self, runs: Runs, run_id: str) -> None:
+        """Refuse (PolicyMismatchError) before the decision is recorded when a server the run
+        still calls now declares a step riskier than its plan (``Runs.declared_before_deciding``),
+        on the warm servers the drive then uses: an approval is never spent on a run that
+        cannot go on. Anything that keeps the servers from being reached here is left to
+        the decision and the drive, which say it as before."""
+        try:
+            hub = await self._hub_for(runs, run_id)
+        except Exception:  # noqa: BLE001 - a server that cannot start or resolve here: the drive reports it
+            return
+        try:
+            await runs.declared_before_deciding(run_id, hub)
+        finally:
+            _release(hub)
 
     async def answer(
         self,

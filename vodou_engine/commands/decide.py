@@ -66,8 +66,13 @@ def _decide(args: Any, prespawned: Any) -> int:
             )
         if not args.json:
             if card.step in rep.asked_again:
+                again = (
+                    "its server's schema was read again"
+                    if rep.asked_again[card.step].get("why") == "defaults"
+                    else "its check was read again"
+                )
                 say(
-                    f"your approval of {card.step} ({fingerprint}) is recorded as {actor}; before the step ran, its check was read again.",
+                    f"your approval of {card.step} ({fingerprint}) is recorded as {actor}; before the step ran, {again}.",
                     style="yellow",
                 )
             else:

@@ -17,7 +17,7 @@ import msgspec
 from ..binding import decode_bindings, started_where
 from ..bounds import check_plan
 from ..cards import check_untampered
-from ..errors import AlreadyDecidedError, ExpiredError, RefusedError, StaleError, UsageError
+from ..errors import AlreadyDecidedError, ExpiredError, PolicyMismatchError, RefusedError, StaleError, UsageError
 from ..jobs import defer_drive_in, store_queue
 from ..owners import LEASE_S
 from ..plan import Plan
@@ -31,7 +31,7 @@ from ..store.base import describe_decision
 from .answers import answer_doc, check_answer_fits
 from .common import effective_state, in_thread, plain, takeable
 from .drive import DriveMixin
-from .handoff import drive_warm
+from .handoff import check_warm, drive_warm
 from .lifecycle import close_nodes
 from .views import effect_view
 
@@ -89,13 +89,21 @@ class DecisionsMixin(DriveMixin):
         queue = drive and self.workers
         reason = None if _answer is None else msgspec.json.encode(_answer).decode()
 
-        def check_and_decide() -> tuple[Any, Plan, ServerSet, Policy]:
+        def check() -> tuple[Any, Any, Plan, ServerSet, Policy]:
             run, approval = _find_approval(store, run_id, step)
             if fingerprint and fingerprint != approval.fingerprint:
                 raise _stale_fingerprint(store, run_id, approval, fingerprint)
             check_answer_fits(run_id, approval, _answer)
             plan, servers, policy = self._ready_to_drive(store, run)
             _check_card(run, approval)
+            return run, approval, plan, servers, policy
+
+        def checked_nodes() -> tuple[Plan, ServerSet, Policy, dict[str, NodeRecord]]:
+            _, _, plan, servers, policy = check()
+            return plan, servers, policy, store.get_nodes(run_id)
+
+        def check_and_decide() -> tuple[Any, Plan, ServerSet, Policy]:
+            run, approval, plan, servers, policy = check()
             if hub is not None and drive and not queue:  # warm servers handed in: started where the run's start?
                 started_where(run_id, servers, hub)
             if not queue:
@@ -114,6 +122,27 @@ class DecisionsMixin(DriveMixin):
                 raise refusal
             return run, plan, servers, policy
 
+        if drive and not queue and hub is None and getattr(prespawned, "any_waiting", False):
+            # The servers were started early for this approval (`recipe approve`): their listing
+            # is read before the decision is recorded, on the same processes the drive then uses
+            # (one start), so a step its server now declares riskier spends no approval.
+            plan, servers, policy, nodes = await in_thread(checked_nodes)
+            async with self._run_servers(servers, plan, nodes, prespawned) as early:
+                if early is not None:
+                    from ..runtime.driver import declared_no_higher  # here: imports trio
+
+                    await declared_no_higher(plan, nodes, early, policy, run_id, deciding=True)
+                _run, _plan, servers, policy = await in_thread(check_and_decide)
+                return await self._take_and_drive(
+                    run_id, servers, policy, model=model, on_change=on_change, prespawned=prespawned, busy_ok=True,
+                    hub=early,
+                )  # fmt: skip
+        if drive and not queue and hub is None and hand_off:
+            # a live `recipe serve` on this store will drive it: it looks, on the warm servers
+            # it will drive on, before the decision is recorded (nothing is started here)
+            checked = await check_warm(self._location(), run_id)
+            if checked is not None and checked.mismatch:
+                raise PolicyMismatchError(checked.mismatch, hint=checked.mismatch_hint, run=run_id)
         _run, _plan, servers, policy = await in_thread(check_and_decide)
         if queue:
             return await in_thread(self._report, run_id, queued=True)
@@ -127,6 +156,25 @@ class DecisionsMixin(DriveMixin):
         return await self._take_and_drive(
             run_id, servers, policy, model=model, on_change=on_change, prespawned=prespawned, busy_ok=True, hub=hub
         )
+
+    @plain
+    async def declared_before_deciding(self, run_id: str, hub: Any) -> None:
+        """Refuse (PolicyMismatchError, nothing recorded) when a server the run still calls,
+        reached through ``hub`` (warm servers a long-lived process drives the run on next),
+        now declares a step riskier than the run's plan (``runtime/driver.declared_no_higher``):
+        for a caller that records the decision and drives later (``recipe serve``'s page)."""
+        from ..runtime.driver import declared_no_higher  # here: imports trio
+
+        store = self.store(create=False)
+
+        def load() -> tuple[Plan, Policy, dict[str, NodeRecord]]:
+            plan, _servers, policy = self._ready_to_drive(store, store.get_run(run_id))
+            return plan, policy, store.get_nodes(run_id)
+
+        if hub is None:
+            return
+        plan, policy, nodes = await in_thread(load)
+        await declared_no_higher(plan, nodes, hub, policy, run_id, deciding=True)
 
     @plain
     async def answer(

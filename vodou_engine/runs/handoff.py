@@ -11,6 +11,11 @@ for the report. The request can only ask for a drive of a run already in the sto
 which ``recipe resume`` lets anyone with the store do; the warm process reads the
 decision from the store, never from the request.
 
+Before recording the decision, the approving process may send a ``check`` request: the
+warm process looks, on the servers it will drive on, whether a server the run still
+calls declares a step riskier than its plan now, and says so (``DriveReply.mismatch``),
+so that such an approval is refused before it is recorded; nothing is driven.
+
 Where nothing listens, the socket is stale, or the warm process closes the connection
 or cannot drive the run here (its servers resolve differently, it is stopping), the
 approving process drives the run itself, exactly as before; the store's lease makes
@@ -56,10 +61,14 @@ REPLY_MAX = 64 * 1024 * 1024
 """A report is bounded like any document this process reads."""
 
 
-class DriveRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class DriveRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """Sent by the process that recorded a decision: drive this run on your warm servers."""
 
     run: str
+    check: bool = False
+    """Before a decision is recorded: drive nothing; say whether a server the run still calls
+    declares a step riskier than its plan now (``DriveReply.mismatch``), on the warm servers
+    the drive would use. Read-only, like everything else a request may ask."""
 
 
 class DriveReply(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -70,6 +79,16 @@ class DriveReply(msgspec.Struct, frozen=True, omit_defaults=True):
     """The process that drove it (``recipe serve`` and its pid), for the person's message."""
     refused: str | None = None
     """Why it did not drive the run (the caller drives it itself)."""
+    mismatch: str | None = None
+    """To a ``check``: the refusal (``policy.mismatch``) the drive would end with; None when
+    none (or when it could not look: the caller goes on as before)."""
+    mismatch_hint: str | None = None
+
+
+async def check_warm(store_location: str, run_id: str) -> DriveReply | None:
+    """Ask the warm process holding this store whether ``run_id`` could go on now (a ``check``
+    request); its reply, or None when nothing answered (the caller goes on as before)."""
+    return await _ask(store_location, DriveRequest(run=run_id, check=True))
 
 
 def _socket_base() -> str | None:
@@ -137,6 +156,11 @@ def listening(store_location: str) -> bool:
 async def drive_warm(store_location: str, run_id: str) -> DriveReply | None:
     """Ask the warm process holding this store to drive ``run_id``; its reply once the run
     parks or ends, or None when nothing took it (the caller drives it itself)."""
+    reply = await _ask(store_location, DriveRequest(run=run_id))
+    return None if reply is None or reply.refused or reply.report is None else reply
+
+
+async def _ask(store_location: str, request: DriveRequest) -> DriveReply | None:
     import trio
 
     path = socket_path(store_location)
@@ -148,17 +172,16 @@ async def drive_warm(store_location: str, run_id: str) -> DriveReply | None:
         return None
     async with stream:
         try:
-            await stream.send_all(msgspec.json.encode(DriveRequest(run=run_id)) + b"\n")
+            await stream.send_all(msgspec.json.encode(request) + b"\n")
             data = await _read_line(stream, REPLY_MAX)
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):  # it went away
             return None
     if not data:
         return None  # the warm process went away before answering
     try:
-        reply = msgspec.json.decode(data, type=DriveReply)
+        return msgspec.json.decode(data, type=DriveReply)
     except msgspec.ValidationError:
         return None
-    return None if reply.refused or reply.report is None else reply
 
 
 async def _read_line(stream: Any, limit: int) -> bytes:

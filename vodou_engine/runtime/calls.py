@@ -11,7 +11,8 @@ store, and :meth:`Tools.effect` hands back the hub's answer untouched for
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
+import copy
+from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -101,17 +102,24 @@ class Tools:
             )
         return result.value, result.content
 
-    async def check_payload(self, step: str, server: str, tool: str, payload: Any) -> None:
+    async def check_payload(self, step: str, server: str, tool: str, payload: Any, *, complete: bool = False) -> Any:
         """Raise ArgumentsRejectedError (nothing asked, nothing called) when the payload a
         question is about to freeze breaks the tool's input schema: a card must never show
         what the server would refuse. The idempotency key counts as given where the schema
-        has a place for it (:meth:`prepare_effect` puts it there after the approval)."""
+        has a place for it (:meth:`prepare_effect` puts it there after the approval).
+
+        The payload to freeze: with ``complete``, every field the payload leaves out that
+        the schema gives a ``default`` is filled with it (:func:`with_schema_defaults`), so
+        the card shows, and the server receives, the value the server would otherwise choose
+        out of sight (docs/safety.md, "A tool's schema defaults are sent")."""
         if server == BUILTIN_SERVER or self.hub is None:
-            return
+            return payload
         await self.hub.wait_ready()
         schema = self.hub.tool(server, tool).input_schema  # UnknownToolError (not sent) if it is gone
-        args = payload
         field = key_field(schema)
+        if complete:
+            payload = with_schema_defaults(schema, payload, skip=field)
+        args = payload
         if isinstance(payload, dict) and field is not None:
             args = {field: "the run's idempotency key", **payload}
         faults = problems(schema, args)
@@ -126,6 +134,22 @@ class Tools:
                 step=step,
                 problems=[{"path": list(f.path), "message": f.message, "keyword": f.keyword} for f in faults],
             )
+        return payload
+
+    async def completed(self, server: str, tool: str, payload: Any) -> Any:
+        """``payload`` with the tool's schema defaults filled where it leaves a field out
+        (:func:`with_schema_defaults`), checking nothing: a loop item's payload, made again
+        on every drive, is fingerprinted as its batch card froze it (``check_payload`` with
+        ``complete``). A default changed since the question makes another fingerprint: the
+        item is not among those approved, and does not run."""
+        if server == BUILTIN_SERVER or self.hub is None:
+            return payload
+        try:
+            await self.hub.wait_ready()
+            schema = self.hub.tool(server, tool).input_schema
+        except NotSentError:
+            return payload  # the server or the tool is gone: the call fails as never sent, saying why
+        return with_schema_defaults(schema, payload, skip=key_field(schema))
 
     async def prepare_effect(self, server: str, tool: str, payload: Any, key: str) -> dict[str, Any]:
         """The arguments an effect will be called with, once every local check has passed.
@@ -162,3 +186,27 @@ class Tools:
         if self.hub is None:
             raise NotSentError(f"no server session for {server}; nothing was called", server=server)
         return await self.hub.call(server, tool, args, timeout=timeout, hooks=hooks)
+
+
+def with_schema_defaults(schema: Any, payload: Any, *, skip: str | None = None) -> Any:
+    """``payload`` with each top-level field it leaves out that ``schema`` gives a ``default``
+    filled with that default: what the server would otherwise fill in out of sight (a
+    ``"broadcast": {"default": true}`` the card never showed). ``skip``: the idempotency
+    field, which the run's key fills (:func:`key_field`). A default the schema itself
+    refuses (``{"type": "string", "default": null}``, as a Python ``x: str = None`` is
+    described) is left out: sent, the server would refuse it; left out, it means "nothing
+    given". Fields of nested objects are not filled (docs/safety.md says so)."""
+    properties = schema.get("properties") if isinstance(schema, Mapping) else None
+    if not isinstance(payload, dict) or not isinstance(properties, Mapping):
+        return payload
+    out = dict(payload)
+    for name, prop in properties.items():
+        if name in out or name == skip or not isinstance(prop, Mapping) or "default" not in prop:
+            continue
+        candidate = {**out, name: copy.deepcopy(prop["default"])}
+        if skip is not None:
+            if not problems(schema, {skip: "the run's idempotency key", **candidate}):
+                out = candidate
+        elif not problems(schema, candidate):
+            out = candidate
+    return out

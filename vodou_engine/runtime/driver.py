@@ -150,7 +150,7 @@ async def drive(
 
 
 async def declared_no_higher(
-    plan: Plan, nodes: Mapping[str, NodeRecord], hub: Hub, policy: Policy, run_id: str
+    plan: Plan, nodes: Mapping[str, NodeRecord], hub: Hub, policy: Policy, run_id: str, *, deciding: bool = False
 ) -> None:
     """Refuse (PolicyMismatchError; the run is left interrupted, nothing called) a stored run
     with a step still to run (or its ``preview:``/``check:``) whose server now declares its
@@ -158,7 +158,10 @@ async def declared_no_higher(
     with no approval before it, and an approved ``write`` card would be spent on what is now
     ``critical``. The plan's risks were assessed from the listing when the run started; a
     server (reached by URL, or whose listing comes from data its binding does not cover)
-    may say otherwise by the time a person approves."""
+    may say otherwise by the time a person approves.
+
+    ``deciding``: called by an approval before its decision is recorded (``Runs.approve``
+    on servers started for it): the refusal says the approval was not recorded."""
     try:
         await hub.wait_ready()
     except ServerStartError:
@@ -178,9 +181,10 @@ async def declared_no_higher(
                 continue
             now, why = policy.assess(server, tool, hints_from(listed))
             if RISK_ORDER[now] > RISK_ORDER[risk]:
+                spent = "; the approval was not recorded" if deciding else ""
                 raise PolicyMismatchError(
                     f"step `{node.id}`{what}: {server}.{tool} is {now} now ({why}), but the run was planned, and its "
-                    f"cards shown, with it as {risk}; nothing more was called",
+                    f"cards shown, with it as {risk}; nothing more was called{spent}",
                     hint=f"cancel the run (recipe cancel {run_id}) and start a new one, which asks before it",
                     run=run_id,
                     step=node.id,

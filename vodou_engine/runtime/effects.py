@@ -161,6 +161,20 @@ class Effects:
                 await self.gates.ask(gate)
                 journal.set(node.id, NodeState.PENDING)
                 return
+        completed = await self.tools.completed(node.server, node.tool, payload)
+        if completed != payload:
+            # The tool's schema now gives a default to a field the card did not show (added or
+            # given a default since the question): the server would fill it out of sight, so
+            # the approval is stale; ask again, the card showing it (``Tools.check_payload``).
+            filled = sorted(set(completed) - set(payload))
+            self.asked_again[node.id] = {"was": payload, "now": completed, "why": "defaults", "fields": filled}
+            data = _json.encode({"approval": approval.id, "defaults": {k: completed[k] for k in filled}}).decode()
+            await journal.db(journal.store.append_event, ctx.run_id, "stale", node_id=node.id, data_json=data)
+            journal.mark(node.id, NodeState.PENDING)
+            journal.mark(gate.id, NodeState.RUNNING)
+            await self.gates.ask(gate)
+            journal.set(node.id, NodeState.PENDING)
+            return
         key = idempotency_key(ctx.run_id, node.id, approval.fingerprint)
         args = await self._prepare(node, payload, key)
         if args is None:

@@ -106,7 +106,8 @@ class Gates:
         options = ctx.plan.options
         if step is not None:
             payload = self.render(step.args)
-            await self.tools.check_payload(step.id, step.server, step.tool, payload)  # before anything is read or asked
+            # before anything is read or asked; the schema's defaults for what it leaves out are filled, shown and sent
+            payload = await self.tools.check_payload(step.id, step.server, step.tool, payload, complete=True)
             address = step.address
             if step.preview is not None:
                 preview = await self.tools.read(step.preview.server, step.preview.tool, self.render(step.preview.args))

@@ -359,7 +359,8 @@ class LoopWalk:
             found = self.index[gate.step]
             assert isinstance(found, ToolNode), "an approval guards a tool step"
             step = found
-            payload = self._render_for(step.id, step.args)
+            # the schema's defaults for what it leaves out are filled, shown on the batch card and sent
+            payload = await self.tools.completed(step.server, step.tool, self._render_for(step.id, step.args))
             fp = self.gates.item_fingerprint(step, payload)
         else:
             payload = self._question_payload(gate, template_id, scope)

@@ -109,6 +109,10 @@ class Hub:
     def tools(self, server: str) -> dict[str, ToolInfo]:
         return dict(self._server(server).tools)
 
+    async def relist(self, server: str) -> None:
+        """List ``server``'s tools again (``session.relist``): a warm server's listing of its start may be stale."""
+        await session.relist(self._server(server))
+
     def tool(self, server: str, tool: str) -> ToolInfo:
         srv = self._server(server)
         try:

@@ -34,6 +34,10 @@ class ServerPool:
     edited since its server started gets a new one (the old one is stopped once no
     drive holds it), so a run never drives a process that is not what it is bound to.
 
+    A server already warm lists its tools again for each drive it is handed to
+    (``_relist``): what it declares may have changed since it started, and a run is
+    planned, and a stored run's risks re-checked, on what it declares now.
+
     A server that dies is started again the next time a run needs it (its
     stderr tail goes to the log). Each server lives in its own hub, owned by
     one task of the pool, so one server's failure never touches another's
@@ -92,8 +96,11 @@ class ServerPool:
         view.seen = dict(found)
         try:
             for name in names:
+                warm = slots[name] in self._hubs and _alive(self._hubs[slots[name]], name)
                 await self._ensure(slots[name], keyed[name][1])
-                view._hubs[name] = self._hubs[slots[name]]
+                view._hubs[name] = hub = self._hubs[slots[name]]
+                if warm:
+                    await _relist(hub, name)
         except BaseException:
             view.release()
             raise
@@ -180,6 +187,22 @@ def _keys(configs: Mapping[str, Any], found: Mapping[str, Observed]) -> dict[str
         as_started = msgspec.structs.replace(seen, config=config)
         out[name] = (digest(seal(as_started, source="", salt=_POOL_SALT)), config)
     return out
+
+
+async def _relist(hub: Any, name: str) -> None:
+    """A server kept warm since an earlier drive lists its tools again for this one: its tools
+    or their annotations may have changed since (``notifications/tools/list_changed`` or not),
+    and a plan, or a stored run's risk re-check (``runtime/driver.declared_no_higher``), read
+    from the listing of its start would assess a tool now declared destructive as the read it
+    was. One ``tools/list`` per server per drive; a server that cannot list is not used."""
+    try:
+        await hub.wait_ready()
+        await hub.relist(name)
+    except Exception as exc:  # whatever stops the listing (an RPC error, a closed pipe, a timeout) stops the drive
+        raise NotSentError(
+            f"MCP server {name!r} did not list its tools again ({type(exc).__name__}: {exc}); nothing was called",
+            server=name,
+        ) from exc
 
 
 def _alive(hub: Any, name: str) -> bool:

@@ -146,6 +146,11 @@ class Prespawned:
             return
         self._waiting[name] = (popen, stderr, started)
 
+    @property
+    def any_waiting(self) -> bool:
+        """Whether a process was started here that no hub has taken yet."""
+        return bool(self._waiting)
+
     def take(self, name: str) -> tuple[subprocess.Popen[bytes], IO[bytes], float] | None:
         """The process, its stderr file and when it was started; the caller now owns them."""
         return self._waiting.pop(name, None)

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from mcp.shared.message import SessionMessage
     from mcp_types import Implementation, Tool
 
-__all__ = ["own"]
+__all__ = ["own", "relist"]
 
 logger = logging.getLogger("vodou_engine.tools.hub")
 """The hub's log, whichever of its modules writes to it."""
@@ -145,6 +145,20 @@ def _task_required(tool: Tool) -> bool:
     """The tool may only be called as a task (MCP 2025-11-25, ``execution.taskSupport``)."""
     execution = tool.execution
     return execution is not None and execution.task_support == "required"
+
+
+async def relist(srv: LiveServer) -> None:
+    """List a ready server's tools again and keep what it says now. A warm server (one kept
+    for many runs) may have changed its tools or their annotations since it started, with or
+    without ``notifications/tools/list_changed``: a run planned, or an approved effect driven,
+    on the listing of its start would assess its risks from what the server no longer says."""
+    session = srv.session
+    if session is None or srv.closed:
+        return  # not started, or gone: its next call says why
+    with trio.fail_after(srv.start_timeout):
+        tools = await _list_all_tools(session)
+    srv.tools = {t.name: tool_info(t) for t in tools}
+    srv.task_required = frozenset(t.name for t in tools if _task_required(t))
 
 
 async def _list_all_tools(session: ClientSession) -> list[Tool]:

@@ -16,7 +16,7 @@ import msgspec
 from ..errors import EXIT_DECLINED, EXIT_FAILED, EXIT_OK, EXIT_PARKED
 from ..osuser import os_user
 from ..reports import EffectView, RunReport, RunSummary, RunView, Together
-from ..text_safety import json_text
+from ..text_safety import json_text, visible
 from ..tools.results import describe_block
 from .term import cell, console, json_safe, out, say
 
@@ -181,6 +181,13 @@ def report(rep: RunReport, *, json_out: bool = False, store_flag: str = "", acto
     for line in together_lines(rep.together):
         say(line, style="dim")
     for step, change in rep.asked_again.items():
+        if change.get("why") == "defaults":
+            fields = ", ".join(visible(str(f)) for f in change.get("fields", []))
+            say(
+                f"⚠ `{step}` did not run: its server's schema now gives a default to a field its card did not show ({fields}), so nothing was done and it asks again, the card showing it.",
+                style="yellow",
+            )
+            continue
         say(
             f"⚠ `{step}` did not run: its check reads differently from when the question was asked, so nothing was done and it asks again.\n"
             + "\n".join(changed_lines(change)),
