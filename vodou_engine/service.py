@@ -265,32 +265,43 @@ class Service:
         on warm servers in the background; with workers, the decision and the run's queued
         resume commit together and a worker drives it. ``items``: of a loop's batch, only these."""
         runs = self.runs()
+        hub = None
         try:
             if not self.workers:
-                await self._risks_before_deciding(runs, run_id)
+                hub = await self._checked_hub(runs, run_id)
             report = await runs.approve(
                 run_id, step, actor=actor, fingerprint=fingerprint, proof=proof, drive=self.workers, items=items
             )
+        except BaseException:
+            _release(hub)
+            raise
         finally:
             runs.close()
         if not self.workers:
-            self.resume(run_id)
+            self.resume(run_id, hub=hub)
         return report
 
     async def _risks_before_deciding(self, runs: Runs, run_id: str) -> None:
-        """Refuse (PolicyMismatchError) before the decision is recorded when a server the run
-        still calls now declares a step riskier than its plan (``Runs.declared_before_deciding``),
-        on the warm servers the drive then uses: an approval is never spent on a run that
-        cannot go on. Anything that keeps the servers from being reached here is left to
-        the decision and the drive, which say it as before."""
+        """:meth:`_checked_hub` for a decision recorded elsewhere: the warm servers are let go."""
+        _release(await self._checked_hub(runs, run_id))
+
+    async def _checked_hub(self, runs: Runs, run_id: str) -> Any:
+        """The warm servers the run's drive will use, held, once they showed that no server the
+        run still calls now declares a step riskier than its plan (``Runs.declared_before_deciding``;
+        else PolicyMismatchError, before the decision is recorded: an approval is never spent on
+        a run that cannot go on). Held so that the drive after the decision goes on on exactly
+        these, listed once (:meth:`resume` takes them over). None when the servers cannot be
+        reached here: the decision and the drive say why, as before."""
         try:
             hub = await self._hub_for(runs, run_id)
         except Exception:  # noqa: BLE001 - a server that cannot start or resolve here: the drive reports it
-            return
+            return None
         try:
             await runs.declared_before_deciding(run_id, hub)
-        finally:
+        except BaseException:
             _release(hub)
+            raise
+        return hub
 
     async def answer(
         self,
@@ -316,13 +327,20 @@ class Service:
             self.resume(run_id)
         return report
 
-    def resume(self, run_id: str) -> None:
+    def resume(self, run_id: str, *, hub: Any = None) -> None:
         """Drive a parked or interrupted run again on warm servers, in the background (an
-        expired question is asked again); with workers, queue its drive for them."""
+        expired question is asked again); with workers, queue its drive for them. ``hub``:
+        warm servers already held for this run (:meth:`_checked_hub`), which the drive takes
+        over and lets go of; else the drive gets its own."""
         if self.workers:
+            _release(hub)
             self._spawn(run_id, lambda r: trio.to_thread.run_sync(r.queue_resume, run_id))
             return
-        self._spawn(run_id, lambda r: self._resume(r, run_id))
+        try:
+            self._spawn(run_id, lambda r: self._resume(r, run_id, hub))
+        except BaseException:
+            _release(hub)
+            raise
 
     async def reject(
         self, run_id: str, step: str | None, *, actor: str, reason: str | None, fingerprint: str | None, proof: str
@@ -420,11 +438,12 @@ class Service:
             raise box["error"]
         return run_id, box.get("report")
 
-    async def _resume(self, runs: Runs, run_id: str) -> RunReport | None:
-        try:
-            hub = await self._hub_for(runs, run_id)
-        except ToolError:
-            hub = None  # a server that cannot start: the drive reports it on the step
+    async def _resume(self, runs: Runs, run_id: str, hub: Any = None) -> RunReport | None:
+        if hub is None:
+            try:
+                hub = await self._hub_for(runs, run_id)
+            except ToolError:
+                hub = None  # a server that cannot start: the drive reports it on the step
         try:
             return await runs.resume(run_id, hub=hub)
         except RefusedError as exc:

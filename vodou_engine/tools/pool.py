@@ -95,12 +95,13 @@ class ServerPool:
         view = PoolHub({}, pool=self, slots=list(slots.values()))
         view.seen = dict(found)
         try:
+            warm = []
             for name in names:
-                warm = slots[name] in self._hubs and _alive(self._hubs[slots[name]], name)
+                if slots[name] in self._hubs and _alive(self._hubs[slots[name]], name):
+                    warm.append(name)
                 await self._ensure(slots[name], keyed[name][1])
-                view._hubs[name] = hub = self._hubs[slots[name]]
-                if warm:
-                    await _relist(hub, name)
+                view._hubs[name] = self._hubs[slots[name]]
+            await _relist_all(view._hubs, warm)
         except BaseException:
             view.release()
             raise
@@ -187,6 +188,27 @@ def _keys(configs: Mapping[str, Any], found: Mapping[str, Observed]) -> dict[str
         as_started = msgspec.structs.replace(seen, config=config)
         out[name] = (digest(seal(as_started, source="", salt=_POOL_SALT)), config)
     return out
+
+
+async def _relist_all(hubs: Mapping[str, Any], names: list[str]) -> None:
+    """:func:`_relist` each of ``names`` at the same time (one round trip for the drive, not one
+    per server); the first server that cannot list stops the drive with its NotSentError."""
+    if len(names) == 1:
+        await _relist(hubs[names[0]], names[0])
+        return
+    failed: list[NotSentError] = []
+
+    async def one(name: str) -> None:
+        try:
+            await _relist(hubs[name], name)
+        except NotSentError as exc:
+            failed.append(exc)
+
+    async with trio.open_nursery() as nursery:
+        for name in names:
+            nursery.start_soon(one, name)
+    if failed:
+        raise failed[0]
 
 
 async def _relist(hub: Any, name: str) -> None:
