@@ -27,6 +27,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -123,6 +124,7 @@ def demo_zygote_for_this_process():
     assert zygote.stdin is not None
     zygote.stdin.close()
     zygote.wait(timeout=30)
+    shutil.rmtree(os.path.dirname(sock), ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
