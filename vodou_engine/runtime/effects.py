@@ -30,7 +30,7 @@ import msgspec
 import trio
 
 from ..errors import NoReplyError, NotSentError, TamperedError
-from ..plan import ToolNode
+from ..plan import ApprovalNode, ToolNode
 from ..states import EffectState, NodeState
 from ..store import ApprovalRecord
 from .calls import Tools
@@ -136,6 +136,20 @@ class Effects:
         await self._execute(node, args)
         return None
 
+    async def _ask_again(
+        self, node: ToolNode, gate: ApprovalNode, change: dict[str, Any], event: dict[str, Any]
+    ) -> None:
+        """An approval gone stale before its effect ran: ``change`` is what the run's report says
+        changed, ``event`` the run's ``stale`` event; the step waits on a new question."""
+        journal = self.journal
+        self.asked_again[node.id] = change
+        data = _json.encode(event).decode()
+        await journal.db(journal.store.append_event, self.ctx.run_id, "stale", node_id=node.id, data_json=data)
+        journal.mark(node.id, NodeState.PENDING)
+        journal.mark(gate.id, NodeState.RUNNING)
+        await self.gates.ask(gate)
+        journal.set(node.id, NodeState.PENDING)
+
     async def run(self, node: ToolNode) -> None:
         """An approved effect: verify, re-check, claim, call once."""
         ctx = self.ctx
@@ -153,13 +167,12 @@ class Effects:
             now_seen = await self.tools.read(node.check.server, node.check.tool, before["args"])
             if _canonical(now_seen) != _canonical(before["result"]):
                 # The world changed since the question: the approval is stale; ask again.
-                self.asked_again[node.id] = {"was": before["result"], "now": now_seen}
-                data = _json.encode({"approval": approval.id, "was": before["result"], "now": now_seen}).decode()
-                await journal.db(journal.store.append_event, ctx.run_id, "stale", node_id=node.id, data_json=data)
-                journal.mark(node.id, NodeState.PENDING)
-                journal.mark(gate.id, NodeState.RUNNING)
-                await self.gates.ask(gate)
-                journal.set(node.id, NodeState.PENDING)
+                await self._ask_again(
+                    node,
+                    gate,
+                    {"was": before["result"], "now": now_seen},
+                    {"approval": approval.id, "was": before["result"], "now": now_seen},
+                )
                 return
         completed = await self.tools.completed(node.server, node.tool, payload)
         if completed != payload:
@@ -167,13 +180,12 @@ class Effects:
             # given a default since the question): the server would fill it out of sight, so
             # the approval is stale; ask again, the card showing it (``Tools.check_payload``).
             filled = sorted(set(completed) - set(payload))
-            self.asked_again[node.id] = {"was": payload, "now": completed, "why": "defaults", "fields": filled}
-            data = _json.encode({"approval": approval.id, "defaults": {k: completed[k] for k in filled}}).decode()
-            await journal.db(journal.store.append_event, ctx.run_id, "stale", node_id=node.id, data_json=data)
-            journal.mark(node.id, NodeState.PENDING)
-            journal.mark(gate.id, NodeState.RUNNING)
-            await self.gates.ask(gate)
-            journal.set(node.id, NodeState.PENDING)
+            await self._ask_again(
+                node,
+                gate,
+                {"was": payload, "now": completed, "why": "defaults", "fields": filled},
+                {"approval": approval.id, "defaults": {k: completed[k] for k in filled}},
+            )
             return
         key = idempotency_key(ctx.run_id, node.id, approval.fingerprint)
         args = await self._prepare(node, payload, key)
