@@ -290,14 +290,16 @@ class Service:
         run still calls now declares a step riskier than its plan (``Runs.declared_before_deciding``;
         else PolicyMismatchError, before the decision is recorded: an approval is never spent on
         a run that cannot go on). Held so that the drive after the decision goes on on exactly
-        these, listed once (:meth:`resume` takes them over). None when the servers cannot be
-        reached here: the decision and the drive say why, as before."""
+        these, listed once (:meth:`resume` takes them over). The run is read once
+        (``Runs.ready_to_decide``), raising what the decision would be refused with; None when
+        the servers cannot be reached here: the decision and the drive say why, as before."""
+        needed, servers, plan, policy, nodes = await trio.to_thread.run_sync(runs.ready_to_decide, run_id)
         try:
-            hub = await self._hub_for(runs, run_id)
+            hub = await self.pool.hub(needed, servers)
         except Exception:  # noqa: BLE001 - a server that cannot start or resolve here: the drive reports it
             return None
         try:
-            await runs.declared_before_deciding(run_id, hub)
+            await runs.declared_before_deciding(run_id, hub, plan, policy, nodes)
         except BaseException:
             _release(hub)
             raise

@@ -24,7 +24,7 @@ from ..plan import Plan
 from ..policy import Policy
 from ..reports import EffectView, PendingApproval, RunReport
 from ..runtime.plans import check_stored_plan
-from ..servers import ServerSet
+from ..servers import ServerSet, servers_to_finish
 from ..states import ApprovalState, NodeState, RunState
 from ..store import NodeRecord
 from ..store.base import describe_decision
@@ -157,23 +157,28 @@ class DecisionsMixin(DriveMixin):
             run_id, servers, policy, model=model, on_change=on_change, prespawned=prespawned, busy_ok=True, hub=hub
         )
 
+    def ready_to_decide(self, run_id: str) -> tuple[list[str], ServerSet, Plan, Policy, dict[str, NodeRecord]]:
+        """What a decision on ``run_id`` is checked against, read once: the servers the run still
+        calls and their configurations (as :meth:`bound_servers`), its plan, policy and node
+        states. Raises what :meth:`approve` would refuse the run with (``_ready_to_drive``). For a
+        long-lived process that checks before deciding (``recipe serve``): one thread hop and one
+        decode of the plan, where the servers and the check each read the run."""
+        store = self.store(create=False)
+        plan, servers, policy = self._ready_to_drive(store, store.get_run(run_id))
+        nodes = store.get_nodes(run_id)
+        return servers_to_finish(plan, nodes), servers, plan, policy, nodes
+
     @plain
-    async def declared_before_deciding(self, run_id: str, hub: Any) -> None:
+    async def declared_before_deciding(
+        self, run_id: str, hub: Any, plan: Plan, policy: Policy, nodes: Mapping[str, NodeRecord]
+    ) -> None:
         """Refuse (PolicyMismatchError, nothing recorded) when a server the run still calls,
         reached through ``hub`` (warm servers a long-lived process drives the run on next),
         now declares a step riskier than the run's plan (``runtime/driver.declared_no_higher``):
-        for a caller that records the decision and drives later (``recipe serve``'s page)."""
+        for a caller that records the decision and drives later (``recipe serve``'s page).
+        ``plan``, ``policy``, ``nodes``: the run as :meth:`ready_to_decide` read it."""
         from ..runtime.driver import declared_no_higher  # here: imports trio
 
-        store = self.store(create=False)
-
-        def load() -> tuple[Plan, Policy, dict[str, NodeRecord]]:
-            plan, _servers, policy = self._ready_to_drive(store, store.get_run(run_id))
-            return plan, policy, store.get_nodes(run_id)
-
-        if hub is None:
-            return
-        plan, policy, nodes = await in_thread(load)
         await declared_no_higher(plan, nodes, hub, policy, run_id, deciding=True)
 
     @plain
