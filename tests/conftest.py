@@ -403,6 +403,16 @@ def rogue_server(log: Path, **env: str) -> dict:
     return {"command": sys.executable, "args": ["-I", "-S", ROGUE], "env": {"ROGUE_LOG": str(log), **env}}
 
 
+def demo_server(module: str, demo_db: Path, **env: str) -> dict:
+    """A server-file entry for a bundled demo server (``chat_server``, ``lab_server``, ...) on the
+    demo world ``demo_db``; ``env`` adds VODOU_DEMO_* settings (arrivals, latency, a lab's name)."""
+    return {
+        "command": sys.executable,
+        "args": ["-m", f"vodou_engine.demo.{module}"],
+        "env": {"VODOU_DEMO_DB": str(demo_db), **env},
+    }
+
+
 def rogue_calls(log: Path, tool: str | None = None) -> list[dict]:
     """The calls the rogue server logged (server side), optionally of one tool."""
     if not Path(log).exists():

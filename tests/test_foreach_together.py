@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import msgspec
 import pytest
-from conftest import demo_calls
+from conftest import demo_calls, demo_server
 
 from vodou_engine.compiler import compile_recipe, load_plan
 from vodou_engine.demo import db as demo
@@ -152,20 +151,13 @@ def test_a_quorum_met_by_the_other_branch_cancels_a_loop_read_in_flight(cli, tmp
     os.mkfifo(arrivals)
     servers = cli.servers_file(
         {
-            "slack": {
-                "command": sys.executable,
-                "args": ["-m", "vodou_engine.demo.chat_server"],
-                "env": {
-                    "VODOU_DEMO_DB": str(cli.demo_db),
-                    "VODOU_DEMO_ARRIVALS": str(arrivals),
-                    "VODOU_DEMO_LATENCY": "slack_get_channel=60000",
-                },
-            },
-            "lab": {
-                "command": sys.executable,
-                "args": ["-m", "vodou_engine.demo.lab_server"],
-                "env": {"VODOU_DEMO_DB": str(cli.demo_db)},
-            },
+            "slack": demo_server(
+                "chat_server",
+                cli.demo_db,
+                VODOU_DEMO_ARRIVALS=str(arrivals),
+                VODOU_DEMO_LATENCY="slack_get_channel=60000",
+            ),
+            "lab": demo_server("lab_server", cli.demo_db),
         }
     )
     text = (

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import RECIPES, demo_calls, rogue_calls, rogue_server
+from conftest import RECIPES, demo_calls, demo_server, rogue_calls, rogue_server
 
 MORNING = RECIPES / "morning-briefing.recipe"
 
@@ -120,13 +120,13 @@ def test_branches_on_three_servers_are_in_flight_at_once(cli, tmp_path):
     os.mkfifo(one)
     os.mkfifo(two)
 
-    def lab(name: str, arrivals: Path | None) -> dict:
-        env = {"VODOU_DEMO_DB": str(cli.demo_db), "VODOU_DEMO_NAME": name}
-        if arrivals is not None:
-            env["VODOU_DEMO_ARRIVALS"] = str(arrivals)
-        return {"command": sys.executable, "args": ["-m", "vodou_engine.demo.lab_server"], "env": env}
-
-    servers = cli.servers_file({"board": lab("board", None), "recall": lab("recall", one), "proc": lab("proc", two)})
+    servers = cli.servers_file(
+        {
+            "board": demo_server("lab_server", cli.demo_db, VODOU_DEMO_NAME="board"),
+            "recall": demo_server("lab_server", cli.demo_db, VODOU_DEMO_NAME="recall", VODOU_DEMO_ARRIVALS=str(one)),
+            "proc": demo_server("lab_server", cli.demo_db, VODOU_DEMO_NAME="proc", VODOU_DEMO_ARRIVALS=str(two)),
+        }
+    )
     recipe = tmp_path / "rendezvous.recipe"
     recipe.write_text(
         "together:\n"
@@ -254,21 +254,14 @@ def test_an_executing_effect_is_not_cancelled_by_the_quorum(cli, tmp_path):
     os.mkfifo(arrivals)
     servers = cli.servers_file(
         {
-            "slack": {
-                "command": sys.executable,
-                "args": ["-m", "vodou_engine.demo.chat_server"],
-                # arrival reported first, then a slow body: the drop lands mid-call
-                "env": {
-                    "VODOU_DEMO_DB": str(cli.demo_db),
-                    "VODOU_DEMO_ARRIVALS": str(arrivals),
-                    "VODOU_DEMO_LATENCY": "slack_post_message=1500",
-                },
-            },
-            "lab": {
-                "command": sys.executable,
-                "args": ["-m", "vodou_engine.demo.lab_server"],
-                "env": {"VODOU_DEMO_DB": str(cli.demo_db)},
-            },
+            # arrival reported first, then a slow body: the drop lands mid-call
+            "slack": demo_server(
+                "chat_server",
+                cli.demo_db,
+                VODOU_DEMO_ARRIVALS=str(arrivals),
+                VODOU_DEMO_LATENCY="slack_post_message=1500",
+            ),
+            "lab": demo_server("lab_server", cli.demo_db),
         }
     )
     recipe = tmp_path / "shield.recipe"
